@@ -1,0 +1,26 @@
+# `make test` and `make train` set everything up on a fresh machine: a .venv at the repo root, the project installed
+# editable with its test extra. CONSTRAINTS pins torch to this workplace's CPU build; elsewhere pass CONSTRAINTS=.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CONSTRAINTS ?= constraints.txt
+PIP_CONSTRAINTS := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
+STAMP := $(VENV)/.installed
+
+.PHONY: test train setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet $(PIP_CONSTRAINTS) -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+train: $(STAMP)
+	$(PY) examples/oscillator.py
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache .hypothesis
