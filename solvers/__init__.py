@@ -1,0 +1,56 @@
+"""Integrators for depth-as-time: one residual layer is one step of an explicit scheme.
+
+``STEPPERS`` maps a config name to a stepper class; ``integrate`` runs one step per field. The long explanation of the
+interface is in ``solvers/_base.py``; ``solvers.testing`` is the property kit (order, symplecticity, reversibility,
+evaluation count) that users run on their own schemes. This package imports only torch.
+"""
+
+from ._base import AbstractStepper, Field, PhaseState, integrate, iterate, trajectory
+from ._damped import Damped
+from ._euler import Euler
+from ._heun import Heun
+from ._leapfrog import Leapfrog
+from ._light_wave import LightWave
+from ._mix import Mix
+from ._rk4 import RK4
+from ._semi_implicit_euler import SemiImplicitEuler
+from ._velocity_verlet import VelocityVerlet
+
+STEPPERS: dict[str, type[AbstractStepper]] = {
+    "euler": Euler,
+    "heun": Heun,
+    "rk4": RK4,
+    "semi_implicit_euler": SemiImplicitEuler,
+    "velocity_verlet": VelocityVerlet,
+    "leapfrog": Leapfrog,
+    "damped": Damped,
+    "light_wave": LightWave,
+    "mix": Mix,
+}
+
+__all__ = [
+    "STEPPERS",
+    "AbstractStepper",
+    "Damped",
+    "Euler",
+    "Field",
+    "Heun",
+    "Leapfrog",
+    "LightWave",
+    "Mix",
+    "PhaseState",
+    "RK4",
+    "SemiImplicitEuler",
+    "VelocityVerlet",
+    "integrate",
+    "iterate",
+    "trajectory",
+]
+
+
+def __getattr__(name: str):
+    if name == "testing":  # the property kit needs hypothesis; import it only when asked for
+        import importlib
+
+        return importlib.import_module(".testing", __name__)
+    raise AttributeError(f"module 'solvers' has no attribute {name!r}")

@@ -1,0 +1,280 @@
+"""The stepper interface: a residual stack is an explicit time-stepper.
+
+A depth-``L`` residual network computes ``x_{l+1} = x_l + F_l(x_l)``. Read ``F_l = dt * f(t_l, x)`` and this is the
+explicit Euler method for ``dx/dt = f(t, x)`` with step ``dt``: layer index is time, and a layer is one step. Every
+other choice of how to combine the layer's *field* ``f`` with the running state is another integrator, and this
+package makes that choice a value rather than an architecture.
+
+Two kinds of dynamics
+---------------------
+*First-order* steppers integrate ``dx/dt = f(t, x)``; their state ``y`` is a plain ``Tensor``.
+
+*Second-order* steppers integrate ``d²x/dt² = a(t, x)``; their state ``y`` is a :class:`PhaseState` ``(x, v)`` and the
+field they are given is the *acceleration*. With attention as the field, ``a(X) = (A(X) - I) X`` is the wave equation
+on the complete graph of tokens, and semi-implicit Euler on it is the Wavy Transformer's update::
+
+    v <- v + dt * a(x)        # kick
+    x <- x + dt * v           # drift
+
+Eliminating ``v`` gives the two-step Störmer recurrence ``x_{n+1} = 2 x_n - x_{n-1} + dt² a(x_n)``. "Leapfrog" names
+several methods in the literature; here ``leapfrog`` means exactly that two-step recurrence (see ``_leapfrog.py``).
+
+The protocol
+------------
+::
+
+    state = stepper.init(field, t0, y0)                 # once, before the first step
+    y1, state = stepper.step(field, t, y, dt, state)    # one step of size dt from time t
+
+``state`` is whatever the scheme carries between steps besides ``y``: the previous position of a two-step method, a
+cached force for first-same-as-last reuse, or ``None``. Pass back what ``step`` returned. The field may change from one
+step to the next (one field per layer); :func:`integrate` runs the loop.
+
+Declarations
+------------
+Every concrete stepper declares, as class variables, what it claims; :mod:`solvers.testing` proves each claim:
+
+``order``           global order of convergence to the limit dynamics (``limit_field``) as ``dt -> 0``.
+``second_order``    ``True`` if ``y`` is a :class:`PhaseState` and the field is an acceleration.
+``symplectic``      one step is a symplectic map of ``(x, v)`` for ``x'' = -K x`` (unit Jacobian determinant, bounded
+                    energy error shrinking like ``dt**order``).
+``reversible``      ``step(-dt)`` undoes ``step(dt)``.
+``evals_per_step``  field evaluations in one step from a fresh ``init``.
+``fsal``            (optional, default ``False``) "first same as last": when consecutive steps use the same field, one
+                    evaluation is reused, so such steps cost ``evals_per_step - 1``.
+``multistep``       (optional, default ``False``) the step reads history (an earlier position) from ``state``, so its
+                    result depends on more than ``y``; a one-step scheme's ``state`` may only cache what ``y`` implies.
+
+The limit dynamics
+------------------
+Most schemes converge to the flow of the field they are given. Some parametrised ones converge to a modified flow, and
+say so through :meth:`AbstractStepper.limit_field`: heavy-ball momentum with fixed ``lam`` converges to
+``dx/dt = f / (1 - lam)``; the damped wave to ``x' = v, v' = a - gamma v``; the gated mix to
+``x' = lam v + (1 - lam) a, v' = a``. The order test measures convergence to that flow, so a new scheme with its own
+limit only overrides this one method.
+
+Learnable scheme parameters (a momentum, a gate, a damping rate) are ``nn.Parameter``s of the stepper; a model builds
+one stepper per layer, so each layer learns its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, NamedTuple, Union
+
+import torch
+from torch import Tensor, nn
+
+Field = Callable[[Any, Tensor], Tensor]
+"""``field(t, x) -> Tensor``: ``dx/dt`` for first-order steppers, the acceleration for second-order ones."""
+
+
+class PhaseState(NamedTuple):
+    """Position ``x`` and velocity ``v`` of a second-order system; both have the same shape."""
+
+    x: Tensor
+    v: Tensor
+
+
+Y = Union[Tensor, PhaseState]  # noqa: UP007 - a runtime alias, also valid on Python 3.9 tools
+
+_DECLARATIONS = ("order", "second_order", "symplectic", "reversible", "evals_per_step")
+
+
+class AbstractStepper(nn.Module):
+    """Base class of every integrator; subclass it for your own scheme (see ``docs/extending.md``).
+
+    A subclass implements :meth:`step` (and :meth:`init` if it carries state between steps) and declares the class
+    variables below. It must be constructible with no arguments.
+    """
+
+    order: ClassVar[int]
+    second_order: ClassVar[bool]
+    symplectic: ClassVar[bool]
+    reversible: ClassVar[bool]
+    evals_per_step: ClassVar[int]
+    fsal: ClassVar[bool] = False
+    multistep: ClassVar[bool] = False
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if abstract:
+            return
+        missing = [name for name in _DECLARATIONS if not hasattr(cls, name)]
+        if missing:
+            raise TypeError(
+                f"{cls.__name__} must declare the class variable(s) {', '.join(missing)}; "
+                f"every stepper declares {', '.join(_DECLARATIONS)}."
+            )
+
+    # -- protocol -------------------------------------------------------------------------------------------------
+
+    def init(self, field: Field, t0: Any, y0: Y) -> Any:
+        """Validate ``y0`` and return the state for the first step (``None`` for one-step schemes)."""
+        self._unpack(y0)
+        return None
+
+    def step(self, field: Field, t: Any, y: Y, dt: Any, state: Any) -> tuple[Y, Any]:
+        """Advance ``y`` from ``t`` to ``t + dt``; return ``(y1, state1)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement step(field, t, y, dt, state).")
+
+    def forward(self, field: Field, t: Any, y: Y, dt: Any, state: Any) -> tuple[Y, Any]:
+        """Alias of :meth:`step`, so hooks and ``torch.func.functional_call`` see one step."""
+        return self.step(field, t, y, dt, state)
+
+    def limit_field(self, field: Field) -> Callable[[Any, Y], Y]:
+        """The first-order vector field whose flow this stepper approximates to ``order`` as ``dt -> 0``.
+
+        For first-order steppers it maps ``(t, x)`` to ``dx/dt``; for second-order ones ``(t, PhaseState)`` to
+        ``PhaseState(dx/dt, dv/dt)``. The default is the field itself (``x' = f``), resp. ``x' = v, v' = a``.
+        """
+        if self.second_order:
+            return lambda t, y: PhaseState(y.v, field(t, y.x))
+        return field
+
+    # -- helpers for subclasses -----------------------------------------------------------------------------------
+
+    def _unpack(self, y: Any) -> Any:
+        """Return ``y`` (a ``PhaseState`` or a ``Tensor``, as this stepper needs) or raise a one-line error."""
+        name = type(self).__name__
+        if self.second_order:
+            if not isinstance(y, PhaseState):
+                raise TypeError(
+                    f"{name} is a second-order stepper: y must be solvers.PhaseState(x, v), got {type(y).__name__}; "
+                    "wrap a position as PhaseState(x, torch.zeros_like(x))."
+                )
+            if not (isinstance(y.x, Tensor) and isinstance(y.v, Tensor)):
+                raise TypeError(f"{name}: PhaseState fields x and v must be Tensors.")
+            if y.x.shape != y.v.shape:
+                raise ValueError(
+                    f"{name}: PhaseState x and v must have the same shape, got x {tuple(y.x.shape)} "
+                    f"and v {tuple(y.v.shape)}."
+                )
+            return y
+        if isinstance(y, PhaseState):
+            raise TypeError(
+                f"{name} is a first-order stepper: y must be a Tensor, got a PhaseState; "
+                "pass y.x, or use a second-order stepper such as semi_implicit_euler."
+            )
+        if not isinstance(y, Tensor):
+            raise TypeError(f"{name}: y must be a Tensor, got {type(y).__name__}.")
+        return y
+
+
+def sigmoid_gate(dim: int | None, theta0: float) -> Tensor:
+    """Logit ``theta`` of a gate ``lam = sigmoid(theta)``: a learnable ``(dim,)`` parameter, or a fixed scalar."""
+    if math.isnan(theta0) or theta0 == math.inf:
+        raise ValueError(f"theta0 must be a number or -inf (gate exactly 0), got {theta0}.")
+    if dim is None:
+        return torch.tensor(float(theta0))
+    if not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"dim must be a positive int (one learnable value per channel) or None, got {dim!r}.")
+    return nn.Parameter(torch.full((dim,), float(theta0)))
+
+
+def register(module: nn.Module, name: str, value: Tensor) -> None:
+    """Attach ``value`` as a parameter if it is one, else as a (non-learnable) buffer."""
+    if isinstance(value, nn.Parameter):
+        module.register_parameter(name, value)
+    else:
+        module.register_buffer(name, value)
+
+
+def _check_dt(dt: Any) -> None:
+    if isinstance(dt, Tensor):
+        if dt.numel() != 1:
+            raise ValueError(f"dt must be a scalar, got a tensor of shape {tuple(dt.shape)}.")
+        if dt.device.type != "cpu":  # checking the value would synchronise with the device
+            return
+        value = float(dt.detach())
+    elif isinstance(dt, (int, float)) and not isinstance(dt, bool):
+        value = float(dt)
+    else:
+        raise TypeError(f"dt must be a positive finite number or a scalar tensor, got {type(dt).__name__}.")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"dt must be positive and finite, got {value}.")
+
+
+def _per_step(
+    stepper: AbstractStepper | Sequence[AbstractStepper], fields: Sequence[Field]
+) -> Sequence[AbstractStepper]:
+    if not isinstance(fields, (list, tuple, nn.ModuleList)):
+        raise TypeError(
+            f"fields must be a list of callables, one per step, got {type(fields).__name__}; "
+            "for n steps of one field pass [field] * n."
+        )
+    if len(fields) == 0:
+        raise ValueError("fields is empty: integrate takes one field per step, at least one.")
+    if isinstance(stepper, AbstractStepper):
+        return [stepper] * len(fields)
+    steppers = list(stepper)
+    if len(steppers) != len(fields):
+        raise ValueError(f"got {len(steppers)} steppers for {len(fields)} fields; pass one stepper, or one per field.")
+    for s in steppers:
+        if not isinstance(s, AbstractStepper):
+            raise TypeError(f"steppers must be solvers.AbstractStepper instances, got {type(s).__name__}.")
+    return steppers
+
+
+def _enter(stepper: AbstractStepper, y: Y) -> Y:
+    """Convert ``y`` when a schedule switches between first- and second-order steppers."""
+    if stepper.second_order and not isinstance(y, PhaseState):
+        return PhaseState(y, torch.zeros_like(y))  # a wave segment starts at rest, as Wavy's v0 = 0
+    if not stepper.second_order and isinstance(y, PhaseState):
+        return y.x
+    return y
+
+
+def iterate(
+    stepper: AbstractStepper | Sequence[AbstractStepper],
+    fields: Sequence[Field],
+    y0: Y,
+    dt: Any,
+    t0: Any = 0.0,
+) -> Iterator[Y]:
+    """Yield the state after each step; :func:`integrate` returns the last, :func:`trajectory` collects them all.
+
+    Consecutive steps by steppers of the same class share the scheme's state (each layer of a model has its own
+    stepper instance with its own parameters, but one running history). Where a schedule switches between first-
+    and second-order steppers, the velocity starts at zero on entry and is dropped on exit.
+    """
+    steppers = _per_step(stepper, fields)
+    _check_dt(dt)
+    y, t, state, previous = y0, t0, None, None
+    for s, f in zip(steppers, fields):
+        if previous is None or type(s) is not type(previous):
+            if previous is not None:
+                y = _enter(s, y)
+            state = s.init(f, t, y)
+        y, state = s.step(f, t, y, dt, state)
+        t = t + dt
+        previous = s
+        yield y
+
+
+def integrate(
+    stepper: AbstractStepper | Sequence[AbstractStepper],
+    fields: Sequence[Field],
+    y0: Y,
+    dt: Any,
+    t0: Any = 0.0,
+) -> Y:
+    """Take one step of size ``dt`` per field, starting from ``y0`` at ``t0``; return the final state.
+
+    ``stepper`` is one stepper or a sequence of them, one per field (hybrid schedules). For weight tying pass the same
+    field several times: ``integrate(stepper, [f] * depth, y0, dt)``.
+    """
+    return deque(iterate(stepper, fields, y0, dt, t0), maxlen=1)[0]  # keeps only the last state alive
+
+
+def trajectory(
+    stepper: AbstractStepper | Sequence[AbstractStepper],
+    fields: Sequence[Field],
+    y0: Y,
+    dt: Any,
+    t0: Any = 0.0,
+) -> list[Y]:
+    """Like :func:`integrate` but return ``[y0, y1, ..., yL]``."""
+    return [y0, *iterate(stepper, fields, y0, dt, t0)]

@@ -1,0 +1,23 @@
+"""Explicit Euler: ``x_{n+1} = x_n + dt * f(t_n, x_n)``.
+
+Order 1, one evaluation per step, neither symplectic nor reversible. With the residual-form field
+``f(X) = Attn(LN(X))`` and ``dt = 1`` it is exactly the pre-LN transformer sublayer; with the Laplacian form
+``f(X) = (A(X) - I) X`` it is diffusion on the complete graph of tokens. Reference: Hairer, Nørsett & Wanner,
+*Solving Ordinary Differential Equations I*, §I.7.
+"""
+
+from typing import ClassVar
+
+from ._base import AbstractStepper
+
+
+class Euler(AbstractStepper):
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+
+    def step(self, field, t, y, dt, state):
+        x = self._unpack(y)
+        return x + dt * field(t, x), state

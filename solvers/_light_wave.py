@@ -1,0 +1,49 @@
+"""Light Wave, read as heavy-ball momentum: ``x_{n+1} = x_n + dt f(t_n, x_n) + lam ⊙ (x_n - x_{n-1})``.
+
+The start is ``x_{-1} = x_0``.
+
+The Wavy Transformer paper gives no equation for Light Wave; this is the project's reading: a damped wave
+whose only extra memory is the previous state, kept in ``state``. ``lam = sigmoid(theta)`` lies in (0, 1): a fixed
+scalar by default (``theta0 = 0``, ``lam = 0.5``), learnable per channel when given ``dim``. ``theta0 = -inf`` gives
+``lam = 0``, exactly ``euler``.
+
+With ``lam`` fixed it converges with order 1 to ``dx/dt = f / (1 - lam)``: momentum lengthens the effective step to
+``dt / (1 - lam)``; the start ``x_{-1} = x_0`` adds a transient that decays like ``lam**n``. One evaluation per step;
+neither symplectic nor reversible. Reference: Polyak, USSR Comp. Math. Math. Phys. 4(5) (1964).
+"""
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ._base import AbstractStepper, register, sigmoid_gate
+
+
+class LightWave(AbstractStepper):
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+    multistep: ClassVar[bool] = True
+
+    def __init__(self, dim: int | None = None, theta0: float = 0.0):
+        super().__init__()
+        register(self, "theta", sigmoid_gate(dim, theta0))
+
+    def lam(self) -> Tensor:
+        """The momentum ``sigmoid(theta)`` (a scalar, or one value per channel)."""
+        return torch.sigmoid(self.theta)
+
+    def init(self, field, t0, y0):
+        return self._unpack(y0)  # x_{-1} = x_0: the first step has no momentum
+
+    def step(self, field, t, y, dt, state):
+        x = self._unpack(y)
+        previous = x if state is None else state
+        return x + dt * field(t, x) + self.lam().to(x.dtype) * (x - previous), x
+
+    def limit_field(self, field):
+        lam = self.lam()
+        return lambda t, x: field(t, x) / (1 - lam.to(x.dtype))

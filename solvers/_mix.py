@@ -1,0 +1,101 @@
+"""Gated mix of a wave and a diffusion step (the Wavy Transformer's "mix"): ``x <- lam ⊙ x_wave + (1 - lam) ⊙ x_diff``.
+
+From ``(x, v)`` the wave stepper (default ``semi_implicit_euler``) gives ``(x_wave, v_wave)`` and the diffusion stepper
+(default ``euler``) gives ``x_diff``, both on the same field; the result is ``(x_diff + lam ⊙ (x_wave - x_diff),
+v_wave)``. ``lam = sigmoid(theta)``: a fixed scalar by default, learnable per channel when given ``dim``; the start
+``theta0 = -8`` is the official ViT code's. ``theta0 = -inf`` gives ``lam = 0``: the position is then exactly the
+diffusion stepper's (the velocity is carried but never read).
+
+With ``lam`` fixed in (0, 1) it converges with order 1 to ``x' = lam v + (1 - lam) a, v' = a``, whatever the order of
+its parts: the wave part moves ``x`` along its own velocity, not the mixed one, which costs an O(dt²) local error.
+Both parts must be one-step schemes (not ``multistep``).
+Both evaluate the field at ``(t, x)``; that evaluation is made once and shared, so the default pair costs one
+evaluation per step and a custom pair one fewer than its two parts together (every registered stepper begins by
+evaluating at ``(t, x)``). Neither symplectic nor reversible. Reference: the Wavy Transformer paper's mixed residual
+and its official code (github.com/noguchisatoshi/Wavy-Transformer, ``WavyBlockParallel``).
+"""
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ._base import AbstractStepper, PhaseState, register, sigmoid_gate
+from ._euler import Euler
+from ._semi_implicit_euler import SemiImplicitEuler
+
+
+class _SharedEvaluation:
+    """Calls ``field`` once per distinct ``(t, x)`` object pair within one step."""
+
+    __slots__ = ("field", "seen")
+
+    def __init__(self, field):
+        self.field, self.seen = field, []
+
+    def __call__(self, t, x):
+        for t_seen, x_seen, value in self.seen:
+            if t_seen is t and x_seen is x:
+                return value
+        value = self.field(t, x)
+        self.seen.append((t, x, value))
+        return value
+
+
+class Mix(AbstractStepper):
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+
+    def __init__(
+        self,
+        wave: AbstractStepper | None = None,
+        diffusion: AbstractStepper | None = None,
+        dim: int | None = None,
+        theta0: float = -8.0,
+    ):
+        super().__init__()
+        wave = SemiImplicitEuler() if wave is None else wave
+        diffusion = Euler() if diffusion is None else diffusion
+        if not wave.second_order:
+            raise ValueError(f"Mix: wave must be a second-order stepper, got {type(wave).__name__}.")
+        if diffusion.second_order:
+            raise ValueError(f"Mix: diffusion must be a first-order stepper, got {type(diffusion).__name__}.")
+        for part in (wave, diffusion):
+            if part.multistep:
+                raise ValueError(
+                    f"Mix: {type(part).__name__} is a multistep scheme (it keeps its own history, which the mix "
+                    "would overwrite); use one-step parts such as semi_implicit_euler, velocity_verlet, damped, "
+                    "euler, heun, rk4."
+                )
+        self.wave, self.diffusion = wave, diffusion
+        register(self, "theta", sigmoid_gate(dim, theta0))
+        self.evals_per_step = wave.evals_per_step + diffusion.evals_per_step - 1
+
+    def lam(self) -> Tensor:
+        """The gate ``sigmoid(theta)`` (a scalar, or one value per channel)."""
+        return torch.sigmoid(self.theta)
+
+    def init(self, field, t0, y0):
+        x, _ = self._unpack(y0)
+        return self.wave.init(field, t0, y0), self.diffusion.init(field, t0, x)
+
+    def step(self, field, t, y, dt, state):
+        x, _ = self._unpack(y)
+        wave_state, diffusion_state = (None, None) if state is None else state
+        shared = _SharedEvaluation(field)
+        (x_wave, v_wave), wave_state = self.wave.step(shared, t, y, dt, wave_state)
+        x_diff, diffusion_state = self.diffusion.step(shared, t, x, dt, diffusion_state)
+        x1 = x_diff + self.lam().to(x.dtype) * (x_wave - x_diff)
+        return PhaseState(x1, v_wave), (wave_state, diffusion_state)
+
+    def limit_field(self, field):
+        lam, wave, diffusion = self.lam(), self.wave.limit_field(field), self.diffusion.limit_field(field)
+
+        def mixed(t, y):
+            w, d = wave(t, y), diffusion(t, y.x)
+            return PhaseState(d + lam.to(y.x.dtype) * (w.x - d), w.v)
+
+        return mixed

@@ -1,0 +1,25 @@
+"""Semi-implicit (symplectic) Euler, kick then drift: ``v <- v + dt a(t, x)``, ``x <- x + dt v``.
+
+The Wavy Transformer's wave update (``a(X) = (A(X) - I) X``, ``v0 = 0``). Order 1, one evaluation per step,
+symplectic; not reversible (the adjoint scheme drifts first). Eliminating ``v`` gives the two-step Störmer recurrence
+``x_{n+1} = 2 x_n - x_{n-1} + dt² a(x_n)`` with the one-sided start ``x_1 = x_0 + dt v_0 + dt² a(x_0)``; that start is
+why it is order 1 while ``leapfrog`` is order 2. One step from ``v = 0`` moves ``x`` like Euler with step ``dt²``.
+Reference: Hairer, Lubich & Wanner, *Geometric Numerical Integration*, §I.1.2 and Theorem VI.3.3.
+"""
+
+from typing import ClassVar
+
+from ._base import AbstractStepper, PhaseState
+
+
+class SemiImplicitEuler(AbstractStepper):
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = True
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        v = v + dt * field(t, x)
+        return PhaseState(x + dt * v, v), state
