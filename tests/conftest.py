@@ -1,0 +1,8 @@
+import os
+
+from hypothesis import settings
+
+# `ci`: derandomized, no deadline (CI machines are shared and noisy). `dev`: random, still no deadline.
+settings.register_profile("ci", derandomize=True, deadline=None, max_examples=20, print_blob=True)
+settings.register_profile("dev", deadline=None, max_examples=20)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

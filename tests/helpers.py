@@ -1,0 +1,33 @@
+"""Small shared builders for the tests."""
+
+import inspect
+
+import torch
+
+from solvers import PhaseState
+
+
+def make_stepper(cls, dim=None, **kwargs):
+    """Default stepper; with ``dim``, per-channel learnable parameters where the class takes a ``dim``."""
+    if dim is not None and "dim" in inspect.signature(cls).parameters:
+        kwargs["dim"] = dim
+    return cls(**kwargs)
+
+
+def start(cls, x, v=None):
+    """``y0`` for a stepper class: ``x`` or ``PhaseState(x, v)``."""
+    if not cls.second_order:
+        return x
+    return PhaseState(x, torch.zeros_like(x) if v is None else v)
+
+
+class TanhField(torch.nn.Module):
+    """``f(t, x) = tanh(x W^T + b) + 0.1 t``: a small nonlinear, time-dependent field with parameters."""
+
+    def __init__(self, dim, generator, dtype=torch.float64):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(dim, dim, generator=generator, dtype=dtype) / dim**0.5)
+        self.bias = torch.nn.Parameter(torch.randn(dim, generator=generator, dtype=dtype) * 0.1)
+
+    def forward(self, t, x):
+        return torch.tanh(x @ self.weight.T + self.bias) + 0.1 * t

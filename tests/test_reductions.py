@@ -1,0 +1,87 @@
+"""Reductions that the docstrings claim, exactly (bitwise), forward and backward."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from helpers import TanhField
+from solvers import Damped, Euler, LightWave, Mix, PhaseState, SemiImplicitEuler, integrate
+
+seeds = st.integers(0, 2**31 - 1)
+depths = st.integers(1, 6)
+dts = st.floats(0.01, 1.0)
+
+
+def _problem(seed, dim=4):
+    g = torch.Generator().manual_seed(seed)
+    field = TanhField(dim, g)
+    x0 = torch.randn(3, dim, generator=g, dtype=torch.float64, requires_grad=True)
+    v0 = torch.randn(3, dim, generator=g, dtype=torch.float64, requires_grad=True)
+    return field, x0, v0
+
+
+def _grads(out, inputs):
+    return torch.autograd.grad(out.square().sum(), inputs, allow_unused=True, materialize_grads=True)
+
+
+@given(seed=seeds, depth=depths, dt=dts)
+def test_mix_with_gate_zero_is_euler(seed, depth, dt):
+    field, x0, v0 = _problem(seed)
+    params = [x0, *field.parameters()]
+    mixed = integrate(Mix(dim=4, theta0=-math.inf), [field] * depth, PhaseState(x0, v0), dt).x
+    plain = integrate(Euler(), [field] * depth, x0, dt)
+    assert torch.equal(mixed, plain)
+    mixed_grads = _grads(mixed, [v0, *params])
+    for a, b in zip(mixed_grads[1:], _grads(plain, params)):
+        assert torch.equal(a, b)
+    assert torch.equal(mixed_grads[0], torch.zeros_like(v0))  # the velocity is carried, never read
+
+
+@given(seed=seeds, depth=depths, dt=dts)
+def test_damped_with_zero_friction_is_semi_implicit_euler(seed, depth, dt):
+    field, x0, v0 = _problem(seed)
+    params = [x0, v0, *field.parameters()]
+    a = integrate(Damped(gamma=0.0), [field] * depth, PhaseState(x0, v0), dt)
+    b = integrate(SemiImplicitEuler(), [field] * depth, PhaseState(x0, v0), dt)
+    assert torch.equal(a.x, b.x) and torch.equal(a.v, b.v)
+    for ga, gb in zip(_grads(a.x + a.v, params), _grads(b.x + b.v, params)):
+        assert torch.equal(ga, gb)
+
+
+@given(seed=seeds, depth=depths, dt=dts)
+def test_light_wave_with_zero_momentum_is_euler(seed, depth, dt):
+    field, x0, _ = _problem(seed)
+    params = [x0, *field.parameters()]
+    a = integrate(LightWave(dim=4, theta0=-math.inf), [field] * depth, x0, dt)
+    b = integrate(Euler(), [field] * depth, x0, dt)
+    assert torch.equal(a, b)
+    for ga, gb in zip(_grads(a, params), _grads(b, params)):
+        assert torch.equal(ga, gb)
+
+
+@given(seed=seeds, k=st.integers(0, 6))
+def test_semi_implicit_euler_from_rest_moves_like_euler_with_dt_squared(seed, k):
+    """Exact for dt a power of two (the products dt·(dt·a) and dt²·a then round alike)."""
+    field, x0, _ = _problem(seed)
+    dt = 2.0**-k
+    wave = SemiImplicitEuler().step(field, 0.0, PhaseState(x0, torch.zeros_like(x0)), dt, None)[0].x
+    diffusion = Euler().step(field, 0.0, x0, dt * dt, None)[0]
+    assert torch.equal(wave, diffusion)
+    for a, b in zip(_grads(wave, [x0]), _grads(diffusion, [x0])):
+        assert torch.equal(a, b)
+
+
+@given(seed=seeds, dt=dts)
+def test_semi_implicit_euler_from_rest_moves_like_euler_with_dt_squared_any_dt(seed, dt):
+    field, x0, _ = _problem(seed)
+    wave = SemiImplicitEuler().step(field, 0.0, PhaseState(x0, torch.zeros_like(x0)), dt, None)[0].x
+    diffusion = Euler().step(field, 0.0, x0, dt * dt, None)[0]
+    torch.testing.assert_close(wave, diffusion, rtol=4e-16, atol=4e-16)
+
+
+def test_mix_default_gate_starts_at_sigmoid_minus_eight():
+    assert float(Mix().lam()) == pytest.approx(1 / (1 + math.exp(8)))
+    assert torch.allclose(Mix(dim=3).lam(), torch.full((3,), 1 / (1 + math.exp(8))))

@@ -1,0 +1,102 @@
+"""Every registered stepper, with no per-stepper test code: its declarations proven by the kit, gradients, dtypes."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import solvers
+from helpers import TanhField, make_stepper, start
+from solvers import STEPPERS, PhaseState, integrate
+from solvers.testing import check_order, check_stepper, problems
+
+NAMES = sorted(STEPPERS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_check_stepper(name):
+    report = check_stepper(STEPPERS[name])
+    assert len(report["order"]) >= 2
+    assert ("symplectic" in report) == STEPPERS[name].symplectic
+    assert ("reversible" in report) == STEPPERS[name].reversible
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=6)
+@given(data=st.data())
+def test_order_on_drawn_problems(name, data):
+    cls = STEPPERS[name]
+    check_order(cls, data.draw(problems(second_order=cls.second_order)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradcheck_through_integrate(name):
+    cls = STEPPERS[name]
+    g = torch.Generator().manual_seed(0)
+    stepper = make_stepper(cls, dim=3).double()
+    field = TanhField(3, g)
+    x0 = torch.randn(2, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    v0 = torch.randn(2, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    stepper_params = dict(stepper.named_parameters())
+    field_params = dict(field.named_parameters())
+    # perturb learnable gates away from saturation so their gradients are not ~0
+    with torch.no_grad():
+        for p in stepper_params.values():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64))
+
+    def run(x0, v0, *params):
+        names = list(stepper_params) + list(field_params)
+        values = dict(zip(names, params))
+        s = {k: values[k] for k in stepper_params}
+        f = {k: values[k] for k in field_params}
+
+        def fld(t, x):
+            return torch.func.functional_call(field, f, (t, x))
+
+        with torch.nn.utils.stateless._reparametrize_module(stepper, s):
+            y = integrate(stepper, [fld] * 4, start(cls, x0, v0), 0.3)
+        return tuple(y) if isinstance(y, PhaseState) else y
+
+    inputs = (x0, v0, *stepper_params.values(), *field_params.values())
+    assert torch.autograd.gradcheck(run, inputs)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_dtype_preserved(name, dtype):
+    cls = STEPPERS[name]
+    stepper = make_stepper(cls, dim=4)
+    x = torch.randn(2, 5, 4).to(dtype)
+    y = integrate(stepper, [lambda t, x: torch.tanh(x) - x] * 3, start(cls, x), 0.5)
+    for part in y if isinstance(y, PhaseState) else [y]:
+        assert part.dtype == dtype and part.shape == x.shape and torch.isfinite(part.float()).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_parameter_gets_a_gradient(name):
+    cls = STEPPERS[name]
+    stepper = make_stepper(cls, dim=4)
+    x = torch.randn(3, 4, requires_grad=True)
+    y = integrate(stepper, [lambda t, x: torch.sin(x) - x] * 3, start(cls, x, torch.randn(3, 4)), 0.5)
+    (y.x if isinstance(y, PhaseState) else y).square().sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    for pname, p in stepper.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, pname
+
+
+def test_registry_is_complete_and_constructible():
+    expected = {
+        "euler",
+        "heun",
+        "rk4",
+        "semi_implicit_euler",
+        "velocity_verlet",
+        "leapfrog",
+        "damped",
+        "light_wave",
+        "mix",
+    }
+    assert expected <= set(STEPPERS)
+    for cls in STEPPERS.values():
+        assert issubclass(cls, solvers.AbstractStepper)
+        cls()
