@@ -1,3 +1,38 @@
-"""odeformer: transformers whose depth is time. The integrators live in the sibling package ``solvers``."""
+"""odeformer: transformers whose depth is time.
+
+A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"``) from :data:`PRESETS`, built on the
+``solvers`` package. Fields (:mod:`odeformer.fields`), chain-rule layers (:mod:`odeformer.joint`), the backbone
+(:mod:`odeformer.model`) and four task models (:class:`ViT`, :class:`CausalLM`, :class:`MaskedLM`,
+:class:`NodeClassifier`).
+"""
+
+from .blocks import PRESETS, Layer, Preset, SplitDynamics, WholeDynamics
+from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
+from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
+from .model import Backbone, schedule, transformer
+from .tasks import CausalLM, MaskedLM, NodeClassifier, ViT
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS",
+    "AttentionField",
+    "Backbone",
+    "CausalLM",
+    "FeedForward",
+    "JointJVP",
+    "JointLayerNorm",
+    "JointMLP",
+    "JointSequential",
+    "Layer",
+    "MaskedLM",
+    "NodeClassifier",
+    "Preset",
+    "SimpleAttentionField",
+    "SplitDynamics",
+    "ViT",
+    "WholeDynamics",
+    "graph_mask",
+    "schedule",
+    "transformer",
+]

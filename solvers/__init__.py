@@ -5,7 +5,7 @@ interface is in ``solvers/_base.py``; ``solvers.testing`` is the property kit (o
 evaluation count) that users run on their own schemes. This package imports only torch.
 """
 
-from ._base import AbstractStepper, Field, PhaseState, integrate, iterate, trajectory
+from ._base import AbstractStepper, Field, PhaseState, adapt, integrate, iterate, trajectory
 from ._damped import Damped
 from ._euler import Euler
 from ._heun import Heun
@@ -42,6 +42,7 @@ __all__ = [
     "RK4",
     "SemiImplicitEuler",
     "VelocityVerlet",
+    "adapt",
     "integrate",
     "iterate",
     "trajectory",

@@ -218,10 +218,14 @@ def _per_step(
     return steppers
 
 
-def _enter(stepper: AbstractStepper, y: Y) -> Y:
-    """Convert ``y`` when a schedule switches between first- and second-order steppers."""
+def adapt(y: Y, stepper: AbstractStepper) -> Y:
+    """``y`` in the form ``stepper`` takes, for schedules that switch between first- and second-order steppers.
+
+    A Tensor entering a second-order stepper gets ``v = 0`` (a wave segment starts at rest, as Wavy's ``v0 = 0``); a
+    ``PhaseState`` entering a first-order stepper keeps ``x`` and drops ``v``; anything else is returned unchanged.
+    """
     if stepper.second_order and not isinstance(y, PhaseState):
-        return PhaseState(y, torch.zeros_like(y))  # a wave segment starts at rest, as Wavy's v0 = 0
+        return PhaseState(y, torch.zeros_like(y))
     if not stepper.second_order and isinstance(y, PhaseState):
         return y.x
     return y
@@ -246,7 +250,7 @@ def iterate(
     for s, f in zip(steppers, fields):
         if previous is None or type(s) is not type(previous):
             if previous is not None:
-                y = _enter(s, y)
+                y = adapt(y, s)
             state = s.init(f, t, y)
         y, state = s.step(f, t, y, dt, state)
         t = t + dt

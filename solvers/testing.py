@@ -40,8 +40,8 @@ from torch import Tensor
 from ._base import AbstractStepper, PhaseState, trajectory
 
 ORDER_TOLERANCE = 0.3
-_ASYMPTOTIC = 0.1  # errors above this are not yet in the asymptotic range
-_STEADY = 0.15  # local slopes this close mean the asymptotic range is reached
+_ASYMPTOTIC = 0.02  # errors above this are not yet in the asymptotic range
+_STEADY = 0.1  # local slopes this close mean the asymptotic range is reached
 _MAX_STEPS = 8192
 _FLOOR = 1e-12  # errors below this are rounding, not truncation, in float64
 _REFERENCE_STEPS = 4096  # fine classic RK4 for problems without a closed form
@@ -307,7 +307,7 @@ def measure_order(stepper: AbstractStepper | type[AbstractStepper], problem: Pro
     """Least-squares slope of log error against log dt, over three grids in the asymptotic range.
 
     Step counts double from 8 (at most 8192) until the two local slopes ``log2(e(dt) / e(dt/2))`` of the last three
-    grids agree within 0.15 with errors below 0.1, or the error reaches rounding (1e-12). A problem so easy that the
+    grids agree within 0.1 with errors below 0.02, or the error reaches rounding (1e-12). A problem so easy that the
     coarsest grid is already near rounding for this scheme has its horizon doubled (up to four times), so a high-order
     scheme still shows its order.
     """

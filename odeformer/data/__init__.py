@@ -1,0 +1,1 @@
+"""Datasets for the task models. Every loader reads local files or generates data; nothing is downloaded."""

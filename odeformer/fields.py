@@ -1,0 +1,196 @@
+"""Transformer sublayers as vector fields ``f(t, x)`` on the complete graph of tokens.
+
+Self-attention with row-stochastic weights ``A(X)`` mixes each token with the others: ``Attn(X) = A(X) X W_v W_o``
+(per head, then concatenated). Two forms make it a field:
+
+- ``form="residual"``: ``f(X) = Attn(LN(X))``. Euler with ``dt = 1`` is exactly the pre-LN transformer sublayer
+  ``X + Attn(LN(X))``.
+- ``form="laplacian"``: ``f(X) = Attn(LN(X)) - X``. With ``W_v W_o = I`` and no LayerNorm this is ``(A - I) X``, minus
+  a random-walk Laplacian: Euler on it is diffusion over the tokens, semi-implicit Euler on ``X'' = f(X)`` the wave
+  equation (the Wavy Transformer's force, step ``dt = τ``).
+
+Masks: ``"full"`` (every token sees every token), ``"causal"`` (token ``i`` sees ``j <= i``), ``"graph"`` (token ``i``
+sees ``j`` only along the edges of a given graph, and itself: pass the mask from :func:`graph_mask` at call time).
+Any field also takes an extra boolean ``attn_mask`` (True = may attend), e.g. for padding.
+
+``impl="math"`` computes ``softmax(Q Kᵀ / sqrt(d_h))`` explicitly (supports forward-mode AD, returns the attention
+matrix for diagnostics); ``impl="sdpa"`` calls ``scaled_dot_product_attention`` (fused; forward-mode AD through it
+fails on CPU). They agree to 1e-5 in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .joint import JointLayerNorm, JointMLP
+
+FORMS = ("residual", "laplacian")
+MASKS = ("full", "causal", "graph")
+IMPLS = ("math", "sdpa")
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}.")
+    return value
+
+
+def graph_mask(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """Boolean ``(N, N)`` attention mask: ``True`` along the (symmetrised) edges ``edge_index`` (2, E), and on the
+    diagonal (every node attends to itself)."""
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}.")
+    mask = torch.eye(num_nodes, dtype=torch.bool, device=edge_index.device)
+    mask[edge_index[0], edge_index[1]] = True
+    mask[edge_index[1], edge_index[0]] = True
+    return mask
+
+
+class AttentionField(nn.Module):
+    """Multi-head softmax self-attention as a field; see the module docstring for the forms, masks and impls.
+
+    ``forward(t, x, attn_mask=None)`` with ``x`` of shape ``(B, N, D)``; ``attn_mask`` boolean, broadcastable to
+    ``(B, heads, N, N)``, ``True`` where attention is allowed (required when ``mask="graph"``).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        form: str = "residual",
+        mask: str = "full",
+        impl: str = "sdpa",
+        norm_layer: type[nn.Module] = nn.LayerNorm,
+        qkv_bias: bool = True,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        if heads < 1 or dim % heads:
+            raise ValueError(f"dim must be divisible by heads: got dim={dim}, heads={heads}.")
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.form = _choice("form", form, FORMS)
+        self.mask = _choice("mask", mask, MASKS)
+        self.impl = _choice("impl", impl, IMPLS)
+        self.dropout = dropout
+        self.norm = norm_layer(dim)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, t, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        out = self.attend(x, attn_mask)
+        return out - x if self.form == "laplacian" else out
+
+    def attend(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """``Attn(LN(x))``: the attention output before the form is applied."""
+        q, k, v = self._qkv(x)  # each (B, H, N, Dh)
+        mask = self._mask(x, attn_mask)
+        if self.impl == "sdpa":
+            causal = self.mask == "causal" and attn_mask is None
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=None if causal else mask,
+                dropout_p=self.dropout if self.training else 0.0,
+                is_causal=causal,
+            )
+        else:
+            out = F.dropout(self.weights(x, attn_mask), self.dropout, self.training) @ v
+        B, N, D = x.shape
+        return self.proj(out.transpose(1, 2).reshape(B, N, D))
+
+    def weights(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """The row-stochastic attention matrix ``A(x)``, shape ``(B, heads, N, N)``."""
+        q, k, _ = self._qkv(x)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))  # (B, H, N, N)
+        mask = self._mask(x, attn_mask)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(dim=-1)
+
+    def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"AttentionField expects x of shape (B, N, {self.dim}), got {tuple(x.shape)}.")
+        B, N, _ = x.shape
+        qkv = self.qkv(self.norm(x)).view(B, N, 3, self.heads, self.head_dim)
+        return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+
+    def _mask(self, x: Tensor, attn_mask: Tensor | None) -> Tensor | None:
+        N = x.shape[1]
+        if self.mask == "graph" and attn_mask is None:
+            raise ValueError("mask='graph' needs the graph's attention mask at call time: attn_mask=graph_mask(...).")
+        if self.mask == "causal":
+            causal = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()
+            return causal if attn_mask is None else attn_mask & causal
+        return attn_mask
+
+
+class SimpleAttentionField(nn.Module):
+    """DIFFormer's "simple" all-pair attention, linear in the number of tokens.
+
+    Weights ``A_ij ∝ 1 + q̃_i · k̃_j`` with ``q̃, k̃`` the L2-normalised queries and keys (so ``A_ij >= 0`` and rows sum to
+    1), computed as ``(Σ_j v_j + q̃_i (K̃ᵀ V)) / (N + q̃_i · Σ_j k̃_j)`` in O(N d²). Forms as :class:`AttentionField`;
+    no masks (it is all-pair by construction). Reference: Wu et al., "DIFFormer", ICLR 2023, §3.2.
+    """
+
+    def __init__(self, dim: int, heads: int = 1, form: str = "residual", norm_layer: type[nn.Module] = nn.LayerNorm):
+        super().__init__()
+        if heads < 1 or dim % heads:
+            raise ValueError(f"dim must be divisible by heads: got dim={dim}, heads={heads}.")
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.form = _choice("form", form, FORMS)
+        self.norm = norm_layer(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, t, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        out = self.attend(x, attn_mask)
+        return out - x if self.form == "laplacian" else out
+
+    def attend(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        if attn_mask is not None:
+            raise ValueError("SimpleAttentionField is all-pair and takes no attn_mask; use AttentionField to mask.")
+        B, N, D = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)  # (B, H, N, Dh)
+        numerator = v.sum(-2, keepdim=True) + q @ (k.transpose(-2, -1) @ v)  # (B, H, N, Dh)
+        denominator = N + q @ k.sum(-2, keepdim=True).transpose(-2, -1)  # (B, H, N, 1)
+        out = numerator / denominator
+        return self.proj(out.transpose(1, 2).reshape(B, N, D))
+
+    def weights(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """The (dense) attention matrix, for diagnostics and tests: ``(B, heads, N, N)``."""
+        B, N, _ = x.shape
+        q, k, _ = self.qkv(self.norm(x)).view(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        raw = 1 + F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        return raw / raw.sum(-1, keepdim=True)
+
+
+class FeedForward(nn.Module):
+    """The FFN sublayer as a per-token field ``f(x) = MLP(LN(x))``, with its chain-rule path for ``(x, v)``.
+
+    ``forward(t, x)`` is the field; ``joint(x, v)`` returns ``(f(x), J_f(x) v)`` through :class:`JointLayerNorm`
+    (``ln_mode`` ``"paper"`` or ``"exact"``) and :class:`JointMLP`.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        hidden: int | None = None,
+        activation: str = "gelu",
+        ln_mode: str = "paper",
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        self.norm = JointLayerNorm(dim, mode=ln_mode)
+        self.mlp = JointMLP(dim, hidden or 4 * dim, activation, dropout)
+
+    def forward(self, t, x: Tensor) -> Tensor:
+        return self.mlp.position(self.norm.position(x))
+
+    def joint(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return self.mlp(*self.norm(x, v))

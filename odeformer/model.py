@@ -1,0 +1,124 @@
+"""The backbone: ``depth`` layers driven by their steppers, then a final LayerNorm.
+
+    x (B, N, D) -> [layer 1: one step of dt_1] -> ... -> [layer L] -> LN -> features (B, N, D)
+
+A second-order layer starts its velocity at zero (``v0 = 0``, as in the Wavy Transformer); consecutive layers whose
+steppers share a class share the scheme's running state (a two-step scheme's previous position, a cached force);
+where a schedule switches between first- and second-order layers the velocity starts at zero on entry and is dropped
+on exit (``solvers.adapt``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from torch import Tensor, nn
+
+import solvers
+from solvers import PhaseState
+
+from .blocks import Layer, Preset, resolve
+from .fields import AttentionField, FeedForward
+
+Solver = str | Preset | Sequence[str | Preset] | Callable[[int], str | Preset]
+"""A preset name or :class:`Preset` for every layer, a sequence with one per layer, or ``layer_index -> preset``."""
+
+
+def schedule(solver: Solver, depth: int) -> list[Preset]:
+    """One :class:`Preset` per layer from any accepted ``solver`` value."""
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be a positive int, got {depth!r}.")
+    if isinstance(solver, (str, Preset)):
+        return [resolve(solver)] * depth
+    if callable(solver):
+        return [resolve(solver(i)) for i in range(depth)]
+    presets = [resolve(s) for s in solver]
+    if len(presets) != depth:
+        raise ValueError(f"a solver schedule needs one entry per layer: got {len(presets)} for depth {depth}.")
+    return presets
+
+
+class Backbone(nn.Module):
+    """A stack of :class:`~odeformer.blocks.Layer` s integrated in depth; see the module docstring.
+
+    ``make_attention(form)`` and ``make_ffn()`` build one layer's fields (``make_ffn=None``: attention only, as in
+    DIFFormer); ``dt=None`` takes each preset's default step, ``form=None`` each preset's attention form.
+    """
+
+    def __init__(
+        self,
+        depth: int,
+        dim: int,
+        solver: Solver,
+        make_attention: Callable[[str], nn.Module],
+        make_ffn: Callable[[], nn.Module] | None,
+        dt: float | None = None,
+        splitting: str = "lie",
+        final_norm: bool = True,
+        form: str | None = None,
+    ):
+        super().__init__()
+        presets = schedule(solver, depth)
+        self.layers = nn.ModuleList(
+            Layer(
+                make_attention(p.form if form is None else form),
+                None if make_ffn is None else make_ffn(),
+                p.build(dim, splitting),
+                p.dt if dt is None else dt,
+            )
+            for p in presets
+        )
+        self.norm = nn.LayerNorm(dim) if final_norm else nn.Identity()
+
+    @property
+    def second_order(self) -> bool:
+        """Whether any layer carries a velocity."""
+        return any(layer.stepper.second_order for layer in self.layers)
+
+    def forward(self, x: Tensor, record: list | None = None, **context: Any) -> Tensor:
+        """Features ``(B, N, D)``. ``context`` (e.g. ``attn_mask``) goes to every attention field. If ``record`` is a
+        list, the state after every layer is appended to it (the input first): a Tensor, or a ``PhaseState`` for
+        second-order layers."""
+        y, t, state, previous = x, 0.0, None, None
+        if record is not None:
+            record.append(y)
+        for layer in self.layers:
+            stepper = layer.stepper
+            if previous is None or type(stepper) is not type(previous):
+                y = solvers.adapt(y, stepper)
+                state = stepper.init(layer.attention, t, y)
+            y, state = layer(t, y, state, **context)
+            t, previous = t + layer.dt, stepper
+            if record is not None:
+                record.append(y)
+        return self.norm(y.x if isinstance(y, PhaseState) else y)
+
+
+def transformer(
+    depth: int,
+    dim: int,
+    heads: int,
+    solver: Solver,
+    dt: float | None = None,
+    mask: str = "full",
+    impl: str = "sdpa",
+    mlp_ratio: float = 4.0,
+    activation: str = "gelu",
+    ln_mode: str = "paper",
+    splitting: str = "lie",
+    dropout: float = 0.0,
+) -> Backbone:
+    """The standard backbone: softmax attention (:class:`~odeformer.fields.AttentionField`) and an FFN per layer."""
+    if not isinstance(dim, int) or not isinstance(heads, int) or heads < 1 or dim % heads:
+        raise ValueError(f"dim must be divisible by heads: got dim={dim}, heads={heads}.")
+    return Backbone(
+        depth,
+        dim,
+        solver,
+        make_attention=partial(AttentionField, dim, heads, mask=mask, impl=impl, dropout=dropout),
+        make_ffn=partial(FeedForward, dim, int(mlp_ratio * dim), activation, ln_mode, dropout),
+        dt=dt,
+        splitting=splitting,
+    )

@@ -1,0 +1,108 @@
+"""Language models: causal (GPT-like) and masked (BERT-like, with a sequence-classification head)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..model import Solver, transformer
+from ._common import TaskModel, check_tokens
+
+
+class _Embedding(nn.Module):
+    def __init__(self, vocab_size: int, max_len: int, dim: int):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, dim)
+        self.positions = nn.Embedding(max_len, dim)
+        nn.init.normal_(self.tokens.weight, std=0.02)
+        nn.init.normal_(self.positions.weight, std=0.02)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.tokens(tokens) + self.positions(torch.arange(tokens.shape[1], device=tokens.device))  # (B, T, D)
+
+
+class CausalLM(TaskModel):
+    """Token + position embedding -> causal backbone -> next-token logits ``(B, T, vocab_size)`` (tied weights).
+
+    ``CausalLM(vocab_size=65, max_len=64, depth=4, dim=64, heads=4, solver="full_wave")(tokens)``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        depth: int = 4,
+        dim: int = 64,
+        heads: int = 4,
+        dt: float | None = None,
+        solver: Solver = "diffusion",
+        **backbone_options,
+    ):
+        super().__init__()
+        self.vocab_size, self.max_len = vocab_size, max_len
+        self.embed = _Embedding(vocab_size, max_len, dim)
+        self.backbone = transformer(depth, dim, heads, solver, dt, mask="causal", **backbone_options)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.head.weight = self.embed.tokens.weight
+
+    def forward(self, tokens: Tensor, record: list | None = None) -> Tensor:
+        check_tokens(tokens, self.vocab_size, self.max_len, "CausalLM")
+        return self.head(self.backbone(self.embed(tokens), record=record))
+
+
+class MaskedLM(TaskModel):
+    """BERT-like encoder: ``forward`` gives masked-token logits ``(B, T, vocab_size)``; ``classify`` gives sequence
+    logits ``(B, num_classes)`` by mean pooling over real tokens (or the first token, ``pool="first"``).
+
+    Padding: ``padding_mask`` (B, T) with ``True`` on real tokens; by default every token ``!= pad_id``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        depth: int = 4,
+        dim: int = 64,
+        heads: int = 4,
+        dt: float | None = None,
+        solver: Solver = "diffusion",
+        num_classes: int | None = None,
+        pad_id: int = 0,
+        pool: str = "mean",
+        **backbone_options,
+    ):
+        super().__init__()
+        if pool not in ("mean", "first"):
+            raise ValueError(f"pool must be 'mean' or 'first', got {pool!r}.")
+        self.vocab_size, self.max_len, self.pad_id, self.pool = vocab_size, max_len, pad_id, pool
+        self.embed = _Embedding(vocab_size, max_len, dim)
+        self.backbone = transformer(depth, dim, heads, solver, dt, mask="full", **backbone_options)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.head.weight = self.embed.tokens.weight
+        self.classifier = nn.Linear(dim, num_classes) if num_classes else None
+
+    def encode(self, tokens: Tensor, padding_mask: Tensor | None = None, record: list | None = None) -> Tensor:
+        """Contextual features ``(B, T, D)``."""
+        check_tokens(tokens, self.vocab_size, self.max_len, "MaskedLM")
+        if padding_mask is None:
+            padding_mask = tokens != self.pad_id
+        if padding_mask.shape != tokens.shape:
+            raise ValueError(
+                f"padding_mask must have the tokens' shape {tuple(tokens.shape)}, got {tuple(padding_mask.shape)}."
+            )
+        keys = padding_mask[:, None, None, :]  # (B, 1, 1, T): queries see real tokens only
+        return self.backbone(self.embed(tokens), record=record, attn_mask=keys)
+
+    def forward(self, tokens: Tensor, padding_mask: Tensor | None = None, record: list | None = None) -> Tensor:
+        return self.head(self.encode(tokens, padding_mask, record))
+
+    def classify(self, tokens: Tensor, padding_mask: Tensor | None = None, record: list | None = None) -> Tensor:
+        if self.classifier is None:
+            raise ValueError("MaskedLM.classify needs a classification head: build it with num_classes=...")
+        if padding_mask is None:
+            padding_mask = tokens != self.pad_id
+        h = self.encode(tokens, padding_mask, record)  # (B, T, D)
+        if self.pool == "first":
+            return self.classifier(h[:, 0])
+        weights = padding_mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+        return self.classifier((h * weights).sum(1) / weights.sum(1).clamp_min(1.0))

@@ -1,0 +1,55 @@
+"""Vision Transformer with the depth loop as an integrator."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..model import Solver, transformer
+from ._common import TaskModel
+
+
+class ViT(TaskModel):
+    """Patch embedding -> [CLS] + learned positions -> backbone -> CLS token or mean pooling -> linear head.
+
+    ``ViT(image_size=8, patch_size=2, in_chans=1, num_classes=10, depth=6, dim=64, heads=4, solver="full_wave")``
+    maps images ``(B, C, H, W)`` to logits ``(B, num_classes)``.
+    """
+
+    def __init__(
+        self,
+        image_size: int = 8,
+        patch_size: int = 2,
+        in_chans: int = 1,
+        num_classes: int = 10,
+        depth: int = 6,
+        dim: int = 64,
+        heads: int = 4,
+        dt: float | None = None,
+        solver: Solver = "diffusion",
+        pool: str = "cls",
+        **backbone_options,
+    ):
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(f"image_size must be divisible by patch_size: got {image_size} and {patch_size}.")
+        if pool not in ("cls", "mean"):
+            raise ValueError(f"pool must be 'cls' or 'mean', got {pool!r}.")
+        self.image_size, self.in_chans, self.pool = image_size, in_chans, pool
+        num_patches = (image_size // patch_size) ** 2
+        self.patch_embed = nn.Conv2d(in_chans, dim, kernel_size=patch_size, stride=patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
+        self.backbone = transformer(depth, dim, heads, solver, dt, **backbone_options)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, images: Tensor, record: list | None = None) -> Tensor:
+        expected = (self.in_chans, self.image_size, self.image_size)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(
+                f"ViT expects images of shape (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}."
+            )
+        x = self.patch_embed(images).flatten(2).transpose(1, 2)  # (B, P, D)
+        x = torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1) + self.pos_embed  # (B, P + 1, D)
+        x = self.backbone(x, record=record)
+        return self.head(x[:, 0] if self.pool == "cls" else x[:, 1:].mean(1))

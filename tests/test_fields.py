@@ -1,0 +1,129 @@
+"""Attention as a vector field: forms, masks, the two implementations, the linear-complexity kernel."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from odeformer.fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
+
+seeds = st.integers(0, 2**31 - 1)
+
+
+def _x(seed, B=2, N=7, D=16, dtype=torch.float32):
+    return torch.randn(B, N, D, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+@pytest.mark.parametrize("mask", ["full", "causal"])
+@given(seed=seeds, heads=st.sampled_from([1, 2, 4]), n=st.integers(1, 12))
+def test_math_and_sdpa_agree(mask, seed, heads, n):
+    torch.manual_seed(seed)
+    field = AttentionField(16, heads, mask=mask, impl="math")
+    fused = AttentionField(16, heads, mask=mask, impl="sdpa")
+    fused.load_state_dict(field.state_dict())
+    x = _x(seed, N=n)
+    torch.testing.assert_close(field(0.0, x), fused(0.0, x), rtol=1e-5, atol=1e-5)
+
+
+@given(seed=seeds)
+def test_math_and_sdpa_agree_with_graph_and_padding_masks(seed):
+    torch.manual_seed(seed)
+    n = 9
+    edges = torch.randint(0, n, (2, 12), generator=torch.Generator().manual_seed(seed))
+    x = _x(seed, N=n)
+    for mask_kind, attn_mask in [
+        ("graph", graph_mask(edges, n)),
+        ("full", torch.rand(2, n, generator=torch.Generator().manual_seed(seed)).argsort(-1)[:, None, None, :] < 6),
+        ("causal", torch.ones(2, 1, 1, n, dtype=torch.bool)),
+    ]:
+        field = AttentionField(16, 4, mask=mask_kind, impl="math")
+        fused = AttentionField(16, 4, mask=mask_kind, impl="sdpa")
+        fused.load_state_dict(field.state_dict())
+        torch.testing.assert_close(field(0.0, x, attn_mask), fused(0.0, x, attn_mask), rtol=1e-5, atol=1e-5)
+
+
+def test_forms():
+    torch.manual_seed(0)
+    residual = AttentionField(16, 4, form="residual").double()
+    laplacian = AttentionField(16, 4, form="laplacian").double()
+    laplacian.load_state_dict(residual.state_dict())
+    x = _x(0, dtype=torch.float64)
+    assert torch.equal(laplacian(0.0, x), residual(0.0, x) - x)
+    # Euler with dt = 1 on the residual form is the pre-LN sublayer
+    torch.testing.assert_close(x + 1.0 * residual(0.0, x), x + residual.attend(x), rtol=0, atol=0)
+
+
+def test_laplacian_form_is_minus_random_walk_laplacian():
+    """Without LayerNorm and with W_v W_o = I, the laplacian form is exactly (A - I) X."""
+    torch.manual_seed(0)
+    field = AttentionField(8, 1, form="laplacian", impl="math", norm_layer=torch.nn.Identity).double()
+    with torch.no_grad():
+        field.qkv.weight[16:].copy_(torch.eye(8))
+        field.qkv.bias[16:].zero_()
+        field.proj.weight.copy_(torch.eye(8))
+        field.proj.bias.zero_()
+    x = _x(1, D=8, dtype=torch.float64)
+    A = field.weights(x)[:, 0]  # (B, N, N)
+    torch.testing.assert_close(field(0.0, x), A @ x - x, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(A.sum(-1), torch.ones_like(A.sum(-1)), rtol=1e-12, atol=1e-12)
+
+
+def test_graph_mask_restricts_attention_to_edges():
+    n = 6
+    edges = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    mask = graph_mask(edges, n)
+    assert mask.diagonal().all() and mask[0, 1] and mask[1, 0] and not mask[0, 3] and not mask[4, 5]
+    field = AttentionField(16, 2, mask="graph", impl="math").double()
+    x = _x(0, N=n, dtype=torch.float64)
+    A = field.weights(x, mask)
+    assert torch.all(A[..., ~mask] == 0)
+    y = x.clone()
+    y[:, 5] += 1.0  # node 5 is isolated: nothing else may change
+    changed = (field(0.0, y, mask) - field(0.0, x, mask)).abs().amax(dim=(0, 2)) > 0
+    assert changed.tolist() == [False, False, False, False, False, True]
+    with pytest.raises(ValueError, match="mask='graph' needs the graph's attention mask"):
+        field(0.0, x)
+
+
+def test_causal_field_ignores_the_future():
+    field = AttentionField(16, 4, mask="causal", impl="sdpa").double()
+    x = _x(0, N=8, dtype=torch.float64)
+    y = x.clone()
+    y[:, 5:] = torch.randn_like(y[:, 5:])
+    torch.testing.assert_close(field(0.0, x)[:, :5], field(0.0, y)[:, :5], rtol=0, atol=0)
+
+
+@given(seed=seeds, heads=st.sampled_from([1, 2]), n=st.integers(1, 20))
+def test_simple_attention_matches_its_dense_weights(seed, heads, n):
+    torch.manual_seed(seed)
+    field = SimpleAttentionField(16, heads, form="laplacian").double()
+    x = _x(seed, N=n, dtype=torch.float64)
+    A = field.weights(x)  # (B, H, N, N)
+    assert torch.all(A >= 0)
+    torch.testing.assert_close(A.sum(-1), torch.ones_like(A.sum(-1)))
+    B, N, D = x.shape
+    _, _, v = field.qkv(field.norm(x)).view(B, N, 3, heads, D // heads).permute(2, 0, 3, 1, 4).unbind(0)
+    dense = field.proj((A @ v).transpose(1, 2).reshape(B, N, D)) - x
+    torch.testing.assert_close(field(0.0, x), dense, rtol=1e-10, atol=1e-10)
+
+
+def test_feedforward_joint_is_its_jvp():
+    ffn = FeedForward(8, 16, ln_mode="exact").double()
+    x, v = _x(0, D=8, dtype=torch.float64), _x(1, D=8, dtype=torch.float64)
+    out, dv = ffn.joint(x, v)
+    ref_out, ref_dv = torch.func.jvp(lambda y: ffn(0.0, y), (x,), (v,))
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(dv, ref_dv, rtol=1e-10, atol=1e-10)
+
+
+def test_bad_field_arguments():
+    with pytest.raises(ValueError, match="dim must be divisible by heads: got dim=10, heads=4"):
+        AttentionField(10, 4)
+    with pytest.raises(ValueError, match="form must be one of residual, laplacian"):
+        AttentionField(8, 2, form="wave")
+    with pytest.raises(ValueError, match="impl must be one of math, sdpa"):
+        AttentionField(8, 2, impl="flash")
+    with pytest.raises(ValueError, match=r"expects x of shape \(B, N, 8\), got \(3, 8\)"):
+        AttentionField(8, 2)(0.0, torch.zeros(3, 8))
+    with pytest.raises(ValueError, match="takes no attn_mask"):
+        SimpleAttentionField(8)(0.0, torch.zeros(1, 3, 8), torch.ones(3, 3, dtype=torch.bool))

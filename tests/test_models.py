@@ -1,0 +1,231 @@
+"""Every preset on every task model; reductions to a hand-written transformer; causality; equivariance; errors."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import odeformer
+import solvers
+from odeformer import PRESETS, CausalLM, MaskedLM, NodeClassifier, ViT
+from solvers import PhaseState
+
+NAMES = sorted(PRESETS)
+TASKS = ["vit", "causal_lm", "masked_lm", "node_classifier"]
+
+
+def build(task, solver, **kw):
+    """A small model of ``task`` and a function computing a scalar loss that touches every parameter."""
+    torch.manual_seed(0)
+    if task == "vit":
+        model = ViT(image_size=8, patch_size=4, depth=3, dim=16, heads=2, solver=solver, **kw)
+        images = torch.randn(3, 1, 8, 8)
+        return model, lambda: model(images).logsumexp(-1).sum(), (images,)
+    if task == "causal_lm":
+        model = CausalLM(vocab_size=11, max_len=6, depth=3, dim=16, heads=2, solver=solver, **kw)
+        tokens = torch.randint(0, 11, (2, 6))
+        return model, lambda: model(tokens).logsumexp(-1).sum(), (tokens,)
+    if task == "masked_lm":
+        model = MaskedLM(vocab_size=11, max_len=6, depth=3, dim=16, heads=2, solver=solver, num_classes=3, **kw)
+        tokens = torch.randint(1, 11, (2, 6))
+        tokens[1, 4:] = 0  # padding
+        return model, lambda: model(tokens).logsumexp(-1).sum() + model.classify(tokens).logsumexp(-1).sum(), (tokens,)
+    model = NodeClassifier(5, 3, depth=3, dim=8, heads=2, solver=solver, **kw)
+    features, edges = torch.randn(9, 5), torch.randint(0, 9, (2, 20))
+    return model, lambda: model(features, edges).logsumexp(-1).sum(), (features, edges)
+
+
+# Parameters whose gradient is structurally zero: the first layer's momentum/damping acts on a zero velocity (v0 = 0,
+# x_{-1} = x0), so nothing depends on it yet.
+STRUCTURAL_ZEROS = {
+    "light_wave": "backbone.layers.0.dynamics.stepper.",
+    "damped": "backbone.layers.0.dynamics.stepper.",
+}
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("solver", NAMES)
+def test_every_preset_on_every_task(task, solver):
+    model, loss_fn, _ = build(task, solver)
+    loss = loss_fn()
+    assert torch.isfinite(loss)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        if solver in STRUCTURAL_ZEROS and name.startswith(STRUCTURAL_ZEROS[solver]):
+            assert torch.all(p.grad == 0), name
+        else:
+            assert p.grad.abs().sum() > 0, f"{name} gets no gradient under {solver}"
+
+
+def _reference_pre_ln(model: CausalLM, tokens):
+    """A hand-written nanoGPT-style pre-LN transformer reading the model's weights."""
+    x = model.embed.tokens(tokens) + model.embed.positions(torch.arange(tokens.shape[1]))
+    B, T, D = x.shape
+    for layer in model.backbone.layers:
+        attn, ffn = layer.attention, layer.ffn
+        h = F.layer_norm(x, (D,), attn.norm.weight, attn.norm.bias, attn.norm.eps)
+        q, k, v = (h @ attn.qkv.weight.T + attn.qkv.bias).split(D, dim=-1)
+        q, k, v = (z.view(B, T, attn.heads, D // attn.heads).transpose(1, 2) for z in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(D // attn.heads)
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D)
+        x = x + y @ attn.proj.weight.T + attn.proj.bias
+        h = F.layer_norm(x, (D,), ffn.norm.weight, ffn.norm.bias, ffn.norm.eps)
+        h = F.gelu(h @ ffn.mlp.fc1.weight.T + ffn.mlp.fc1.bias)
+        x = x + h @ ffn.mlp.fc2.weight.T + ffn.mlp.fc2.bias
+    x = F.layer_norm(x, (D,), model.backbone.norm.weight, model.backbone.norm.bias, model.backbone.norm.eps)
+    return x @ model.head.weight.T
+
+
+@pytest.mark.parametrize("impl", ["math", "sdpa"])
+def test_diffusion_with_unit_step_is_the_pre_ln_transformer(impl):
+    torch.manual_seed(0)
+    model = CausalLM(vocab_size=13, max_len=10, depth=3, dim=16, heads=4, solver="diffusion", dt=1.0, impl=impl)
+    model = model.double()
+    tokens = torch.randint(0, 13, (2, 10))
+    torch.testing.assert_close(model(tokens), _reference_pre_ln(model, tokens), rtol=1e-6, atol=1e-6)
+
+
+def _same_weights(a, b):
+    missing, unexpected = b.load_state_dict(a.state_dict(), strict=False)
+    assert all(".stepper." in k for k in missing + unexpected), (missing, unexpected)
+
+
+def _compare(task, a, b, inputs, tolerance):
+    a, b = a.double(), b.double()
+    inputs = tuple(i.double() if i.is_floating_point() else i for i in inputs)
+    forward = "classify" if task == "masked_lm" else "forward"
+    torch.testing.assert_close(getattr(a, forward)(*inputs), getattr(b, forward)(*inputs), rtol=0, atol=tolerance)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_mix_at_gate_zero_is_laplacian_diffusion(task):
+    """Equal up to rounding: the FFN runs on the stacked (x, v) in the mix, on x alone in diffusion."""
+    mixed, _, inputs = build(task, PRESETS["mix"].with_options(theta0=-math.inf))
+    laplacian_diffusion = odeformer.Preset("Euler on the laplacian form", solvers.Euler, "laplacian", 0.5)
+    plain, _, _ = build(task, laplacian_diffusion)
+    _same_weights(mixed, plain)
+    _compare(task, mixed, plain, inputs, 1e-12)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_light_wave_at_zero_momentum_is_diffusion(task):
+    heavy, _, inputs = build(task, PRESETS["light_wave"].with_options(theta0=-math.inf))
+    plain, _, _ = build(task, "diffusion")
+    _same_weights(heavy, plain)
+    _compare(task, heavy, plain, inputs, 0.0)
+
+
+@pytest.mark.parametrize("solver", NAMES)
+def test_causal_lm_never_looks_ahead(solver):
+    torch.manual_seed(0)
+    model = CausalLM(vocab_size=11, max_len=8, depth=3, dim=16, heads=2, solver=solver).double()
+    tokens = torch.randint(0, 11, (2, 8))
+    base = model(tokens)
+    for k in range(8):
+        changed = tokens.clone()
+        changed[:, k] = (changed[:, k] + 1) % 11
+        torch.testing.assert_close(model(changed)[:, :k], base[:, :k], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("solver", ["diffusion", "full_wave", "light_wave", "mix", "rk4"])
+def test_encoder_is_permutation_equivariant(solver):
+    torch.manual_seed(0)
+    backbone = odeformer.transformer(depth=3, dim=16, heads=2, solver=solver).double()
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    perm = torch.randperm(7)
+    torch.testing.assert_close(backbone(x[:, perm]), backbone(x)[:, perm], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention", ["simple", "softmax", "graph_softmax"])
+@pytest.mark.parametrize("solver", ["diffusion", "full_wave", "light_wave"])
+def test_node_classifier_is_permutation_equivariant(attention, solver):
+    torch.manual_seed(0)
+    model = NodeClassifier(5, 3, depth=3, dim=8, heads=2, solver=solver, attention=attention).double()
+    features, edges = torch.randn(9, 5, dtype=torch.float64), torch.randint(0, 9, (2, 20))
+    perm = torch.randperm(9)
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(9)
+    out = model(features[perm], inverse[edges])
+    torch.testing.assert_close(out, model(features, edges)[perm], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("solver", NAMES)
+def test_trajectory_records_every_layer(solver):
+    model, _, inputs = build("vit", solver)
+    states = model.trajectory(*inputs)
+    assert len(states) == 4
+    second = PRESETS[solver].stepper.second_order
+    assert all(isinstance(s, PhaseState) == (second and i > 0) for i, s in enumerate(states))
+    if second:
+        assert states[1].v.abs().sum() > 0
+
+
+def test_schedules_and_callables():
+    schedule = ["diffusion", "diffusion", "full_wave", "full_wave"]
+    model = ViT(depth=4, dim=16, heads=2, solver=schedule)
+    states = model.trajectory(torch.randn(2, 1, 8, 8))
+    assert [type(s).__name__ for s in states] == ["Tensor", "Tensor", "Tensor", "PhaseState", "PhaseState"]
+    assert [layer.dt for layer in model.backbone.layers] == [1.0, 1.0, 0.5, 0.5]
+    same = ViT(depth=4, dim=16, heads=2, solver=lambda i: "diffusion" if i < 2 else "full_wave")
+    assert [type(layer.stepper) for layer in same.backbone.layers] == [
+        type(layer.stepper) for layer in model.backbone.layers
+    ]
+
+
+def test_strang_splitting_differs_from_lie_and_both_run():
+    torch.manual_seed(0)
+    lie = ViT(depth=2, dim=16, heads=2, solver="full_wave")
+    strang = ViT(depth=2, dim=16, heads=2, solver="full_wave", splitting="strang")
+    strang.load_state_dict(lie.state_dict())
+    images = torch.randn(2, 1, 8, 8)
+    assert not torch.allclose(lie(images), strang(images))
+
+
+def test_per_layer_parameters_are_separate():
+    model = ViT(depth=3, dim=16, heads=2, solver="mix")
+    thetas = [layer.stepper.theta for layer in model.backbone.layers]
+    assert len({id(t) for t in thetas}) == 3 and all(t.shape == (16,) for t in thetas)
+    assert float(thetas[0][0].detach()) == -8.0
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ViT(dim=10, heads=4), "dim must be divisible by heads: got dim=10, heads=4"),
+        (lambda: ViT(depth=0), "depth must be a positive int, got 0"),
+        (lambda: ViT(solver="wave"), "unknown solver 'wave'; choose one of diffusion, full_wave"),
+        (lambda: ViT(solver=["diffusion"] * 2, depth=3), "one entry per layer: got 2 for depth 3"),
+        (lambda: ViT(dt=-0.5), "dt must be positive and finite"),
+        (lambda: ViT(image_size=9, patch_size=2), "image_size must be divisible by patch_size"),
+        (lambda: ViT(splitting="yoshida"), "splitting must be one of lie, strang"),
+        (lambda: CausalLM(11, 8, solver=PRESETS["mix"].with_options(thetaa=1.0)), "bad options"),
+        (lambda: NodeClassifier(5, 3, dim=10, heads=3), "dim must be divisible by heads"),
+        (lambda: NodeClassifier(5, 3, attention="gat"), "attention must be 'simple', 'softmax' or 'graph_softmax'"),
+    ],
+)
+def test_bad_construction_is_one_clear_sentence(make, message):
+    with pytest.raises(ValueError, match=message) as info:
+        make()
+    assert "\n" not in str(info.value)
+
+
+def test_bad_inputs_are_one_clear_sentence():
+    with pytest.raises(ValueError, match=r"ViT expects images of shape \(B, 1, 8, 8\), got \(2, 3, 8, 8\)"):
+        ViT()(torch.zeros(2, 3, 8, 8))
+    lm = CausalLM(vocab_size=11, max_len=8)
+    with pytest.raises(ValueError, match="sequence length 9 exceeds max_len=8"):
+        lm(torch.zeros(1, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 11\)"):
+        lm(torch.full((1, 4), 11))
+    with pytest.raises(ValueError, match=r"integer tokens of shape \(B, T\)"):
+        lm(torch.zeros(4))
+    with pytest.raises(ValueError, match="needs a classification head"):
+        MaskedLM(11, 8).classify(torch.ones(1, 4, dtype=torch.long))
+    node = NodeClassifier(5, 3)
+    with pytest.raises(ValueError, match=r"features of shape \(N, 5\)"):
+        node(torch.zeros(4, 6), torch.zeros(2, 1, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"edge_index refers to nodes outside \[0, 4\)"):
+        node(torch.zeros(4, 5), torch.tensor([[0], [7]]))
