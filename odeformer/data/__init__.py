@@ -1,1 +1,79 @@
-"""Datasets for the task models. Every loader reads local files or generates data; nothing is downloaded."""
+"""Datasets for the task models. Every loader reads local files or generates data; nothing is downloaded.
+
+``load(name, root=None, **options)`` returns a :class:`TaskData`: its ``kind`` (``image``, ``text``, ``sequence`` or
+``graph``) says which task model it feeds, ``splits`` holds the train/val/test tensors and ``meta`` the sizes a model
+needs (``num_classes``, ``vocab_size``, ...). Loaders that read files take their folder from ``root``, else from the
+``ODEFORMER_DATA`` environment variable; see each loader for the layout under it and where the files come from.
+
+>>> data = load("digits")
+>>> images, labels = data.splits["train"]
+>>> images.shape[1:], data.meta["num_classes"]
+(torch.Size([1, 8, 8]), 10)
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ._common import ENV_VAR, DatasetNotFound, TaskData
+from .digits import digits
+from .fashion_mnist import fashion_mnist
+from .planetoid import planetoid
+from .shakespeare import shakespeare
+from .sst2 import sst2
+from .synthetic import synthetic
+
+DATASETS: dict[str, Callable[..., TaskData]] = {
+    "digits": digits,
+    "fashion_mnist": fashion_mnist,
+    "planetoid": planetoid,
+    "shakespeare": shakespeare,
+    "sst2": sst2,
+    "synthetic": synthetic,
+}
+
+
+def load(name: str, root: str | os.PathLike | None = None, /, **options: Any) -> TaskData:
+    """The dataset ``name`` from :data:`DATASETS`, built with ``options`` (the loader's keyword arguments).
+
+    ``root`` is the data folder for loaders that read files (positional or ``root=``); when it is None they use
+    ``$ODEFORMER_DATA`` (``fashion_mnist`` then falls back to the Debian package's folder). ``digits`` and
+    ``synthetic`` ignore it. ``name`` is positional only, so that ``load("planetoid", name="citeseer")`` reaches the
+    loader's own ``name`` option.
+    """
+    loader = DATASETS.get(name) if isinstance(name, str) else None
+    if loader is None:
+        raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}.")
+    if "root" in options:
+        if root is not None:
+            raise TypeError("load() got root twice (positionally and as root=); pass it once.")
+        root = options.pop("root")
+    parameters = inspect.signature(loader).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        allowed = [p for p in parameters if p != "root"]
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise TypeError(
+                f"dataset {name!r} got unknown option(s) {', '.join(unknown)}; allowed: {', '.join(allowed) or 'none'}."
+            )
+    if "root" in parameters:
+        options["root"] = root
+    return loader(**options)
+
+
+__all__ = [
+    "DATASETS",
+    "ENV_VAR",
+    "DatasetNotFound",
+    "TaskData",
+    "digits",
+    "fashion_mnist",
+    "load",
+    "planetoid",
+    "shakespeare",
+    "sst2",
+    "synthetic",
+]

@@ -1,12 +1,15 @@
 """Small synthetic tasks with a known answer, one per task model, for smoke tests and debugging runs.
 
-Each generator is deterministic given its ``seed`` and returns tensors ready for the matching model.
+Each generator is deterministic given its ``seed`` and returns tensors ready for the matching model;
+:func:`synthetic` wraps them into a :class:`TaskData` with train/val/test splits, as the real loaders return.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from ._common import SPLITS, TaskData, check_int
 
 
 def quadrant_images(n: int, image_size: int = 8, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -56,3 +59,104 @@ def stochastic_block_graph(
     x = torch.randn(nodes, features, generator=g)
     x[:, :classes] += 1.0 * torch.nn.functional.one_hot(labels, classes)
     return x, edge_index, labels
+
+
+ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # itos of the synthetic text task
+SIZES: dict[str, dict[str, int | float]] = {  # the size options of each synthetic task, with their defaults
+    "image": {"image_size": 8},
+    "text": {"length": 32, "vocab_size": 11},
+    "sequence": {"length": 16, "vocab_size": 20},
+    "graph": {"classes": 3, "features": 16, "p_in": 0.1, "p_out": 0.01},
+}
+
+
+def _check_sizes(task: str, sizes: dict) -> dict:
+    """``sizes`` completed with the defaults of ``task``; unknown names and out-of-range values are refused."""
+    unknown = sorted(set(sizes) - set(SIZES[task]))
+    if unknown:
+        allowed = ", ".join(["n", "seed", *SIZES[task]])
+        raise TypeError(f"synthetic task {task!r} got unknown option(s) {', '.join(unknown)}; allowed: {allowed}.")
+    sizes = {**SIZES[task], **sizes}
+    lowest = {"image_size": 2, "length": 2, "vocab_size": 3 if task == "sequence" else 2, "classes": 2, "features": 1}
+    for name, value in sizes.items():
+        if name in ("p_in", "p_out"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}.")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < lowest[name]:
+            raise ValueError(f"{name} must be an int of at least {lowest[name]}, got {value!r}.")
+    if task == "image" and sizes["image_size"] % 2:
+        raise ValueError(f"image_size must be even (the image splits into quadrants), got {sizes['image_size']}.")
+    if task == "text" and sizes["vocab_size"] > len(ALPHABET):
+        raise ValueError(
+            f"vocab_size of the synthetic text task must be at most {len(ALPHABET)}, got {sizes['vocab_size']}."
+        )
+    if task == "graph" and sizes["features"] < sizes["classes"]:
+        raise ValueError(f"features must be at least classes={sizes['classes']}, got {sizes['features']}.")
+    return sizes
+
+
+def _cut(n: int) -> tuple[slice, slice, slice]:
+    """Contiguous 80% / 10% / 10% slices of ``n`` i.i.d. items."""
+    n_val = n_test = n // 10
+    n_train = n - n_val - n_test
+    return slice(0, n_train), slice(n_train, n_train + n_val), slice(n_train + n_val, n)
+
+
+def synthetic(task: str = "image", n: int = 512, seed: int = 0, **sizes) -> TaskData:
+    """A synthetic :class:`TaskData` of kind ``task`` built from the generators above, deterministic given ``seed``.
+
+    - ``"image"``: ``n`` quadrant images (4 classes; option ``image_size``), min-max scaled to ``[0, 1]``
+    - ``"text"``: ``n`` counting runs of ``length`` tokens modulo ``vocab_size``, concatenated into one stream
+    - ``"sequence"``: ``n`` marker sentences of ``length`` tokens (label: contains token 1; options ``length``,
+      ``vocab_size``)
+    - ``"graph"``: a stochastic block model on ``n`` nodes (options ``classes``, ``features``, ``p_in``, ``p_out``),
+      its edges symmetrised
+
+    Examples (runs for ``"text"``) are split 80/10/10 in order; graph nodes 60/20/20 at random by ``seed``.
+    """
+    if task not in SIZES:
+        raise ValueError(f"synthetic task must be one of {', '.join(map(repr, SIZES))}, got {task!r}.")
+    n = check_int("n", n, minimum=10)
+    seed = check_int("seed", seed, minimum=0)
+    sizes = _check_sizes(task, sizes)
+    parts = dict(zip(SPLITS, _cut(n)))
+    name = f"synthetic_{task}"
+
+    if task == "image":
+        images, labels = quadrant_images(n, sizes["image_size"], seed=seed)
+        images = (images - images.min()) / (images.max() - images.min())  # into [0, 1], as the image kind promises
+        splits = {s: (images[part], labels[part]) for s, part in parts.items()}
+        meta = {"name": name, "image_size": sizes["image_size"], "in_chans": 1, "num_classes": 4}
+        return TaskData("image", splits, meta)
+    if task == "text":
+        runs = counting_sequences(n, sizes["length"], sizes["vocab_size"], seed=seed)
+        splits = {s: (runs[part].flatten(),) for s, part in parts.items()}
+        meta = {"name": name, "vocab_size": sizes["vocab_size"], "itos": list(ALPHABET[: sizes["vocab_size"]])}
+        return TaskData("text", splits, meta)
+    if task == "sequence":
+        vocab_size, length = sizes["vocab_size"], sizes["length"]
+        tokens, labels = marker_sentences(n, length, vocab_size, marker=1, pad_id=0, seed=seed)
+        splits = {s: (tokens[part], labels[part]) for s, part in parts.items()}
+        vocab = ["[PAD]", "[MARKER]", *(f"w{i}" for i in range(2, vocab_size))]
+        meta = {
+            "name": name,
+            "vocab_size": vocab_size,
+            "max_len": length,
+            "pad_id": 0,
+            "num_classes": 2,
+            "vocab": vocab,
+        }
+        return TaskData("sequence", splits, meta)
+
+    features, edge_index, labels = stochastic_block_graph(n, seed=seed, **sizes)
+    edge_index = torch.unique(torch.cat([edge_index, edge_index.flip(0)], dim=1), dim=1)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    n_val = n_test = n // 5
+    cuts = {
+        "train": order[: n - n_val - n_test],
+        "val": order[n - n_val - n_test : n - n_test],
+        "test": order[n - n_test :],
+    }
+    splits = {s: (index.sort().values,) for s, index in cuts.items()}
+    meta = {"name": name, "in_features": sizes["features"], "num_classes": sizes["classes"], "num_nodes": n}
+    return TaskData("graph", splits, meta, graph=(features, edge_index, labels))

@@ -1,0 +1,155 @@
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) with the standard split of Yang et al. (2016), read as in
+Kipf & Welling's ``gcn/utils.py:load_data``.
+
+The files ``<root>/planetoid/ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index}`` are Python 2 pickles (features as
+``scipy.sparse`` matrices, labels one-hot, the graph a dict of adjacency lists) plus a text file of test node ids.
+They come from github.com/kimiyoung/planetoid (``data/``).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._common import TaskData, one_line, require_file, resolve_root
+
+SOURCE = "get the ind.<name>.* files from github.com/kimiyoung/planetoid (data/) into <root>/planetoid/"
+PICKLES = ("x", "y", "tx", "ty", "allx", "ally", "graph")
+NUM_VAL = 500  # Kipf's validation split: the 500 nodes after the labelled training nodes
+
+_SPARSE = {"csr_matrix", "csc_matrix", "coo_matrix", "lil_matrix", "dok_matrix", "bsr_matrix", "dia_matrix"}
+_ALLOWED = {
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "scalar"),
+    ("collections", "defaultdict"),
+    ("collections", "OrderedDict"),
+    ("copyreg", "_reconstructor"),
+    ("_codecs", "encode"),  # bytes in protocol-2 pickles written by Python 3
+    *(("builtins", name) for name in ("list", "dict", "set", "tuple", "int", "float", "object")),
+}
+
+
+class _PlanetoidUnpickler(pickle.Unpickler):
+    """Unpickles only numpy arrays, scipy sparse matrices and plain containers; maps the Python 2 / old scipy module
+    names (``__builtin__``, ``copy_reg``, ``scipy.sparse.csr``) to today's."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        module = {"__builtin__": "builtins", "copy_reg": "copyreg"}.get(module, module)
+        if (module == "scipy.sparse" or module.startswith("scipy.sparse.")) and name in _SPARSE:
+            import scipy.sparse
+
+            return getattr(scipy.sparse, name)
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}, which a planetoid file never holds")
+
+
+def _unpickle(path: Path) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return _PlanetoidUnpickler(f, encoding="latin1").load()
+    except Exception as error:  # a corrupt pickle can fail in many ways; all mean the same to the user
+        raise ValueError(f"planetoid: cannot unpickle {path} ({one_line(error)}); {SOURCE}.") from None
+
+
+def _read_index(path: Path) -> np.ndarray:
+    try:
+        return np.array([int(line) for line in path.read_text().split()], dtype=np.int64)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"planetoid: {path} must hold one integer node id per line ({one_line(error)}).") from None
+
+
+def _matrix(obj: Any, path: Path) -> np.ndarray:
+    """``obj`` (a sparse or dense matrix) as a dense 2-D array."""
+    array = obj.toarray() if hasattr(obj, "toarray") else obj
+    if not isinstance(array, np.ndarray) or array.ndim != 2:
+        raise ValueError(f"planetoid: {path} must hold a 2-D matrix, got {type(obj).__name__}; {SOURCE}.")
+    return np.asarray(array)
+
+
+def _edge_index(graph: dict, num_nodes: int, path: Path) -> np.ndarray:
+    """``(2, E)`` edges of the adjacency lists, both directions, without self loops or duplicates, sorted."""
+    src = np.fromiter((int(node) for node, nbrs in graph.items() for _ in nbrs), dtype=np.int64)
+    dst = np.fromiter((int(nbr) for nbrs in graph.values() for nbr in nbrs), dtype=np.int64)
+    edges = np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])])
+    if edges.size and (edges.min() < 0 or edges.max() >= num_nodes):
+        raise ValueError(f"planetoid: {path} names node {edges.max()} but the features have {num_nodes} rows.")
+    edges = edges[:, edges[0] != edges[1]]
+    return np.unique(edges, axis=1)
+
+
+def planetoid(root: str | os.PathLike | None = None, name: str = "cora") -> TaskData:
+    """Transductive node classification on the Planetoid graph ``name`` (``cora``, ``citeseer``, ``pubmed``).
+
+    Features are ``allx`` stacked on ``tx``, with test rows placed at their ids from ``test.index``; ids the index
+    skips (isolated CiteSeer nodes) get zero features and label 0, and belong to no split, as in Kipf's loader.
+    Features are row-normalised (rows sum to 1, empty rows stay 0); ``edge_index`` is symmetric, without self loops
+    or duplicates. Splits: train = the first ``len(y)`` nodes (140 for Cora), val = the next 500, test = the sorted
+    test ids (1000).
+    """
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise ValueError(f"planetoid name must be a dataset name such as 'cora', 'citeseer' or 'pubmed', got {name!r}.")
+    name = name.lower()
+    folder = resolve_root(root, "planetoid", f"planetoid/ind.{name}.*") / "planetoid"
+    paths = {
+        part: require_file(folder / f"ind.{name}.{part}", "planetoid", SOURCE) for part in (*PICKLES, "test.index")
+    }
+    x, y, tx, ty, allx, ally = (_matrix(_unpickle(paths[part]), paths[part]) for part in PICKLES[:-1])
+    graph = _unpickle(paths["graph"])
+    test_index = _read_index(paths["test.index"])
+
+    n_known, n_train = len(allx), len(y)
+    shapes = [x.shape, y.shape, tx.shape, ty.shape, allx.shape, ally.shape]  # in PICKLES order
+    rows_match = len(x) == n_train and len(ally) == n_known and len(tx) == len(ty) == len(test_index)
+    if (
+        not rows_match
+        or not x.shape[1] == allx.shape[1] == tx.shape[1]
+        or not y.shape[1] == ally.shape[1] == ty.shape[1]
+    ):
+        shown = ", ".join(f"{part} {shape}" for part, shape in zip(PICKLES, shapes))
+        raise ValueError(
+            f"planetoid: inconsistent ind.{name}.* files in {folder}: {shown}, {len(test_index)} test ids; {SOURCE}."
+        )
+    if n_train + NUM_VAL > n_known:
+        raise ValueError(f"planetoid: ind.{name}.allx has {n_known} rows, fewer than {n_train} train + {NUM_VAL} val.")
+    if len(test_index) == 0 or test_index.min() < n_known or len(np.unique(test_index)) != len(test_index):
+        raise ValueError(
+            f"planetoid: {paths['test.index']} must list distinct test ids from {n_known} (= rows of allx) upwards."
+        )
+    if not isinstance(graph, dict):
+        raise ValueError(
+            f"planetoid: {paths['graph']} must hold a dict of adjacency lists, got {type(graph).__name__}."
+        )
+
+    num_nodes = int(test_index.max()) + 1
+    features = np.zeros((num_nodes, allx.shape[1]), dtype=np.float32)
+    one_hot = np.zeros((num_nodes, ally.shape[1]), dtype=np.float32)
+    features[:n_known], one_hot[:n_known] = allx, ally
+    features[test_index], one_hot[test_index] = tx, ty  # row k of tx is node test_index[k]
+
+    rowsum = features.sum(axis=1, keepdims=True)
+    features = np.divide(features, rowsum, out=np.zeros_like(features), where=rowsum != 0)
+    edge_index = _edge_index(graph, num_nodes, paths["graph"])
+
+    splits = {
+        "train": (torch.arange(n_train),),
+        "val": (torch.arange(n_train, n_train + NUM_VAL),),
+        "test": (torch.from_numpy(np.sort(test_index)),),
+    }
+    graph_tensors = (
+        torch.from_numpy(features),
+        torch.from_numpy(edge_index),
+        torch.from_numpy(one_hot.argmax(axis=1).astype(np.int64)),
+    )
+    meta = {"name": name, "in_features": features.shape[1], "num_classes": one_hot.shape[1], "num_nodes": num_nodes}
+    return TaskData("graph", splits, meta, graph=graph_tensors)
