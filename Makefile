@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 train: $(STAMP)
-	$(PY) examples/oscillator.py
+	$(VENV)/bin/odeformer-train experiment=digits_vit
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache .hypothesis

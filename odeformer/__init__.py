@@ -6,7 +6,7 @@ A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"
 :class:`NodeClassifier`).
 """
 
-from .blocks import PRESETS, Layer, Preset, SplitDynamics, WholeDynamics
+from .blocks import PRESETS, Layer, Preset, SplitDynamics, WholeDynamics, preset
 from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
 from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
 from .model import Backbone, schedule, transformer
@@ -33,6 +33,7 @@ __all__ = [
     "ViT",
     "WholeDynamics",
     "graph_mask",
+    "preset",
     "schedule",
     "transformer",
 ]

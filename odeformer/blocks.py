@@ -84,11 +84,12 @@ class Preset:
     dt: float
     whole_block: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    splitting: str = "lie"
 
     def with_options(self, **options: Any) -> Preset:
         return replace(self, options={**self.options, **options})
 
-    def build(self, dim: int, splitting: str = "lie") -> nn.Module:
+    def build(self, dim: int) -> nn.Module:
         """The dynamics module for one layer of width ``dim``."""
         kwargs = dict(self.options)
         if "dim" in _parameters(self.stepper):
@@ -97,7 +98,7 @@ class Preset:
             stepper = self.stepper(**kwargs)
         except TypeError as error:
             raise ValueError(f"bad options {self.options} for {self.stepper.__name__}: {error}") from None
-        return WholeDynamics(stepper) if self.whole_block else SplitDynamics(stepper, splitting)
+        return WholeDynamics(stepper) if self.whole_block else SplitDynamics(stepper, self.splitting)
 
 
 def _parameters(cls) -> set[str]:
@@ -171,6 +172,31 @@ PRESETS: dict[str, Preset] = {
         whole_block=True,
     ),
 }
+
+
+def preset(
+    name: str,
+    dt: float | None = None,
+    form: str | None = None,
+    splitting: str = "lie",
+    options: dict[str, Any] | None = None,
+) -> Preset:
+    """``PRESETS[name]`` with its step, attention form, splitting or stepper options changed (what a solver config
+    builds). An unknown name, a non-positive ``dt``, or an unknown form or splitting is a one-line error."""
+    chosen = resolve(name)
+    if dt is not None and not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
+        raise ValueError(f"dt must be positive and finite, got {dt!r}.")
+    if form is not None and form not in ("residual", "laplacian"):
+        raise ValueError(f"form must be one of residual, laplacian; got {form!r}.")
+    if splitting not in SPLITTINGS:
+        raise ValueError(f"splitting must be one of {', '.join(SPLITTINGS)}; got {splitting!r}.")
+    return replace(
+        chosen,
+        dt=chosen.dt if dt is None else float(dt),
+        form=chosen.form if form is None else form,
+        splitting=splitting,
+        options={**chosen.options, **(options or {})},
+    )
 
 
 def resolve(solver: str | Preset) -> Preset:

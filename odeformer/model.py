@@ -55,7 +55,6 @@ class Backbone(nn.Module):
         make_attention: Callable[[str], nn.Module],
         make_ffn: Callable[[], nn.Module] | None,
         dt: float | None = None,
-        splitting: str = "lie",
         final_norm: bool = True,
         form: str | None = None,
     ):
@@ -65,7 +64,7 @@ class Backbone(nn.Module):
             Layer(
                 make_attention(p.form if form is None else form),
                 None if make_ffn is None else make_ffn(),
-                p.build(dim, splitting),
+                p.build(dim),
                 p.dt if dt is None else dt,
             )
             for p in presets
@@ -107,7 +106,6 @@ def transformer(
     mlp_ratio: float = 4.0,
     activation: str = "gelu",
     ln_mode: str = "paper",
-    splitting: str = "lie",
     dropout: float = 0.0,
 ) -> Backbone:
     """The standard backbone: softmax attention (:class:`~odeformer.fields.AttentionField`) and an FFN per layer."""
@@ -120,5 +118,4 @@ def transformer(
         make_attention=partial(AttentionField, dim, heads, mask=mask, impl=impl, dropout=dropout),
         make_ffn=partial(FeedForward, dim, int(mlp_ratio * dim), activation, ln_mode, dropout),
         dt=dt,
-        splitting=splitting,
     )

@@ -1,0 +1,314 @@
+"""The training application end to end: configs, runs, checkpoints, resume, signals, bad input, sweeps, torchrun."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+import odeformer.train as entry
+from odeformer.data import load
+from odeformer.trainer import CheckpointError, EpochSampler, WindowSampler, load_checkpoint, save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2"]
+
+
+def cli(*args, cwd=None, env=None, timeout=300):
+    """Run ``python -m odeformer.train`` and return the completed process."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "odeformer.train", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _error_line(process):
+    lines = [line for line in process.stderr.splitlines() if line.strip()]
+    assert lines, process.stdout
+    return lines[-1]
+
+
+# -- configs ---------------------------------------------------------------------------------------------------------
+
+
+def _compose(overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def _model_for(cfg, data):
+    name = cfg.model._target_.rsplit(".", 1)[-1]
+    sizes = {key: data.meta[key] for key in entry.SIZES[name]}
+    preset = instantiate(cfg.solver, _partial_=True)(options=OmegaConf.to_container(cfg.solver.options))
+    return instantiate(cfg.model, _partial_=True)(solver=preset, **sizes)
+
+
+DATA_FOR_MODEL = {"vit": "image", "causal_lm": "text", "masked_lm": "sequence", "node_classifier": "graph"}
+
+
+@pytest.mark.parametrize("solver", entry.choices("solver"))
+@pytest.mark.parametrize("model", entry.choices("model"))
+def test_every_solver_and_model_composes_and_instantiates(solver, model):
+    cfg = _compose(
+        [
+            f"solver={solver}",
+            f"model={model}",
+            "data=synthetic",
+            f"data.options.task={DATA_FOR_MODEL[model]}",
+            "model.depth=2",
+            "model.dim=16",
+            "model.heads=2",
+        ]
+    )
+    data = load("synthetic", None, task=DATA_FOR_MODEL[model], n=64)
+    net = _model_for(cfg, data)
+    assert len(net.backbone.layers) == 2
+    assert type(net.backbone.layers[0].stepper).__name__ == type(odeformer_preset(solver).stepper()).__name__
+
+
+def odeformer_preset(name):
+    import odeformer
+
+    return odeformer.PRESETS[name]
+
+
+@pytest.mark.parametrize("data", entry.choices("data"))
+def test_every_data_option_composes_and_loads(data):
+    cfg = _compose([f"data={data}", f"model={entry.MODEL_FOR_KIND['image']}"])
+    loaded = load(cfg.data.name, cfg.data.root, **OmegaConf.to_container(cfg.data.options, resolve=True))
+    assert set(loaded.splits) == {"train", "val", "test"}
+
+
+@pytest.mark.parametrize("experiment", entry.choices("experiment"))
+def test_every_experiment_composes_and_builds(experiment):
+    cfg = _compose([f"experiment={experiment}"])
+    data, model, info = entry.build(cfg)
+    assert info["depth"] == cfg.model.depth and data.kind == entry.KINDS[type(model).__name__]
+
+
+@pytest.mark.parametrize("train", entry.choices("train"))
+def test_every_train_option_composes(train):
+    cfg = _compose([f"train={train}"])
+    assert cfg.train.max_steps >= 1
+
+
+def test_slurm_launcher_config_composes():
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
+    assert cfg.hydra.launcher.timeout_min == 120
+    assert "SlurmLauncher" in cfg.hydra.launcher._target_
+
+
+def test_schema_rejects_unknown_keys_and_wrong_types():
+    with pytest.raises(Exception, match="depth"):
+        _compose(["model.depth=abc"])
+    with pytest.raises(Exception, match="not_a_key"):
+        _compose(["train.not_a_key=1"])
+
+
+# -- a run -------------------------------------------------------------------------------------------------------------
+
+
+def test_a_debug_run_writes_everything(tmp_path):
+    out = tmp_path / "run"
+    done = cli(*DEBUG, f"train.out_dir={out}")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("metric", "val", "test", "steps", "wall_s", "solver", "model", "data", "depth", "params"):
+        assert key in summary
+    assert summary["metric"] == "accuracy" and 0 <= summary["val"] <= 1 and 0 <= summary["test"] <= 1
+    assert summary["steps"] == 20 and summary["solver"] == "full_wave" and summary["model"] == "vit"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == list(range(1, 21))
+    assert [r["step"] for r in rows if "val_accuracy" in r] == [10, 20]
+    for name in ("last.pt", "best.pt", "curves.png"):
+        assert (out / name).stat().st_size > 0
+    assert list((out / "tensorboard").glob("events.out.tfevents.*")), "tensorboard is installed: events expected"
+    assert load_checkpoint(out / "last.pt")["step"] == 20
+    assert "test accuracy" in done.stdout and str(out) in done.stdout
+
+
+def _parameters(path):
+    return load_checkpoint(path)["model"]
+
+
+def test_resume_after_kill_is_bit_identical(tmp_path):
+    common = [*DEBUG, "train.max_steps=120", "train.eval_every=5", "train.log_every=5", "model.dropout=0.1"]
+    reference = tmp_path / "reference"
+    assert cli(*common, f"train.out_dir={reference}").returncode == 0
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "odeformer.train", *common, f"train.out_dir={killed}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while not (killed / "last.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    stopped_at = load_checkpoint(killed / "last.pt")["step"]
+    assert stopped_at < 120, "the run finished before it could be killed; the test proves nothing"
+    resumed = cli(*common, f"train.out_dir={killed}", "train.resume=true")
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = _parameters(reference / "last.pt"), _parameters(killed / "last.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    steps = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps), "metrics rows after the checkpoint are logged once"
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+    out = tmp_path / "run"
+    args = [*DEBUG, "train.max_steps=5000", "train.eval_every=1000", f"train.out_dir={out}"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "odeformer.train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 120
+    while not (out / "metrics.jsonl").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    stdout, _ = process.communicate(timeout=120)
+    assert process.returncode == 0
+    assert "checkpoint saved" in stdout
+    step = load_checkpoint(out / "last.pt")["step"]
+    assert 0 < step < 5000
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+
+
+def test_non_finite_loss_stops_naming_the_step(tmp_path):
+    out = tmp_path / "run"
+    done = cli(
+        *DEBUG, "solver=diffusion", "solver.form=laplacian", "model.dt=60", "model.depth=24", f"train.out_dir={out}"
+    )
+    assert done.returncode == 1
+    assert "stability bound" in done.stderr  # warned at start-up
+    line = _error_line(done)
+    assert "at step 1" in line and "smaller model.dt" in line
+
+
+# -- bad input ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["solver=wave"], "unknown solver 'wave'; choose one of: damped, diffusion, full_wave"),
+        (["model=gpt"], "unknown model 'gpt'; choose one of: causal_lm, masked_lm, node_classifier, vit"),
+        (["data=imagenet"], "unknown data 'imagenet'; choose one of: digits, fashion_mnist"),
+        (["model.dt=-0.5"], "dt must be positive and finite"),
+        (["model.dim=30", "model.heads=4"], "dim must be divisible by heads: got dim=30, heads=4"),
+        (["model.depth=0"], "depth must be a positive int, got 0"),
+        (["data=planetoid", "data.root=/nonexistent/odeformer"], "/nonexistent/odeformer"),
+        (["data=fashion_mnist", "data.options.subset=0"], "subset"),
+        (["data=shakespeare"], "trains on image data but data=shakespeare is text data; use model=causal_lm"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    out = tmp_path / "run"
+    done = cli(*DEBUG[:1], *args, f"train.out_dir={out}")
+    assert done.returncode == 2, done.stderr
+    line = _error_line(done)
+    assert line.startswith("odeformer-train: error:") and message in line
+    assert not (out / "last.pt").exists()
+
+
+def test_wrong_override_type_is_hydras_message():
+    done = cli("model.depth=abc")
+    assert done.returncode != 0
+    assert "model.depth" in done.stderr and "abc" in done.stderr
+
+
+def test_existing_run_and_corrupt_checkpoint_are_refused_without_writing(tmp_path):
+    out = tmp_path / "run"
+    assert cli(*DEBUG, f"train.out_dir={out}").returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    again = cli(*DEBUG, f"train.out_dir={out}")
+    assert again.returncode == 2 and "already holds a run; pass train.resume=true" in _error_line(again)
+    (out / "last.pt").write_bytes(b"not a checkpoint")
+    before["last.pt"] = b"not a checkpoint"
+    broken = cli(*DEBUG, f"train.out_dir={out}", "train.resume=true")
+    assert broken.returncode == 2 and "is not a readable checkpoint" in _error_line(broken)
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert after == before
+
+
+def test_checkpoints_never_unpickle_code(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"format": "odeformer-checkpoint-1", "payload": EpochSampler(3, 2, 0)}, path)
+    with pytest.raises(CheckpointError, match="is not a readable checkpoint"):
+        load_checkpoint(path)
+    save_checkpoint(tmp_path / "ok.pt", {"format": "something-else"})
+    with pytest.raises(CheckpointError, match="is not an odeformer-checkpoint-1 file"):
+        load_checkpoint(tmp_path / "ok.pt")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_samplers_resume_their_exact_order():
+    for make in (lambda: EpochSampler(10, 4, seed=3), lambda: WindowSampler(100, 8, 4, seed=3)):
+        a = make()
+        for _ in range(3):
+            next(a)
+        b = make()
+        b.load_state_dict(a.state_dict())
+        assert all(torch.equal(next(a), next(b)) for _ in range(7))
+
+
+# -- sweeps and torchrun -----------------------------------------------------------------------------------------------
+
+
+def test_multirun_sweep(tmp_path):
+    done = cli(
+        "-m",
+        *DEBUG,
+        "solver=diffusion,full_wave",
+        "train.max_steps=4",
+        "train.eval_every=2",
+        f"hydra.sweep.dir={tmp_path}",
+    )
+    assert done.returncode == 0, done.stderr
+    summaries = sorted(tmp_path.glob("*/summary.json"))
+    assert len(summaries) == 2
+    assert {json.loads(p.read_text())["solver"] for p in summaries} == {"diffusion", "full_wave"}
+
+
+def test_torchrun_two_cpu_processes_stay_in_sync(tmp_path):
+    out = tmp_path / "ddp"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "odeformer.train",
+            *DEBUG,
+            "train.max_steps=6",
+            "train.eval_every=3",
+            "train.device=cpu",
+            "model.dropout=0.1",
+            f"train.out_dir={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 2
+    first, second = summary["rank_checksums"]
+    assert first == second
