@@ -23,11 +23,11 @@ import hydra
 import torch
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from .config import MODEL_SCHEMAS, Config, DataConfig, SolverConfig, TrainOptions
-from .data import DatasetNotFound, load
+from .data import DatasetNotFound
+from .runs import KINDS, MODEL_FOR_KIND, SIZES, UsageError, build  # noqa: F401 - KINDS etc. for the tests
 from .stability import max_stable_dt
 from .trainer import CheckpointError, Options, RunDirectoryError, Trainer, TrainingDiverged, check_run_directory
 
@@ -41,20 +41,6 @@ store.store(group="data", name="data_schema", node=DataConfig)
 store.store(group="train", name="train_schema", node=TrainOptions)
 for _name, _node in MODEL_SCHEMAS.items():
     store.store(group="model", name=_name, node=_node)
-
-# what each model trains on, and the sizes it takes from the dataset
-KINDS = {"ViT": "image", "CausalLM": "text", "MaskedLM": "sequence", "NodeClassifier": "graph"}
-SIZES = {
-    "ViT": ("image_size", "in_chans", "num_classes"),
-    "CausalLM": ("vocab_size",),
-    "MaskedLM": ("vocab_size", "max_len", "num_classes", "pad_id"),
-    "NodeClassifier": ("in_features", "num_classes"),
-}
-MODEL_FOR_KIND = {"image": "vit", "text": "causal_lm", "sequence": "masked_lm", "graph": "node_classifier"}
-
-
-class UsageError(ValueError):
-    """A configuration that cannot run; reported in one line."""
 
 
 def choices(group: str) -> list[str]:
@@ -71,32 +57,6 @@ def check_group_choices(argv: list[str]) -> None:
         for value in filter(None, values.split(",")):
             if value not in choices(group) and value != "null":
                 raise UsageError(f"unknown {group} {value!r}; choose one of: {', '.join(choices(group))}.")
-
-
-def build(cfg: DictConfig) -> tuple[Any, Any, dict[str, Any]]:
-    """The dataset, the model and the run's description from a composed config."""
-    data = load(cfg.data.name, cfg.data.root, **OmegaConf.to_container(cfg.data.options, resolve=True))
-    # _partial_: Hydra builds the callables, we call them, so a bad value raises our own one-line error
-    preset = instantiate(cfg.solver, _partial_=True)(options=OmegaConf.to_container(cfg.solver.options, resolve=True))
-    model_name = cfg.model._target_.rsplit(".", 1)[-1]
-    if KINDS.get(model_name) != data.kind:
-        raise UsageError(
-            f"model {model_name} trains on {KINDS.get(model_name)} data but data={cfg.data.name} is {data.kind} "
-            f"data; use model={MODEL_FOR_KIND[data.kind]}."
-        )
-    sizes = {key: data.meta[key] for key in SIZES[model_name]}
-    model = instantiate(cfg.model, _partial_=True)(solver=preset, **sizes)
-    info = {
-        "solver": cfg.solver.name,
-        "model": HydraConfig.get().runtime.choices.get("model", model_name)
-        if HydraConfig.initialized()
-        else model_name,
-        "data": cfg.data.name,
-        "depth": cfg.model.depth,
-        "dt": [layer.dt for layer in model.backbone.layers][0],
-        "config": OmegaConf.to_container(cfg, resolve=True),
-    }
-    return data, model, info
 
 
 def warn_unstable(model: Any) -> None:
@@ -122,7 +82,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     options = Options(**train, batch_size=cfg.data.batch_size)
     check_run_directory(out_dir, options.resume)
     torch.manual_seed(options.seed)  # the model's initial weights are part of the run's seed
-    data, model, info = build(cfg)
+    data, model, info = build(OmegaConf.to_container(cfg, resolve=True))
     warn_unstable(model)
     summary = Trainer(model, data, options, out_dir, info).fit()
     if summary:

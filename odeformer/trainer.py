@@ -510,7 +510,8 @@ class Trainer:
                     )
                 if self.bar is not None:
                     self.bar.update(1)
-                    self.bar.set_postfix(loss=f"{loss.item():.4f}")
+                    best = "-" if self.best_val is None else f"{self.best_val:.4f}"
+                    self.bar.set_postfix({"loss": f"{loss.item():.4f}", f"best val {self.task.metric}": best})
                 if self.step % o.eval_every == 0 or self.step == o.max_steps:
                     self._checkpoint_and_evaluate()
                 if self._stop_requested() and self.step < o.max_steps:

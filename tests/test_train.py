@@ -95,7 +95,7 @@ def test_every_data_option_composes_and_loads(data):
 @pytest.mark.parametrize("experiment", entry.choices("experiment"))
 def test_every_experiment_composes_and_builds(experiment):
     cfg = _compose([f"experiment={experiment}"])
-    data, model, info = entry.build(cfg)
+    data, model, info = entry.build(OmegaConf.to_container(cfg, resolve=True))
     assert info["depth"] == cfg.model.depth and data.kind == entry.KINDS[type(model).__name__]
 
 
