@@ -59,6 +59,16 @@ def check_group_choices(argv: list[str]) -> None:
                 raise UsageError(f"unknown {group} {value!r}; choose one of: {', '.join(choices(group))}.")
 
 
+def compose(overrides: list[str]) -> DictConfig:
+    """The config ``odeformer-train <overrides>`` would run (Hydra's compose API; no run directory is made)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    check_group_choices(overrides)
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return hydra_compose(config_name="train", overrides=overrides)
+
+
 def warn_unstable(model: Any) -> None:
     """Warn when a layer's step exceeds its scheme's stability bound on the laplacian attention field."""
     seen = set()
