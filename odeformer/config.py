@@ -22,6 +22,24 @@ class SolverConfig:
 
 
 @dataclass
+class ContinuousSolverConfig:
+    """An adaptive (or fixed-grid) ODE solver over depth-time [0, T] for one weight-tied block."""
+
+    _target_: str = "odeformer.continuous.continuous"
+    name: str = "dopri5"
+    library: str = "torchdiffeq"  # torchdiffeq | torchode
+    method: str = "dopri5"  # torchdiffeq: dopri5 | bosh3 | rk4 (fixed grid); torchode: dopri5 | tsit5
+    rtol: float = 1e-3
+    atol: float = 1e-4
+    T: float = 1.0
+    adjoint: bool = False  # torchdiffeq.odeint_adjoint
+    dynamics: str = "diffusion"  # diffusion: x' = F_a + F_f | wave: x' = v + F_f, v' = F_a + J_F_f v
+    time_embedding: bool = False
+    steps: int = 8  # fixed grid only
+    max_steps: int = 1000
+
+
+@dataclass
 class ModelConfig:
     """Options every task model takes; the sizes a dataset fixes (classes, vocabulary, image size) come from it."""
 
@@ -39,6 +57,7 @@ class TransformerOptions(ModelConfig):
     ln_mode: str = "paper"  # paper | exact: how the velocity passes LayerNorm
     impl: str = "sdpa"  # sdpa | math
     dropout: float = 0.0
+    tie_weights: bool = False  # one block shared by every layer (continuous solvers always share)
 
 
 @dataclass
@@ -100,7 +119,7 @@ class TrainOptions:
 
 @dataclass
 class Config:
-    solver: SolverConfig = field(default_factory=SolverConfig)
+    solver: Any = "???"  # typed by the chosen option's schema (solver_schema or continuous_schema)
     model: Any = "???"  # typed by the chosen option's own schema (vit_schema, causal_lm_schema, ...)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainOptions = field(default_factory=TrainOptions)

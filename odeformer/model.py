@@ -20,6 +20,7 @@ import solvers
 from solvers import PhaseState
 
 from .blocks import Layer, Preset, resolve
+from .continuous import ContinuousBackbone, ContinuousPreset
 from .fields import AttentionField, FeedForward
 
 Solver = str | Preset | Sequence[str | Preset] | Callable[[int], str | Preset]
@@ -44,7 +45,8 @@ class Backbone(nn.Module):
     """A stack of :class:`~odeformer.blocks.Layer` s integrated in depth; see the module docstring.
 
     ``make_attention(form)`` and ``make_ffn()`` build one layer's fields (``make_ffn=None``: attention only, as in
-    DIFFormer); ``dt=None`` takes each preset's default step, ``form=None`` each preset's attention form.
+    DIFFormer); ``dt=None`` takes each preset's default step, ``form=None`` each preset's attention form;
+    ``tie_weights=True`` builds the fields once and shares them across depth.
     """
 
     def __init__(
@@ -57,9 +59,14 @@ class Backbone(nn.Module):
         dt: float | None = None,
         final_norm: bool = True,
         form: str | None = None,
+        tie_weights: bool = False,
     ):
         super().__init__()
         presets = schedule(solver, depth)
+        if tie_weights:  # one set of fields for every layer (each layer still has its own stepper)
+            shared = make_attention(presets[0].form if form is None else form)
+            shared_ffn = None if make_ffn is None else make_ffn()
+            make_attention, make_ffn = (lambda _: shared), (None if make_ffn is None else (lambda: shared_ffn))
         self.layers = nn.ModuleList(
             Layer(
                 make_attention(p.form if form is None else form),
@@ -95,6 +102,23 @@ class Backbone(nn.Module):
         return self.norm(y.x if isinstance(y, PhaseState) else y)
 
 
+def backbone(
+    depth: int,
+    dim: int,
+    solver: Solver | ContinuousPreset,
+    make_attention: Callable[[str], nn.Module],
+    make_ffn: Callable[[], nn.Module] | None,
+    dt: float | None = None,
+    form: str | None = None,
+    tie_weights: bool = False,
+) -> nn.Module:
+    """A discrete :class:`Backbone`, or a :class:`~odeformer.continuous.ContinuousBackbone` when ``solver`` is a
+    :class:`~odeformer.continuous.ContinuousPreset` (adaptive solvers; weights are tied by construction)."""
+    if isinstance(solver, ContinuousPreset):
+        return ContinuousBackbone(depth, dim, solver, make_attention, make_ffn, form=form)
+    return Backbone(depth, dim, solver, make_attention, make_ffn, dt=dt, form=form, tie_weights=tie_weights)
+
+
 def transformer(
     depth: int,
     dim: int,
@@ -107,15 +131,18 @@ def transformer(
     activation: str = "gelu",
     ln_mode: str = "paper",
     dropout: float = 0.0,
-) -> Backbone:
-    """The standard backbone: softmax attention (:class:`~odeformer.fields.AttentionField`) and an FFN per layer."""
+    tie_weights: bool = False,
+) -> nn.Module:
+    """The standard backbone: softmax attention (:class:`~odeformer.fields.AttentionField`) and an FFN per layer
+    (or one weight-tied block for a continuous ``solver``)."""
     if not isinstance(dim, int) or not isinstance(heads, int) or heads < 1 or dim % heads:
         raise ValueError(f"dim must be divisible by heads: got dim={dim}, heads={heads}.")
-    return Backbone(
+    return backbone(
         depth,
         dim,
         solver,
         make_attention=partial(AttentionField, dim, heads, mask=mask, impl=impl, dropout=dropout),
         make_ffn=partial(FeedForward, dim, int(mlp_ratio * dim), activation, ln_mode, dropout),
         dt=dt,
+        tie_weights=tie_weights,
     )

@@ -46,8 +46,9 @@ class Section:
         out = []
         for values in itertools.product(*(self.grid[k] for k in keys)):
             name = "_".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, values))
-            out.append((name, [f"experiment={self.experiment}", *self.fixed,
-                               *(f"{k}={v}" for k, v in zip(keys, values))]))
+            out.append(
+                (name, [f"experiment={self.experiment}", *self.fixed, *(f"{k}={v}" for k, v in zip(keys, values))])
+            )
         return out
 
 
@@ -56,8 +57,11 @@ SECTIONS = {
     "graph": Section(
         "Cora node classification (DIFFormer-style, simple attention + graph propagation, τ = 0.2)",
         "cora_deep",
-        {"solver": ["diffusion", "full_wave", "light_wave", "damped", "mix"], "model.depth": [2, 4, 8, 16, 32],
-         "train.seed": SEEDS},
+        {
+            "solver": ["diffusion", "full_wave", "light_wave", "damped", "mix"],
+            "model.depth": [2, 4, 8, 16, 32],
+            "train.seed": SEEDS,
+        },
         ["model.dt=0.2", "train.max_steps=100"],
         note="Paper (Cora, 20 layers, τ = 0.2): diffusion 39.92 %, Light Wave 85.18 %; ogbn-arxiv (7 layers): 24.44 % "
         "-> 66.73 %.",
@@ -89,8 +93,12 @@ SECTIONS = {
         axis="",
     ),
 }
-SMOKE = Section("smoke", "cora_deep", {"solver": ["diffusion"], "model.depth": [2], "train.seed": [0]},
-                ["model.dt=0.2", "train.max_steps=3", "train.eval_every=3"])
+SMOKE = Section(
+    "smoke",
+    "cora_deep",
+    {"solver": ["diffusion"], "model.depth": [2], "train.seed": [0]},
+    ["model.dt=0.2", "train.max_steps=3", "train.eval_every=3"],
+)
 
 
 def _train(job: tuple[str, list[str], str]) -> dict[str, Any]:
@@ -179,8 +187,9 @@ def oversmoothing(section: Section, results, runs_dir: Path, out: Path) -> list[
     from .runs import load_run
 
     deepest = max(int(_value(o, "model.depth")) for _, o, _ in results)
-    chosen = [(n, o) for n, o, _ in results if _value(o, "train.seed") == "0" and
-              int(_value(o, "model.depth")) == deepest]
+    chosen = [
+        (n, o) for n, o, _ in results if _value(o, "train.seed") == "0" and int(_value(o, "model.depth")) == deepest
+    ]
     runs = []
     for name, overrides in chosen:
         data, model, _ = load_run(runs_dir / name)
@@ -211,8 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     sections = {"smoke": SMOKE} if args.smoke else {name: SECTIONS[name] for name in args.sections}
     figures = args.out / "results"
     figures.mkdir(parents=True, exist_ok=True)
-    command = "odeformer-reproduce" + (" --smoke" if args.smoke else "" if args.sections == list(SECTIONS) else
-                                       " --sections " + " ".join(args.sections))
+    command = "odeformer-reproduce" + (
+        " --smoke"
+        if args.smoke
+        else ""
+        if args.sections == list(SECTIONS)
+        else " --sections " + " ".join(args.sections)
+    )
     started = time.time()
     parts = []
     for key, section in sections.items():

@@ -60,7 +60,7 @@ def build(config: dict[str, Any]) -> tuple[TaskData, nn.Module, dict[str, Any]]:
         "model": CONFIG_NAMES[model_name],
         "data": data_node["name"],
         "depth": model_node["depth"],
-        "dt": model.backbone.layers[0].dt,
+        "dt": model.backbone.layers[0].dt if model.backbone.layers else preset.T / model_node["depth"],
         "config": config,
     }
     return data, model, info

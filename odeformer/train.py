@@ -25,7 +25,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from .config import MODEL_SCHEMAS, Config, DataConfig, SolverConfig, TrainOptions
+from .config import MODEL_SCHEMAS, Config, ContinuousSolverConfig, DataConfig, SolverConfig, TrainOptions
 from .data import DatasetNotFound
 from .runs import KINDS, MODEL_FOR_KIND, SIZES, UsageError, build  # noqa: F401 - KINDS etc. for the tests
 from .stability import max_stable_dt
@@ -37,6 +37,7 @@ GROUPS = ("solver", "model", "data", "train", "experiment")
 store = ConfigStore.instance()
 store.store(name="config_schema", node=Config)
 store.store(group="solver", name="solver_schema", node=SolverConfig)
+store.store(group="solver", name="continuous_schema", node=ContinuousSolverConfig)
 store.store(group="data", name="data_schema", node=DataConfig)
 store.store(group="train", name="train_schema", node=TrainOptions)
 for _name, _node in MODEL_SCHEMAS.items():

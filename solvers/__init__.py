@@ -13,6 +13,7 @@ from ._leapfrog import Leapfrog
 from ._light_wave import LightWave
 from ._mix import Mix
 from ._rk4 import RK4
+from ._rk4_38 import RK4ThreeEighths
 from ._semi_implicit_euler import SemiImplicitEuler
 from ._velocity_verlet import VelocityVerlet
 
@@ -20,6 +21,7 @@ STEPPERS: dict[str, type[AbstractStepper]] = {
     "euler": Euler,
     "heun": Heun,
     "rk4": RK4,
+    "rk4_38": RK4ThreeEighths,
     "semi_implicit_euler": SemiImplicitEuler,
     "velocity_verlet": VelocityVerlet,
     "leapfrog": Leapfrog,
@@ -40,6 +42,7 @@ __all__ = [
     "Mix",
     "PhaseState",
     "RK4",
+    "RK4ThreeEighths",
     "SemiImplicitEuler",
     "VelocityVerlet",
     "adapt",

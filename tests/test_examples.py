@@ -21,3 +21,14 @@ def test_oscillator_example(tmp_path, capsys):
     assert results["velocity_verlet"]["max_energy_error"] < 1e-2
     assert results["semi_implicit_euler"]["max_energy_error"] < 0.1
     assert results["euler"]["max_energy_error"] > 1.0
+
+
+def test_continuous_vit_example_runs(capsys):
+    spec = importlib.util.spec_from_file_location("continuous_vit", ROOT / "examples" / "continuous_vit.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = module.main(["--steps", "8"])
+    assert len(results) == 3 and len({r["params"] for r in results.values()}) == 1  # equal parameter counts
+    continuous = results["continuous dopri5"]
+    assert continuous["nfe"] and all(n >= 6 for _, n in continuous["nfe"])
+    assert "NFE per forward" in capsys.readouterr().out

@@ -15,6 +15,8 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import odeformer.train as entry
+from odeformer import PRESETS
+from odeformer.continuous import ContinuousBackbone
 from odeformer.data import load
 from odeformer.trainer import CheckpointError, EpochSampler, WindowSampler, load_checkpoint, save_checkpoint
 
@@ -52,7 +54,8 @@ def _compose(overrides):
 def _model_for(cfg, data):
     name = cfg.model._target_.rsplit(".", 1)[-1]
     sizes = {key: data.meta[key] for key in entry.SIZES[name]}
-    preset = instantiate(cfg.solver, _partial_=True)(options=OmegaConf.to_container(cfg.solver.options))
+    solver = OmegaConf.to_container(cfg.solver)
+    preset = instantiate(cfg.solver, _partial_=True)(**{k: v for k, v in solver.items() if k.startswith("options")})
     return instantiate(cfg.model, _partial_=True)(solver=preset, **sizes)
 
 
@@ -75,14 +78,20 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
     )
     data = load("synthetic", None, task=DATA_FOR_MODEL[model], n=64)
     net = _model_for(cfg, data)
-    assert len(net.backbone.layers) == 2
-    assert type(net.backbone.layers[0].stepper).__name__ == type(odeformer_preset(solver).stepper()).__name__
+    if solver in PRESETS:
+        assert len(net.backbone.layers) == 2
+        assert type(net.backbone.layers[0].stepper) is PRESETS[solver].stepper
+    else:  # a continuous solver: one weight-tied block, recorded at depth + 1 times
+        assert isinstance(net.backbone, ContinuousBackbone) and net.backbone.preset.name == solver
+        assert len(net.trajectory(*_inputs(data))) == 3 and net.solver_stats()["nfe"] > 0
 
 
-def odeformer_preset(name):
-    import odeformer
-
-    return odeformer.PRESETS[name]
+def _inputs(data):
+    if data.kind == "graph":
+        return data.graph[:2]
+    if data.kind == "text":
+        return (data.splits["train"][0][:10].view(2, 5),)
+    return (data.splits["train"][0][:2],)
 
 
 @pytest.mark.parametrize("data", entry.choices("data"))
@@ -312,3 +321,15 @@ def test_torchrun_two_cpu_processes_stay_in_sync(tmp_path):
     assert summary["world_size"] == 2
     first, second = summary["rank_checksums"]
     assert first == second
+
+
+@pytest.mark.parametrize("solver", ["dopri5", "tsit5"])
+def test_continuous_solver_statistics_are_logged(tmp_path, solver):
+    out = tmp_path / "run"
+    done = cli(*DEBUG, f"solver={solver}", "train.max_steps=4", "train.eval_every=2", f"train.out_dir={out}")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in rows if "loss" in r]
+    assert len(logged) == 4
+    for row in logged:
+        assert row["nfe"] >= 6 and row["steps_accepted"] >= 1 and row["steps_rejected"] >= 0

@@ -14,6 +14,11 @@ class TaskModel(nn.Module):
         self(*inputs, record=record, **kwargs)
         return record
 
+    def solver_stats(self) -> dict[str, int]:
+        """Field evaluations and accepted/rejected steps of the last forward (continuous depth; empty otherwise)."""
+        stats = getattr(self.backbone, "solver_stats", None)
+        return stats() if callable(stats) else {}
+
 
 def check_tokens(tokens: Tensor, vocab_size: int, max_len: int, name: str) -> None:
     if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):

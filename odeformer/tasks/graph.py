@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
-from ..model import Backbone, Solver
+from ..model import Solver, backbone
 from ._common import TaskModel
 
 
@@ -90,7 +90,7 @@ class NodeClassifier(TaskModel):
             raise ValueError(f"dim must be divisible by heads: got dim={dim}, heads={heads}.")
         self.in_features, self.attention = in_features, attention
         self.encoder = nn.Sequential(nn.Dropout(dropout), nn.Linear(in_features, dim), nn.ReLU(), nn.Dropout(dropout))
-        self.backbone = Backbone(
+        self.backbone = backbone(
             depth,
             dim,
             solver,
