@@ -13,6 +13,10 @@ sub-step, the attention step, and another half (Macaron Net's ordering).
 Lie–Trotter splitting is the diffusion preset; the multi-stage schemes (heun, rk4) use it, so every stage evaluates
 the same layer's weights.
 
+:class:`ReversibleDynamics`: attention and FFN each enter as a force of an invertible kick-drift step, so the
+backward pass can rebuild every layer's input from its output (the ``reversible`` preset: activation memory that
+does not grow with depth).
+
 ``PRESETS`` names the dynamics a config chooses with ``solver=...``; each entry states its equation.
 """
 
@@ -59,15 +63,43 @@ def _ffn_step(ffn, t, y, h):
 
 
 class WholeDynamics(nn.Module):
-    """``stepper`` on the whole block's field ``F_a(x) + F_f(x)``."""
+    """``stepper`` on the whole block's field ``F_a(x) + F_f(x)`` (``splitting`` does not apply)."""
 
-    def __init__(self, stepper: AbstractStepper):
+    def __init__(self, stepper: AbstractStepper, splitting: str = "lie"):
         super().__init__()
         self.stepper = stepper
 
     def forward(self, attention, ffn, t, y, dt, state):
         field = attention if ffn is None else (lambda t, x: attention(t, x) + ffn(t, x))
         return self.stepper.step(field, t, y, dt, state)
+
+
+class ReversibleDynamics(nn.Module):
+    """Every sublayer a force of an invertible kick-drift step: ``v += dt F_a(x); x += dt v`` then
+    ``v += dt F_f(x); x += dt v`` (``F_f`` the FFN in residual form, as an acceleration).
+
+    Each step is a pair of shears, so :meth:`inverse` rebuilds the layer's input from its output; a backbone made of
+    these layers stores only its final state and recomputes the rest in the backward pass (see
+    :class:`~odeformer.model.Backbone`). The stepper must offer ``inverse`` (``semi_implicit_euler`` does).
+    """
+
+    def __init__(self, stepper: AbstractStepper, splitting: str = "lie"):
+        super().__init__()
+        if not callable(getattr(stepper, "inverse", None)):
+            raise ValueError(f"reversible dynamics need a stepper with an inverse; {type(stepper).__name__} has none.")
+        self.stepper = stepper
+
+    def forward(self, attention, ffn, t, y, dt, state):
+        y, state = self.stepper.step(attention, t, y, dt, state)
+        if ffn is not None:
+            y, state = self.stepper.step(ffn, t, y, dt, state)
+        return y, state
+
+    def inverse(self, attention, ffn, t, y1, dt):
+        """The layer input ``y`` with ``forward(..., y, ...) == y1`` (up to rounding)."""
+        if ffn is not None:
+            y1 = self.stepper.inverse(ffn, t, y1, dt)
+        return self.stepper.inverse(attention, t, y1, dt)
 
 
 @dataclass(frozen=True)
@@ -82,7 +114,7 @@ class Preset:
     stepper: type[AbstractStepper]
     form: str
     dt: float
-    whole_block: bool = False
+    dynamics: type[nn.Module] = SplitDynamics
     options: dict[str, Any] = field(default_factory=dict)
     splitting: str = "lie"
 
@@ -98,7 +130,7 @@ class Preset:
             stepper = self.stepper(**kwargs)
         except TypeError as error:
             raise ValueError(f"bad options {self.options} for {self.stepper.__name__}: {error}") from None
-        return WholeDynamics(stepper) if self.whole_block else SplitDynamics(stepper, self.splitting)
+        return self.dynamics(stepper, self.splitting)
 
 
 def _parameters(cls) -> set[str]:
@@ -162,14 +194,22 @@ PRESETS: dict[str, Preset] = {
         solvers.Heun,
         "residual",
         1.0,
-        whole_block=True,
+        dynamics=WholeDynamics,
     ),
     "rk4": Preset(
         "classic RK4 on x' = Attn(LN x) + MLP(LN x) (the whole block as the field)",
         solvers.RK4,
         "residual",
         1.0,
-        whole_block=True,
+        dynamics=WholeDynamics,
+    ),
+    "reversible": Preset(
+        "v <- v + τ (Attn(LN x) - x); x <- x + τ v; v <- v + τ MLP(LN x); x <- x + τ v   (every sublayer a force of "
+        "an invertible kick-drift; the backward pass rebuilds states instead of storing them)",
+        solvers.SemiImplicitEuler,
+        "laplacian",
+        0.5,
+        dynamics=ReversibleDynamics,
     ),
 }
 
@@ -223,8 +263,14 @@ class Layer(nn.Module):
 
     def forward(self, t, y, state, **context: Any):
         """One step; ``context`` (e.g. ``attn_mask``) is passed to the attention field."""
-        attention = (lambda t, x: self.attention(t, x, **context)) if context else self.attention
-        return self.dynamics(attention, self.ffn, t, y, self.dt, state)
+        return self.dynamics(self._bound(context), self.ffn, t, y, self.dt, state)
+
+    def inverse(self, t, y1, **context: Any):
+        """The input of :meth:`forward` from its output (reversible dynamics only)."""
+        return self.dynamics.inverse(self._bound(context), self.ffn, t, y1, self.dt)
+
+    def _bound(self, context: dict[str, Any]):
+        return (lambda t, x: self.attention(t, x, **context)) if context else self.attention
 
 
 LayerBuilder = Callable[[int], Layer]

@@ -58,6 +58,7 @@ class TransformerOptions(ModelConfig):
     impl: str = "sdpa"  # sdpa | math
     dropout: float = 0.0
     tie_weights: bool = False  # one block shared by every layer (continuous solvers always share)
+    checkpoint: bool = False  # recompute each layer in the backward pass instead of storing its activations
 
 
 @dataclass

@@ -14,12 +14,14 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+import torch
+import torch.utils.checkpoint
 from torch import Tensor, nn
 
 import solvers
 from solvers import PhaseState
 
-from .blocks import Layer, Preset, resolve
+from .blocks import Layer, Preset, ReversibleDynamics, resolve
 from .continuous import ContinuousBackbone, ContinuousPreset
 from .fields import AttentionField, FeedForward
 
@@ -46,7 +48,9 @@ class Backbone(nn.Module):
 
     ``make_attention(form)`` and ``make_ffn()`` build one layer's fields (``make_ffn=None``: attention only, as in
     DIFFormer); ``dt=None`` takes each preset's default step, ``form=None`` each preset's attention form;
-    ``tie_weights=True`` builds the fields once and shares them across depth.
+    ``tie_weights=True`` builds the fields once and shares them across depth; ``checkpoint=True`` recomputes each
+    layer in the backward pass instead of storing its activations. A backbone of ``reversible`` layers stores only
+    its final state when training and rebuilds the others by inverting the layers (:class:`_ReversibleStack`).
     """
 
     def __init__(
@@ -60,9 +64,11 @@ class Backbone(nn.Module):
         final_norm: bool = True,
         form: str | None = None,
         tie_weights: bool = False,
+        checkpoint: bool = False,
     ):
         super().__init__()
         presets = schedule(solver, depth)
+        self.checkpoint = checkpoint
         if tie_weights:  # one set of fields for every layer (each layer still has its own stepper)
             shared = make_attention(presets[0].form if form is None else form)
             shared_ffn = None if make_ffn is None else make_ffn()
@@ -77,6 +83,17 @@ class Backbone(nn.Module):
             for p in presets
         )
         self.norm = nn.LayerNorm(dim) if final_norm else nn.Identity()
+        kinds = {isinstance(layer.dynamics, ReversibleDynamics) for layer in self.layers}
+        if len(kinds) > 1:
+            raise ValueError(
+                "a schedule cannot mix the reversible preset with others: its backward rebuilds every layer."
+            )
+        self.reversible = kinds == {True}
+        if self.reversible and any(_drops(m) for m in self.layers.modules()):
+            raise ValueError(
+                "the reversible preset needs dropout=0: its backward rebuilds states by inverting each "
+                "layer, which random dropout masks would break."
+            )
 
     @property
     def second_order(self) -> bool:
@@ -87,6 +104,9 @@ class Backbone(nn.Module):
         """Features ``(B, N, D)``. ``context`` (e.g. ``attn_mask``) goes to every attention field. If ``record`` is a
         list, the state after every layer is appended to it (the input first): a Tensor, or a ``PhaseState`` for
         second-order layers."""
+        if self.reversible and record is None and torch.is_grad_enabled():
+            out, _ = _ReversibleStack.apply(_Run(self.layers, context), x, torch.zeros_like(x), *self._trainable())
+            return self.norm(out)
         y, t, state, previous = x, 0.0, None, None
         if record is not None:
             record.append(y)
@@ -95,11 +115,73 @@ class Backbone(nn.Module):
             if previous is None or type(stepper) is not type(previous):
                 y = solvers.adapt(y, stepper)
                 state = stepper.init(layer.attention, t, y)
-            y, state = layer(t, y, state, **context)
+            if self.checkpoint and torch.is_grad_enabled():
+                y, state = torch.utils.checkpoint.checkpoint(layer, t, y, state, use_reentrant=False, **context)
+            else:
+                y, state = layer(t, y, state, **context)
             t, previous = t + layer.dt, stepper
             if record is not None:
                 record.append(y)
         return self.norm(y.x if isinstance(y, PhaseState) else y)
+
+    def _trainable(self) -> list[Tensor]:
+        return [p for p in self.layers.parameters() if p.requires_grad]
+
+
+def _drops(module: nn.Module) -> bool:
+    rate = module.p if isinstance(module, nn.Dropout) else getattr(module, "dropout", 0.0)
+    return isinstance(rate, float) and rate > 0
+
+
+class _Run:
+    """What the reversible autograd function needs besides tensors: the layers and the attention context."""
+
+    def __init__(self, layers: nn.ModuleList, context: dict[str, Any]):
+        self.layers, self.context = layers, context
+
+    def times(self) -> list[float]:
+        t, out = 0.0, []
+        for layer in self.layers:
+            out.append(t)
+            t = t + layer.dt
+        return out
+
+
+class _ReversibleStack(torch.autograd.Function):
+    """Forward without storing activations; backward rebuilds each layer's input by its inverse and backpropagates
+    through that one layer at a time, so memory does not grow with depth."""
+
+    @staticmethod
+    def forward(ctx, run: _Run, x: Tensor, v: Tensor, *params: Tensor):
+        y = PhaseState(x, v)
+        with torch.no_grad():
+            for layer, t in zip(run.layers, run.times()):
+                y, _ = layer(t, y, None, **run.context)
+        ctx.run = run
+        ctx.save_for_backward(y.x, y.v)
+        return y.x.clone(), y.v.clone()
+
+    @staticmethod
+    def backward(ctx, grad_x: Tensor, grad_v: Tensor):
+        run = ctx.run
+        x, v = ctx.saved_tensors
+        y = PhaseState(x, v)
+        params = [p for p in run.layers.parameters() if p.requires_grad]
+        grads = {id(p): torch.zeros_like(p) for p in params}
+        for layer, t in reversed(list(zip(run.layers, run.times()))):
+            with torch.no_grad():
+                y_in = layer.inverse(t, y, **run.context)
+            with torch.enable_grad():
+                xi, vi = y_in.x.detach().requires_grad_(), y_in.v.detach().requires_grad_()
+                out, _ = layer(t, PhaseState(xi, vi), None, **run.context)
+                local = [p for p in layer.parameters() if p.requires_grad]
+                g = torch.autograd.grad((out.x, out.v), (xi, vi, *local), (grad_x, grad_v), allow_unused=True)
+            grad_x, grad_v = g[0], g[1]
+            for p, gp in zip(local, g[2:]):
+                if gp is not None:
+                    grads[id(p)] += gp
+            y = PhaseState(y_in.x, y_in.v)
+        return (None, grad_x, grad_v, *(grads[id(p)] for p in params))
 
 
 def backbone(
@@ -111,12 +193,15 @@ def backbone(
     dt: float | None = None,
     form: str | None = None,
     tie_weights: bool = False,
+    checkpoint: bool = False,
 ) -> nn.Module:
     """A discrete :class:`Backbone`, or a :class:`~odeformer.continuous.ContinuousBackbone` when ``solver`` is a
     :class:`~odeformer.continuous.ContinuousPreset` (adaptive solvers; weights are tied by construction)."""
     if isinstance(solver, ContinuousPreset):
         return ContinuousBackbone(depth, dim, solver, make_attention, make_ffn, form=form)
-    return Backbone(depth, dim, solver, make_attention, make_ffn, dt=dt, form=form, tie_weights=tie_weights)
+    return Backbone(
+        depth, dim, solver, make_attention, make_ffn, dt=dt, form=form, tie_weights=tie_weights, checkpoint=checkpoint
+    )
 
 
 def transformer(
@@ -132,6 +217,7 @@ def transformer(
     ln_mode: str = "paper",
     dropout: float = 0.0,
     tie_weights: bool = False,
+    checkpoint: bool = False,
 ) -> nn.Module:
     """The standard backbone: softmax attention (:class:`~odeformer.fields.AttentionField`) and an FFN per layer
     (or one weight-tied block for a continuous ``solver``)."""
@@ -145,4 +231,5 @@ def transformer(
         make_ffn=partial(FeedForward, dim, int(mlp_ratio * dim), activation, ln_mode, dropout),
         dt=dt,
         tie_weights=tie_weights,
+        checkpoint=checkpoint,
     )

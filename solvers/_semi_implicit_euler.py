@@ -4,6 +4,8 @@ The Wavy Transformer's wave update (``a(X) = (A(X) - I) X``, ``v0 = 0``). Order 
 symplectic; not reversible (the adjoint scheme drifts first). Eliminating ``v`` gives the two-step Störmer recurrence
 ``x_{n+1} = 2 x_n - x_{n-1} + dt² a(x_n)`` with the one-sided start ``x_1 = x_0 + dt v_0 + dt² a(x_0)``; that start is
 why it is order 1 while ``leapfrog`` is order 2. One step from ``v = 0`` moves ``x`` like Euler with step ``dt²``.
+The step is a composition of two shears, so it is invertible: :meth:`SemiImplicitEuler.inverse` (drift back, then
+kick back) recovers ``y`` from ``y1`` up to rounding, which lets a network rebuild its states instead of storing them.
 Reference: Hairer, Lubich & Wanner, *Geometric Numerical Integration*, §I.1.2 and Theorem VI.3.3.
 """
 
@@ -23,3 +25,9 @@ class SemiImplicitEuler(AbstractStepper):
         x, v = self._unpack(y)
         v = v + dt * field(t, x)
         return PhaseState(x + dt * v, v), state
+
+    def inverse(self, field, t, y1, dt):
+        """The ``y`` with ``step(field, t, y, dt) == y1``: ``x = x1 - dt v1``, then ``v = v1 - dt a(t, x)``."""
+        x1, v1 = self._unpack(y1)
+        x = x1 - dt * v1
+        return PhaseState(x, v1 - dt * field(t, x))

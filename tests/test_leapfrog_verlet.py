@@ -70,3 +70,14 @@ def test_velocity_verlet_recomputes_when_the_state_was_changed():
     assert len(f.times) == 4
     fresh, _ = VelocityVerlet().step(p.field, 0.1, y, 0.1, None)
     assert torch.equal(y2.x, fresh.x) and torch.equal(y2.v, fresh.v)
+
+
+@given(seed=seeds, dt=st.floats(0.01, 1.0))
+def test_semi_implicit_euler_inverse_undoes_a_step(seed, dt):
+    p = pendulum_problem(seed=seed)
+    stepper = SemiImplicitEuler()
+    y0 = PhaseState(p.x0, p.v0)
+    y1, _ = stepper.step(p.field, 0.3, y0, dt, None)
+    back = stepper.inverse(p.field, 0.3, y1, dt)
+    torch.testing.assert_close(back.x, y0.x, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(back.v, y0.v, rtol=1e-13, atol=1e-13)

@@ -1,0 +1,77 @@
+"""The reversible preset's memory-free backward equals ordinary backpropagation; checkpointing changes nothing."""
+
+import pytest
+import torch
+
+import odeformer
+from odeformer import PRESETS, CausalLM, MaskedLM, NodeClassifier, ViT
+
+
+def _models(solver, **kw):
+    torch.manual_seed(0)
+    tokens = torch.randint(1, 11, (2, 6))
+    tokens[1, 4:] = 0
+    return [
+        (ViT(image_size=8, patch_size=4, depth=4, dim=16, heads=2, solver=solver, **kw), (torch.randn(3, 1, 8, 8),)),
+        (CausalLM(11, 6, depth=4, dim=16, heads=2, solver=solver, **kw), (torch.randint(0, 11, (2, 6)),)),
+        (MaskedLM(11, 6, depth=4, dim=16, heads=2, solver=solver, **kw), (tokens,)),
+        (
+            NodeClassifier(5, 3, depth=4, dim=8, heads=2, solver=solver),
+            (torch.randn(9, 5), torch.randint(0, 9, (2, 20))),
+        ),
+    ]
+
+
+def _grads(model, inputs):
+    inputs = tuple(i.double() if i.is_floating_point() else i for i in inputs)
+    loss = model(*inputs).square().sum()
+    return loss.detach(), torch.autograd.grad(loss, [p for p in model.parameters()])
+
+
+@pytest.mark.parametrize(
+    "index, tie",
+    [(0, False), (1, False), (2, False), (3, False), (0, True), (1, True), (2, True)],  # NodeClassifier: no tying
+)
+def test_reversible_backward_equals_backpropagation(index, tie):
+    model, inputs = _models("reversible", **({"tie_weights": True} if tie else {}))[index]
+    model = model.double()
+    assert model.backbone.reversible
+    loss, reversible = _grads(model, inputs)
+    model.backbone.reversible = False  # the plain loop over the same layers, stored activations
+    plain_loss, plain = _grads(model, inputs)
+    assert torch.equal(loss, plain_loss)
+    for a, b in zip(reversible, plain):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9)
+
+
+def test_reversible_layers_invert():
+    model, (images,) = _models("reversible")[0]
+    model = model.double()
+    states = model.trajectory(images.double())
+    for layer, before, after in zip(model.backbone.layers[1:], states[1:], states[2:]):  # states[0]: no velocity
+        rebuilt = layer.inverse(0.0, after)
+        torch.testing.assert_close(rebuilt.x, before.x, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(rebuilt.v, before.v, rtol=1e-12, atol=1e-12)
+
+
+def test_reversible_refuses_dropout_and_mixed_schedules():
+    with pytest.raises(ValueError, match="reversible preset needs dropout=0"):
+        ViT(depth=2, dim=16, heads=2, solver="reversible", dropout=0.1)
+    with pytest.raises(ValueError, match="cannot mix the reversible preset"):
+        ViT(depth=2, dim=16, heads=2, solver=["reversible", "full_wave"])
+
+
+@pytest.mark.parametrize("solver", sorted(set(PRESETS) - {"reversible"}))
+def test_activation_checkpointing_changes_nothing(solver):
+    model, inputs = _models(solver)[0]
+    model = model.double()
+    loss, stored = _grads(model, inputs)
+    model.backbone.checkpoint = True
+    loss_again, recomputed = _grads(model, inputs)
+    assert torch.equal(loss, loss_again)
+    for a, b in zip(stored, recomputed):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_transformer_accepts_checkpoint_option():
+    assert odeformer.transformer(2, 16, 2, "diffusion", checkpoint=True).checkpoint
