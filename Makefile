@@ -7,7 +7,7 @@ CONSTRAINTS ?= constraints.txt
 PIP_CONSTRAINTS := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 STAMP := $(VENV)/.installed
 
-.PHONY: test train setup clean
+.PHONY: test test-slow train bench setup clean
 
 setup: $(STAMP)
 
@@ -18,6 +18,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run --results docs/RESULTS.md
 
 train: $(STAMP)
 	$(VENV)/bin/odeformer-train experiment=digits_vit

@@ -105,8 +105,7 @@ class Backbone(nn.Module):
         list, the state after every layer is appended to it (the input first): a Tensor, or a ``PhaseState`` for
         second-order layers."""
         if self.reversible and record is None and torch.is_grad_enabled():
-            out, _ = _ReversibleStack.apply(_Run(self.layers, context), x, torch.zeros_like(x), *self._trainable())
-            return self.norm(out)
+            return self.norm(_reversible(self.layers, context, x, self._trainable()))
         y, t, state, previous = x, 0.0, None, None
         if record is not None:
             record.append(y)
@@ -131,6 +130,12 @@ class Backbone(nn.Module):
 def _drops(module: nn.Module) -> bool:
     rate = module.p if isinstance(module, nn.Dropout) else getattr(module, "dropout", 0.0)
     return isinstance(rate, float) and rate > 0
+
+
+@torch.compiler.disable  # its backward calls autograd.grad, which Dynamo does not trace: this part stays eager
+def _reversible(layers: nn.ModuleList, context: dict[str, Any], x: Tensor, params: list[Tensor]) -> Tensor:
+    out, _ = _ReversibleStack.apply(_Run(layers, context), x, torch.zeros_like(x), *params)
+    return out
 
 
 class _Run:
@@ -167,7 +172,7 @@ class _ReversibleStack(torch.autograd.Function):
         x, v = ctx.saved_tensors
         y = PhaseState(x, v)
         params = [p for p in run.layers.parameters() if p.requires_grad]
-        grads = {id(p): torch.zeros_like(p) for p in params}
+        grads: dict[int, Tensor] = {}
         for layer, t in reversed(list(zip(run.layers, run.times()))):
             with torch.no_grad():
                 y_in = layer.inverse(t, y, **run.context)
@@ -179,9 +184,9 @@ class _ReversibleStack(torch.autograd.Function):
             grad_x, grad_v = g[0], g[1]
             for p, gp in zip(local, g[2:]):
                 if gp is not None:
-                    grads[id(p)] += gp
+                    grads[id(p)] = gp if id(p) not in grads else grads[id(p)] + gp
             y = PhaseState(y_in.x, y_in.v)
-        return (None, grad_x, grad_v, *(grads[id(p)] for p in params))
+        return (None, grad_x, grad_v, *(grads.get(id(p)) for p in params))
 
 
 def backbone(

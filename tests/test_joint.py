@@ -137,3 +137,79 @@ def test_dropout_uses_one_mask_for_state_and_velocity():
     eps = 1e-7
     out_plus, _ = mlp(x + eps * v, v)
     torch.testing.assert_close((out_plus - out) / eps, dv, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_second_derivatives_are_exact(name):
+    phi, phi_prime, phi_second = ACTIVATIONS[name]
+    z = torch.linspace(-6, 6, 2001, dtype=torch.float64).requires_grad_()
+    (first,) = torch.autograd.grad(phi(z).sum(), z, create_graph=True)
+    torch.testing.assert_close(first, phi_prime(z), rtol=1e-12, atol=1e-12)
+    slope = phi_prime(z)
+    second = torch.autograd.grad(slope.sum(), z)[0] if slope.requires_grad else torch.zeros_like(z)  # relu: a step
+    mask = z.abs() > 1e-9  # relu's kink
+    torch.testing.assert_close(second[mask], phi_second(z.detach())[mask], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_joint_mlp_backward_equals_autograd_of_its_definition(name):
+    """The fused backward (recomputing φ, φ', φ'') against autograd through the plain formula, and gradcheck."""
+    g, x, v = _draw(7, (2, 3, 5), 1.0)
+    mlp = _randomise(JointMLP(5, 9, name).double(), g)
+    phi, phi_prime, _ = ACTIVATIONS[name]
+
+    def plain(x, v, w1, b1, w2, b2):
+        pre_x, pre_v = x @ w1.T + b1, v @ w1.T
+        return phi(pre_x) @ w2.T + b2, (phi_prime(pre_x) * pre_v) @ w2.T
+
+    x, v = x.requires_grad_(), v.requires_grad_()
+    params = [mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias]
+    weights = (
+        torch.randn(2, 3, 5, dtype=torch.float64, generator=g),
+        torch.randn(2, 3, 5, dtype=torch.float64, generator=g),
+    )
+    fused = torch.autograd.grad(mlp(x, v), [x, v, *params], weights)
+    reference = torch.autograd.grad(plain(x, v, *params), [x, v, *params], weights)
+    for a, b in zip(fused, reference):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    if name != "relu":  # relu's kink defeats finite differences
+        assert torch.autograd.gradcheck(
+            lambda x, v, *p: plain(x, v, *p)[0] * 0 + mlp(x, v)[0] + mlp(x, v)[1], (x, v, *params)
+        )
+
+
+@pytest.mark.parametrize("mode", ["paper", "exact"])
+@given(seed=seeds, shape=shapes, scale=scales)
+def test_joint_layer_norm_backward_equals_autograd_of_its_definition(mode, seed, shape, scale):
+    g, x, v = _draw(seed, shape, scale)
+    ln = _randomise(JointLayerNorm(shape[-1], mode=mode).double(), g)
+
+    def plain(x, v, w, b):
+        mean = x.mean(-1, keepdim=True)
+        inv_std = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + ln.eps)
+        x_hat = (x - mean) * inv_std
+        if mode == "paper":
+            u = v * inv_std
+        else:
+            u = (v - v.mean(-1, keepdim=True) - x_hat * (x_hat * v).mean(-1, keepdim=True)) * inv_std
+        return x_hat * w + b, u * w
+
+    x, v = x.requires_grad_(), v.requires_grad_()
+    params = [ln.weight, ln.bias]
+    weights = (
+        torch.randn(*shape, dtype=torch.float64, generator=g),
+        torch.randn(*shape, dtype=torch.float64, generator=g),
+    )
+    fused = torch.autograd.grad(ln(x, v), [x, v, *params], weights)
+    reference = torch.autograd.grad(plain(x, v, *params), [x, v, *params], weights)
+    for a, b in zip(fused, reference):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9 * (1 + b.abs().max().item()))
+
+
+@pytest.mark.parametrize("mode", ["paper", "exact"])
+def test_joint_layer_norm_gradcheck(mode):
+    g, x, v = _draw(3, (2, 3, 6), 2.0)
+    ln = _randomise(JointLayerNorm(6, mode=mode).double(), g)
+    assert torch.autograd.gradcheck(
+        lambda x, v, w, b: ln.__class__.forward(ln, x, v), (x.requires_grad_(), v.requires_grad_(), ln.weight, ln.bias)
+    )

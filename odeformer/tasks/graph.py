@@ -15,6 +15,8 @@ def check_edges(edge_index: Tensor, num_nodes: int) -> None:
         raise ValueError(
             f"edge_index must be an integer tensor of shape (2, E), got {tuple(edge_index.shape)} {edge_index.dtype}."
         )
+    if torch.compiler.is_compiling():
+        return
     if edge_index.numel() and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
         raise ValueError(
             f"edge_index refers to nodes outside [0, {num_nodes}): [{int(edge_index.min())}, {int(edge_index.max())}]."

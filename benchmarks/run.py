@@ -1,0 +1,257 @@
+"""Speed and memory of the library against hand-written and library baselines, as ratios measured side by side.
+
+    python -m benchmarks.run [--quick] [--json PATH] [--results docs/RESULTS.md]
+
+Times are medians over repeated training steps (forward + backward + AdamW step) after warm-up, with the
+configurations interleaved round by round so that machine noise hits all of them alike. Memory is measured per
+configuration in a fresh subprocess (``benchmarks/memory.py``). The JSON holds every key of :data:`GOALS` (plus the
+raw medians); ``--results`` rewrites the benchmark block of ``docs/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import odeformer
+import solvers
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- begin: benchmarks -->", "<!-- end: benchmarks -->"
+
+GOALS = {
+    "euler_vs_reference": ("<=", 1.03, "diffusion ViT time / hand-written pre-LN ViT time"),
+    "light_vs_diffusion_time": ("<=", 1.05, "light_wave / diffusion train-step time"),
+    "full_vs_diffusion_time": ("<=", 1.5, "full_wave / diffusion train-step time"),
+    "full_vs_diffusion_memory": ("<=", 1.5, "full_wave / diffusion train-step memory"),
+    "reversible_memory_depth48_vs_depth6": ("<=", 1.3, "reversible preset memory, depth 48 / depth 6"),
+    "integrate_vs_torchdiffeq": ("<=", 0.9, "solvers.integrate (rk4_38) / torchdiffeq.odeint(method='rk4') time"),
+    "integrate_vs_torchode": ("<=", 1.0, "solvers.integrate (heun) / torchode Heun fixed-step time"),
+    "compile_speedup": (">=", 1.2, "eager / torch.compile train-step time (diffusion ViT)"),
+}
+
+VIT = dict(dim=128, depth=6, batch=32, image=32, patch=4)  # 64 patches + CLS
+MEMORY = dict(dim=64, batch=128, image=32, patch=4)  # activations dominate the parameters here
+
+
+def build_model(solver: str, depth: int, dim: int, image: int, patch: int) -> torch.nn.Module:
+    """A ViT with ``solver`` (``"reference"``: the hand-written baseline with the diffusion model's weights)."""
+    torch.manual_seed(0)
+    if solver == "reference":
+        from benchmarks.reference import ReferenceViT
+
+        library = build_model("diffusion", depth, dim, image, patch)
+        return ReferenceViT(image, patch, 3, 10, depth, dim, heads=4).load_from(library)
+    dt = 1.0 if solver in ("diffusion", "light_wave") else None
+    return odeformer.ViT(
+        image_size=image,
+        patch_size=patch,
+        in_chans=3,
+        num_classes=10,
+        depth=depth,
+        dim=dim,
+        heads=4,
+        solver=solver,
+        dt=dt,
+    )
+
+
+def train_step(model: torch.nn.Module, batch: int, image: int, device: str) -> Callable[[], None]:
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    images = torch.randn(batch, 3, image, image, device=device)
+    labels = torch.randint(0, 10, (batch,), device=device)
+
+    def step():
+        loss = F.cross_entropy(model(images), labels)
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+
+    return step
+
+
+def interleaved(functions: dict[str, Callable[[], None]], rounds: int, warmup: int, device: str) -> dict[str, float]:
+    """Median seconds per call of each function, calling them in turn (rotating the order) ``rounds`` times."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    names = list(functions)
+    for _ in range(warmup):
+        for name in names:
+            functions[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            sync()
+            start = time.perf_counter()
+            functions[name]()
+            sync()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def vit_times(rounds: int, device: str) -> dict[str, float]:
+    steps = {}
+    for solver in ("reference", "diffusion", "light_wave", "full_wave"):
+        model = build_model(solver, VIT["depth"], VIT["dim"], VIT["image"], VIT["patch"]).to(device)
+        steps[solver] = train_step(model, VIT["batch"], VIT["image"], device)
+    return interleaved(steps, rounds, warmup=2, device=device)
+
+
+def integrate_times(rounds: int, device: str) -> dict[str, float]:
+    """A small field (loop overhead matters): ``tanh(y W)`` on ``(64, 32)``, 100 steps over ``[0, 1]``."""
+    import torchdiffeq
+    import torchode
+
+    g = torch.Generator().manual_seed(0)
+    W = (torch.randn(32, 32, generator=g) / 32**0.5).to(device)
+    y0 = torch.randn(64, 32, generator=g).to(device)
+    n, T = 100, 1.0
+
+    def field(t, y):
+        return torch.tanh(y @ W)
+
+    grid = torch.tensor([0.0, T], device=device)
+    term = torchode.ODETerm(field)
+    heun = torchode.AutoDiffAdjoint(torchode.Heun(term=term), torchode.FixedStepController())
+    problem = torchode.InitialValueProblem(y0=y0, t_eval=grid.repeat(64, 1))
+    dt0 = torch.full((64,), T / n, device=device)
+    rk4, heun_ours = solvers.RK4ThreeEighths(), solvers.Heun()
+    fields = [field] * n
+    functions = {
+        "ours_rk4_38": lambda: solvers.integrate(rk4, fields, y0, T / n),
+        "torchdiffeq_rk4": lambda: torchdiffeq.odeint(field, y0, grid, method="rk4", options={"step_size": T / n}),
+        "ours_heun": lambda: solvers.integrate(heun_ours, fields, y0, T / n),
+        "torchode_heun": lambda: heun.solve(problem, dt0=dt0),
+    }
+    with torch.no_grad():
+        return interleaved(functions, rounds, warmup=2, device=device)
+
+
+def compile_times(rounds: int, device: str) -> dict[str, float]:
+    eager = build_model("diffusion", VIT["depth"], VIT["dim"], VIT["image"], VIT["patch"]).to(device)
+    compiled_model = build_model("diffusion", VIT["depth"], VIT["dim"], VIT["image"], VIT["patch"]).to(device)
+    compiled = torch.compile(compiled_model)
+    steps = {
+        "eager": train_step(eager, VIT["batch"], VIT["image"], device),
+        "compiled": train_step(compiled, VIT["batch"], VIT["image"], device),
+    }
+    return interleaved(steps, rounds, warmup=3, device=device)
+
+
+def memory(solver: str, depth: int, device: str) -> dict:
+    args = [
+        sys.executable,
+        "-m",
+        "benchmarks.memory",
+        "--solver",
+        solver,
+        "--depth",
+        str(depth),
+        "--device",
+        device,
+        *(f"--{k}={v}" for k, v in MEMORY.items()),
+    ]
+    # A fixed mmap threshold: glibc otherwise raises it after large frees, keeping freed activation buffers in a
+    # fragmented heap, so the resident set would show the allocator's history instead of the memory in use.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    done = subprocess.run(args, capture_output=True, text=True, check=True, cwd=ROOT, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run(quick: bool, device: str) -> dict:
+    rounds = 5 if quick else 20
+    started = time.time()
+    vit = vit_times(rounds, device)
+    integ = integrate_times(rounds * 2, device)
+    comp = compile_times(max(3, rounds // 2), device)
+    mem = {
+        f"{s}_d{d}": memory(s, d, device)
+        for s, d in [("diffusion", 6), ("full_wave", 6), ("reversible", 6), ("reversible", 48)]
+    }
+    results = {
+        "euler_vs_reference": vit["diffusion"] / vit["reference"],
+        "light_vs_diffusion_time": vit["light_wave"] / vit["diffusion"],
+        "full_vs_diffusion_time": vit["full_wave"] / vit["diffusion"],
+        "full_vs_diffusion_memory": mem["full_wave_d6"]["peak_mb"] / mem["diffusion_d6"]["peak_mb"],
+        "reversible_memory_depth48_vs_depth6": mem["reversible_d48"]["peak_mb"] / mem["reversible_d6"]["peak_mb"],
+        "integrate_vs_torchdiffeq": integ["ours_rk4_38"] / integ["torchdiffeq_rk4"],
+        "integrate_vs_torchode": integ["ours_heun"] / integ["torchode_heun"],
+        "compile_speedup": comp["eager"] / comp["compiled"],
+    }
+    results["raw"] = {
+        "vit_step_s": vit,
+        "integrate_s": integ,
+        "compile_step_s": comp,
+        "memory_mb": mem,
+        "sizes": {"vit": VIT, "memory": MEMORY},
+        "rounds": rounds,
+        "device": device,
+        "wall_s": round(time.time() - started, 1),
+        "torch": torch.__version__,
+        "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}"
+        if device == "cpu"
+        else torch.cuda.get_device_name(),
+    }
+    return results
+
+
+def table(results: dict) -> str:
+    lines = ["| measure | value | goal | met | what |", "|---|---|---|---|---|"]
+    for key, (op, goal, what) in GOALS.items():
+        value = results[key]
+        met = value <= goal if op == "<=" else value >= goal
+        lines.append(f"| `{key}` | {value:.3f} | {op} {goal} | {'yes' if met else 'no'} | {what} |")
+    return "\n".join(lines)
+
+
+def write_results(markdown: str, path: Path) -> None:
+    block = f"{BEGIN}\n{markdown}\n{END}"
+    text = path.read_text() if path.exists() else "# Results\n\n"
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (under 3 minutes on 2 CPU cores)")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--results", type=Path, default=None, help="rewrite the benchmark block of this markdown")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    results = run(args.quick, args.device)
+    text = table(results)
+    print(text)
+    raw = results["raw"]
+    print(f"\n{raw['machine']}, torch {raw['torch']}, {raw['wall_s']} s")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    if args.results:
+        command = "python -m benchmarks.run" + (" --quick" if args.quick else "") + f" --results {args.results}"
+        sizes = (
+            f"ViT timing: dim {VIT['dim']}, depth {VIT['depth']}, heads 4, {(VIT['image'] // VIT['patch']) ** 2 + 1} "
+            f"tokens, batch {VIT['batch']}; memory: dim {MEMORY['dim']}, batch {MEMORY['batch']}, peak over three "
+            "training steps minus the size before them, in a fresh process each."
+        )
+        write_results(
+            f"Generated by `{command}` on {raw['machine']} (torch {raw['torch']}, {raw['rounds']} "
+            f"interleaved rounds, {raw['wall_s']} s, {time.strftime('%Y-%m-%d')}). {sizes}\n\n{text}\n",
+            args.results,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
