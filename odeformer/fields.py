@@ -193,4 +193,4 @@ class FeedForward(nn.Module):
         return self.mlp.position(self.norm.position(x))
 
     def joint(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        return self.mlp(*self.norm(x, v))
+        return self.mlp.stacked(self.norm.stacked(x, v))

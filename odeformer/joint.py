@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +40,8 @@ def _gelu_tanh_prime(z: Tensor) -> Tensor:
 
 
 def _gelu_second(z: Tensor) -> Tensor:
-    return _INV_SQRT_2PI * torch.exp(-0.5 * z * z) * (2.0 - z * z)
+    square = z * z
+    return torch.exp(square * -0.5).mul_(square.neg_().add_(2.0)).mul_(_INV_SQRT_2PI)
 
 
 def _gelu_tanh_second(z: Tensor) -> Tensor:
@@ -48,6 +50,16 @@ def _gelu_tanh_second(z: Tensor) -> Tensor:
     du = _TANH_C * (1.0 + 3 * 0.044715 * z * z)
     ddu = _TANH_C * 6 * 0.044715 * z
     return (1.0 - th * th) * (du + 0.5 * z * (ddu - 2.0 * th * du * du))
+
+
+def _gelu_derivatives(z: Tensor) -> tuple[Tensor, Tensor]:
+    density = torch.exp(z * z * -0.5).mul_(_INV_SQRT_2PI)  # the standard normal density at z
+    prime = torch.erf(z * (1 / _SQRT_2)).add_(1.0).mul_(0.5).addcmul_(z, density)
+    return prime, density.mul_((z * z).neg_().add_(2.0))
+
+
+def _separately(prime, second):
+    return lambda z: (prime(z), second(z))
 
 
 def _relu_prime(z: Tensor) -> Tensor:
@@ -68,20 +80,48 @@ def _silu_second(z: Tensor) -> Tensor:
     return s * (1.0 - s) * (2.0 + z * (1.0 - 2.0 * s))
 
 
-Triple = tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]
+class Activation(NamedTuple):
+    """An activation with what the velocity path needs: ``φ``, ``φ'``, ``φ''`` and the fused ``g ⊙ φ'(z)``."""
 
-ACTIVATIONS: dict[str, Triple] = {
-    "gelu": (F.gelu, _gelu_prime, _gelu_second),
-    "gelu_tanh": (lambda z: F.gelu(z, approximate="tanh"), _gelu_tanh_prime, _gelu_tanh_second),
-    "relu": (F.relu, _relu_prime, _relu_second),
-    "silu": (F.silu, _silu_prime, _silu_second),
+    phi: Callable[[Tensor], Tensor]
+    prime: Callable[[Tensor], Tensor]
+    second: Callable[[Tensor], Tensor]
+    prime_times: Callable[[Tensor, Tensor], Tensor]  # (g, z) -> g ⊙ φ'(z), one fused kernel
+    derivatives: Callable[[Tensor], tuple[Tensor, Tensor]]  # z -> (φ'(z), φ''(z)), sharing subexpressions
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "gelu": Activation(
+        F.gelu, _gelu_prime, _gelu_second, lambda g, z: torch.ops.aten.gelu_backward(g, z), _gelu_derivatives
+    ),
+    "gelu_tanh": Activation(
+        lambda z: F.gelu(z, approximate="tanh"),
+        _gelu_tanh_prime,
+        _gelu_tanh_second,
+        lambda g, z: torch.ops.aten.gelu_backward(g, z, approximate="tanh"),
+        _separately(_gelu_tanh_prime, _gelu_tanh_second),
+    ),
+    "relu": Activation(
+        F.relu,
+        _relu_prime,
+        _relu_second,
+        lambda g, z: torch.ops.aten.threshold_backward(g, z, 0.0),
+        _separately(_relu_prime, _relu_second),
+    ),
+    "silu": Activation(
+        F.silu,
+        _silu_prime,
+        _silu_second,
+        lambda g, z: torch.ops.aten.silu_backward(g, z),
+        _separately(_silu_prime, _silu_second),
+    ),
 }
-"""Activation name -> (φ, φ', φ''). Only activations with exact derivatives here may carry a velocity (φ'' is what
-the backward pass of the velocity path needs)."""
+"""Activation name -> :class:`Activation`. Only activations with exact derivatives here may carry a velocity
+(``φ''`` is what the backward pass of the velocity path needs)."""
 
 
-def activation(name: str) -> Triple:
-    """``(φ, φ', φ'')`` for a known activation, or a one-line error listing the known ones."""
+def activation(name: str) -> Activation:
+    """The :class:`Activation` for a known name, or a one-line error listing the known ones."""
     if name not in ACTIVATIONS:
         raise ValueError(
             f"activation {name!r} has no known derivative for the velocity path; choose one of "
@@ -108,14 +148,11 @@ class JointLayerNorm(nn.Module):
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
 
     def forward(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return self.stacked(x, v).unbind(0)
+
+    def stacked(self, x: Tensor, v: Tensor) -> Tensor:
+        """``(x_out, v_out)`` stacked as one ``(2, ..., D)`` tensor (what :meth:`JointMLP.stacked` takes)."""
         return _JointLayerNorm.apply(x, v, self.weight, self.bias, self.eps, self.mode == "exact")
-
-
-def _normalise(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """``(x̂, 1/s)``: the normalised state and the inverse standard deviation ``(B.., 1)``."""
-    var, mean = torch.var_mean(x, dim=-1, unbiased=False, keepdim=True)
-    inv_std = torch.rsqrt(var + eps)
-    return (x - mean) * inv_std, inv_std
 
 
 def _velocity(x_hat: Tensor, inv_std: Tensor, v: Tensor, exact: bool) -> Tensor:
@@ -130,32 +167,38 @@ def _sum_leading(t: Tensor) -> Tensor:
 
 
 class _JointLayerNorm(torch.autograd.Function):
-    """``(x, v) -> (x̂ ⊙ γ + β, u ⊙ γ)`` saving only ``x̂``, ``1/s`` and ``v``; the backward pass is written out.
+    """``(x, v) -> stack(LN(x), u ⊙ γ)`` saving ``x``, ``v`` and the row statistics; the backward pass is written out.
 
-    With ``a = g_v ⊙ γ``, ``m = mean(x̂ ⊙ v)`` and ``1/s`` per row: the paper rule gives ``∂/∂v = a / s`` and
-    ``∂/∂x = -x̂ mean(a ⊙ v) / s²``; the exact rule ``∂/∂v = (a - mean a - x̂ mean(a ⊙ x̂)) / s`` and ``∂/∂x =
-    -x̂ mean(a ⊙ u) / s - m a / s² + m mean(a) / s² + m x̂ mean(a ⊙ x̂) / s² - u mean(a ⊙ x̂) / s``; plus the usual
-    LayerNorm backward of the state. Tested against autograd of the plain formulas.
+    The state goes through PyTorch's fused LayerNorm (forward and backward). With ``a = g_v ⊙ γ``,
+    ``m = mean(x̂ ⊙ v)`` and ``1/s`` per row, the velocity adds: paper rule, ``∂/∂v = a / s`` and
+    ``∂/∂x = -x̂ mean(a ⊙ v) / s²``; exact rule, ``∂/∂v = (a - mean a - x̂ mean(a ⊙ x̂)) / s`` and ``∂/∂x =
+    -x̂ mean(a ⊙ u) / s - m a / s² + m mean(a) / s² + m x̂ mean(a ⊙ x̂) / s² - u mean(a ⊙ x̂) / s``. Tested against
+    autograd of the plain formulas.
     """
 
     @staticmethod
     def forward(ctx, x, v, weight, bias, eps: float, exact: bool):
-        x_hat, inv_std = _normalise(x, eps)
+        shape = (x.shape[-1],)
+        out_x, mean, inv_std = torch.native_layer_norm(x, shape, weight, bias, eps)
+        x_hat = (x - mean) * inv_std if exact else None
         u = _velocity(x_hat, inv_std, v, exact)
-        ctx.save_for_backward(x_hat, inv_std, v, weight)
+        ctx.save_for_backward(x, v, mean, inv_std, weight, bias)
         ctx.exact = exact
-        return x_hat * weight + bias, u * weight
+        return torch.stack((out_x, u * weight))
 
     @staticmethod
-    def backward(ctx, grad_x, grad_v):
-        x_hat, inv_std, v, weight = ctx.saved_tensors
+    def backward(ctx, grad_out):
+        grad_x, grad_v = grad_out.unbind(0)
+        x, v, mean, inv_std, weight, bias = ctx.saved_tensors
+        dx, grad_weight, grad_bias = torch.ops.aten.native_layer_norm_backward(
+            grad_x, x, (x.shape[-1],), mean, inv_std, weight, bias, [True, True, True]
+        )
+        x_hat = (x - mean) * inv_std
         u = _velocity(x_hat, inv_std, v, ctx.exact)
-        g = grad_x * weight  # the state's LayerNorm backward
-        dx = inv_std * (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True))
         a = grad_v * weight
         if not ctx.exact:
             dv = a * inv_std
-            dx = dx - x_hat * (a * v).mean(-1, keepdim=True) * inv_std * inv_std
+            dx = dx - x_hat * ((a * v).mean(-1, keepdim=True) * inv_std * inv_std)
         else:
             a_mean, a_xhat = a.mean(-1, keepdim=True), (a * x_hat).mean(-1, keepdim=True)
             m = (x_hat * v).mean(-1, keepdim=True)
@@ -165,8 +208,7 @@ class _JointLayerNorm(torch.autograd.Function):
                 + inv_std * inv_std * m * (a_mean - a + x_hat * a_xhat)
                 - inv_std * u * a_xhat
             )
-        grad_weight = _sum_leading(grad_x * x_hat) + _sum_leading(grad_v * u)
-        return dx, dv, grad_weight, _sum_leading(grad_x), None, None
+        return dx, dv, grad_weight + _sum_leading(grad_v * u), grad_bias, None, None
 
 
 class JointMLP(nn.Module):
@@ -177,25 +219,27 @@ class JointMLP(nn.Module):
 
     def __init__(self, dim: int, hidden: int, activation_name: str = "gelu", dropout: float = 0.0):
         super().__init__()
-        self.functions = activation(activation_name)
-        self.phi, self.phi_prime, _ = self.functions
+        self.act = activation(activation_name)
         self.activation_name = activation_name
         self.fc1 = nn.Linear(dim, hidden)
         self.fc2 = nn.Linear(hidden, dim)
         self.drop = nn.Dropout(dropout)
 
     def position(self, x: Tensor) -> Tensor:
-        return self.drop(self.fc2(self.drop(self.phi(self.fc1(x)))))
+        return self.drop(self.fc2(self.drop(self.act.phi(self.fc1(x)))))
 
     def forward(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        pre = F.linear(torch.stack((x, v)), self.fc1.weight)  # (2, ..., H): one GEMM for state and velocity
-        pre[0] += self.fc1.bias  # in place: the saved pre-activations share one buffer
-        pre_x, pre_v = pre.unbind(0)
+        return self.stacked(torch.stack((x, v)))
+
+    def stacked(self, xv: Tensor) -> tuple[Tensor, Tensor]:
+        """The joint map of ``xv = stack(x, v)``, ``(2, ..., D)``: one GEMM per weight for state and velocity."""
+        pre = F.linear(xv, self.fc1.weight)  # (2, ..., H), without the bias (it acts on the state only)
         if self.training and self.drop.p > 0:
-            h_x, h_v = self._dropout(self.phi(pre_x), self.phi_prime(pre_x) * pre_v)
+            pre_x = pre[0] + self.fc1.bias
+            h_x, h_v = self._dropout(self.act.phi(pre_x), self.act.prime_times(pre[1], pre_x))
             out = F.linear(torch.stack((h_x, h_v)), self.fc2.weight)
             return self._dropout(out[0] + self.fc2.bias, out[1])
-        return _JointHidden.apply(pre_x, pre_v, self.fc2.weight, self.fc2.bias, self.functions)
+        return _JointHidden.apply(pre, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.act)
 
     def _dropout(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Dropout with one mask for state and velocity: the velocity must see the map the state went through."""
@@ -207,37 +251,42 @@ class JointMLP(nn.Module):
 
 
 class _JointHidden(torch.autograd.Function):
-    """``(p_x, p_v) -> (φ(p_x) W₂ᵀ + b₂, (φ'(p_x) ⊙ p_v) W₂ᵀ)``, saving only ``p_x`` and ``p_v``.
+    """``pre = stack(x W₁ᵀ, v W₁ᵀ) -> (φ(p_x) W₂ᵀ + b₂, (φ'(p_x) ⊙ p_v) W₂ᵀ)`` with ``p_x = pre[0] + b₁``, saving
+    only ``pre``.
 
     Left to autograd, the chain ``φ'(p_x) ⊙ p_v`` saves every intermediate of ``φ'`` and both hidden activations;
-    here the backward pass recomputes ``φ(p_x)``, ``φ'(p_x)`` and ``φ''(p_x)`` (cheap, elementwise) instead, which is
-    what keeps Full Wave's memory near diffusion's.
+    here the backward pass recomputes them (elementwise, with the fused ``g ⊙ φ'`` kernels) instead, which keeps Full
+    Wave's memory near diffusion's, and the gradient for ``pre`` comes back as one tensor.
     """
 
     @staticmethod
-    def forward(ctx, pre_x: Tensor, pre_v: Tensor, weight: Tensor, bias: Tensor, functions: Triple):
-        phi, phi_prime, _ = functions
-        out = F.linear(torch.stack((phi(pre_x), phi_prime(pre_x) * pre_v)), weight)  # (2, ..., D)
-        ctx.save_for_backward(pre_x, pre_v, weight)
-        ctx.functions = functions
-        return out[0] + bias, out[1]
+    def forward(ctx, pre: Tensor, bias1: Tensor, weight: Tensor, bias2: Tensor, act: Activation):
+        pre_x = pre[0] + bias1
+        hidden = torch.stack((act.phi(pre_x), act.prime_times(pre[1], pre_x)))  # (2, ..., H)
+        out = F.linear(hidden, weight)  # (2, ..., D)
+        ctx.save_for_backward(pre, bias1, weight)
+        ctx.act = act
+        return out[0] + bias2, out[1]
 
     @staticmethod
     def backward(ctx, grad_x: Tensor, grad_v: Tensor):
-        # Ordered, and in place where the buffers are ours, to keep few hidden-size tensors alive at once.
-        pre_x, pre_v, weight = ctx.saved_tensors
-        phi, phi_prime, phi_second = ctx.functions
-        width = pre_x.shape[-1]
+        # φ' and φ'' once (they share subexpressions); in place where the buffers are ours, so that few hidden-size
+        # tensors are alive at once.
+        pre, bias1, weight = ctx.saved_tensors
+        act = ctx.act
+        pre_x, pre_v = pre[0] + bias1, pre[1]
+        width = pre.shape[-1]
         flat_x, flat_v = grad_x.reshape(-1, grad_x.shape[-1]), grad_v.reshape(-1, grad_v.shape[-1])
-        grad_weight = flat_x.t() @ phi(pre_x).reshape(-1, width)
-        slope = phi_prime(pre_x)
+        grad_weight = flat_x.t() @ act.phi(pre_x).reshape(-1, width)
+        slope, curvature = act.derivatives(pre_x)
         grad_weight += flat_v.t() @ (slope * pre_v).reshape(-1, width)
-        grad_hidden = F.linear(torch.stack((grad_x, grad_v)), weight.t())  # (2, ..., H)
-        curvature = phi_second(pre_x).mul_(pre_v).mul_(grad_hidden[1])
-        grad_pre_x = grad_hidden[0].mul_(slope).add_(curvature)
-        del curvature
-        grad_pre_v = grad_hidden[1].mul_(slope)
-        return grad_pre_x, grad_pre_v, grad_weight, flat_x.sum(0), None
+        grad_pre = F.linear(torch.stack((grad_x, grad_v)), weight.t())  # (2, ..., H): gradient of the hidden pair
+        curvature.mul_(pre_v).mul_(grad_pre[1])
+        grad_pre.mul_(slope)
+        grad_pre[0] += curvature
+        del curvature, slope
+        grad_bias1 = grad_pre[0].reshape(-1, width).sum(0)
+        return grad_pre, grad_bias1, grad_weight, flat_x.sum(0), None
 
 
 class JointJVP(nn.Module):

@@ -141,7 +141,7 @@ def test_dropout_uses_one_mask_for_state_and_velocity():
 
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
 def test_second_derivatives_are_exact(name):
-    phi, phi_prime, phi_second = ACTIVATIONS[name]
+    phi, phi_prime, phi_second, prime_times, derivatives = ACTIVATIONS[name]
     z = torch.linspace(-6, 6, 2001, dtype=torch.float64).requires_grad_()
     (first,) = torch.autograd.grad(phi(z).sum(), z, create_graph=True)
     torch.testing.assert_close(first, phi_prime(z), rtol=1e-12, atol=1e-12)
@@ -149,6 +149,11 @@ def test_second_derivatives_are_exact(name):
     second = torch.autograd.grad(slope.sum(), z)[0] if slope.requires_grad else torch.zeros_like(z)  # relu: a step
     mask = z.abs() > 1e-9  # relu's kink
     torch.testing.assert_close(second[mask], phi_second(z.detach())[mask], rtol=1e-10, atol=1e-12)
+    g = torch.randn_like(z)
+    torch.testing.assert_close(prime_times(g, z.detach()), g * phi_prime(z.detach()), rtol=1e-12, atol=1e-12)
+    both = derivatives(z.detach())
+    torch.testing.assert_close(both[0], phi_prime(z.detach()), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(both[1], phi_second(z.detach()), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
@@ -156,7 +161,7 @@ def test_joint_mlp_backward_equals_autograd_of_its_definition(name):
     """The fused backward (recomputing φ, φ', φ'') against autograd through the plain formula, and gradcheck."""
     g, x, v = _draw(7, (2, 3, 5), 1.0)
     mlp = _randomise(JointMLP(5, 9, name).double(), g)
-    phi, phi_prime, _ = ACTIVATIONS[name]
+    phi, phi_prime = ACTIVATIONS[name].phi, ACTIVATIONS[name].prime
 
     def plain(x, v, w1, b1, w2, b2):
         pre_x, pre_v = x @ w1.T + b1, v @ w1.T
