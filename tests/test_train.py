@@ -214,7 +214,7 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["solver=wave"], "unknown solver 'wave'; choose one of: damped, diffusion, full_wave"),
+        (["solver=wave"], "unknown solver 'wave'; choose one of: bosh3, damped, diffusion, dopri5"),
         (["model=gpt"], "unknown model 'gpt'; choose one of: causal_lm, masked_lm, node_classifier, vit"),
         (["data=imagenet"], "unknown data 'imagenet'; choose one of: digits, fashion_mnist"),
         (["model.dt=-0.5"], "dt must be positive and finite"),
