@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 import odeformer
 import solvers
+from odeformer.reproduce import write_results
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- begin: benchmarks -->", "<!-- end: benchmarks -->"
@@ -212,16 +213,6 @@ def table(results: dict) -> str:
         met = value <= goal if op == "<=" else value >= goal
         lines.append(f"| `{key}` | {value:.3f} | {op} {goal} | {'yes' if met else 'no'} | {what} |")
     return "\n".join(lines)
-
-
-def write_results(markdown: str, path: Path) -> None:
-    block = f"{BEGIN}\n{markdown}\n{END}"
-    text = path.read_text() if path.exists() else "# Results\n\n"
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -198,12 +198,13 @@ def oversmoothing(section: Section, results, runs_dir: Path, out: Path) -> list[
     return [f"{m}.png" for m in ("cosine", "rank_collapse", "dirichlet", "spectral_gap") if (out / f"{m}.png").exists()]
 
 
-def write_results(markdown: str, path: Path) -> None:
-    """Replace the block between the reproduce markers in ``path`` (creating the file or the block if needed)."""
-    block = f"{BEGIN}\n{markdown}\n{END}"
+def write_results(markdown: str, path: Path, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the block between ``begin`` and ``end`` in ``path`` (creating the file or the block if needed), so
+    each generator owns its block and the prose around the blocks is kept."""
+    block = f"{begin}\n{markdown}\n{end}"
     text = path.read_text() if path.exists() else "# Results\n\n"
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
