@@ -107,7 +107,7 @@ class TrainOptions:
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     grad_clip: float = 1.0  # max gradient norm; 0 disables
     eval_every: int = 100  # steps between evaluations (and checkpoints)
-    eval_batches: int = 50  # at most this many batches per evaluation of a split (text: windows)
+    eval_batches: int = 50  # validation: at most this many batches (0: all); text: windows of each evaluation
     log_every: int = 10
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda

@@ -112,7 +112,8 @@ def _train(job: tuple[str, list[str], str]) -> dict[str, Any]:
     summary_path = Path(out_dir) / "summary.json"
     if summary_path.exists():
         return json.loads(summary_path.read_text())
-    cfg = train.compose([*overrides, "train.progress=false"])
+    resume = ["train.resume=true"] if (Path(out_dir) / "last.pt").exists() else []  # an interrupted sweep
+    cfg = train.compose([*overrides, *resume, "train.progress=false"])
     return train.run(cfg, Path(out_dir))
 
 

@@ -88,9 +88,7 @@ def warn_unstable(model: Any) -> None:
 
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Train one configuration into ``out_dir``; return the summary."""
-    train = OmegaConf.to_container(cfg.train, resolve=True)
-    del train["out_dir"]  # where to write is out_dir; the rest is the loop's
-    options = Options(**train, batch_size=cfg.data.batch_size)
+    options = Options(**OmegaConf.to_container(cfg.train, resolve=True), batch_size=cfg.data.batch_size)
     check_run_directory(out_dir, options.resume)
     torch.manual_seed(options.seed)  # the model's initial weights are part of the run's seed
     data, model, info = build(OmegaConf.to_container(cfg, resolve=True))

@@ -28,6 +28,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .config import TrainOptions
 from .data import TaskData
 
 FORMAT = "odeformer-checkpoint-1"
@@ -274,24 +275,9 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 
 @dataclass
-class Options:
-    """What the loop needs; the Hydra ``train`` group maps onto it field by field (see ``odeformer/config.py``)."""
+class Options(TrainOptions):
+    """What the loop needs: the ``train`` config group (``odeformer/config.py``) plus the data's batch size."""
 
-    max_steps: int = 1000
-    lr: float = 3e-3
-    weight_decay: float = 0.05
-    warmup_steps: int = 50
-    min_lr_ratio: float = 0.1
-    grad_clip: float = 1.0
-    eval_every: int = 100
-    eval_batches: int = 0
-    log_every: int = 10
-    seed: int = 0
-    device: str = "auto"
-    precision: str = "auto"
-    resume: bool = False
-    compile: bool = False
-    progress: bool = True
     batch_size: int = 64
 
     def __post_init__(self) -> None:
@@ -431,10 +417,13 @@ class Trainer:
         return value > self.best_val if self.task.higher_is_better else value < self.best_val
 
     def evaluate(self, split: str) -> dict[str, float]:
+        """Metrics on ``split``: validation is capped at ``eval_batches`` batches, the test split is used whole
+        (a text stream is sampled: the same number of windows as validation)."""
         model = self.task.network(_unwrap(self.model))
         model.eval()
+        limit = self.options.eval_batches if split == "val" or isinstance(self.task, TextTask) else 0
         with self.autocast():
-            result = self.task.evaluate(model, split, self.options.eval_batches)
+            result = self.task.evaluate(model, split, limit)
         model.train()
         return result
 
