@@ -87,7 +87,8 @@ class AbstractStepper(nn.Module):
     """Base class of every integrator; subclass it for your own scheme (see ``docs/extending.md``).
 
     A subclass implements :meth:`step` (and :meth:`init` if it carries state between steps) and declares the class
-    variables below. It must be constructible with no arguments.
+    variables below. It must be constructible with no arguments. An intermediate base class that declares nothing yet
+    says so: ``class MyFamily(AbstractStepper, abstract=True)``.
     """
 
     order: ClassVar[int]
