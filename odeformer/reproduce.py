@@ -110,7 +110,7 @@ def _train(job: tuple[str, list[str], str]) -> dict[str, Any]:
 
     name, overrides, out_dir = job
     summary_path = Path(out_dir) / "summary.json"
-    if summary_path.exists():
+    if summary_path.exists() and json.loads(summary_path.read_text())["status"] == "completed":
         return json.loads(summary_path.read_text())
     resume = ["train.resume=true"] if (Path(out_dir) / "last.pt").exists() else []  # an interrupted sweep
     cfg = train.compose([*overrides, *resume, "train.progress=false"])
