@@ -90,7 +90,8 @@ MEASURES = ("cosine", "dirichlet", "rank_collapse", "spectral_gap", "wave_energy
 def layer_measures(
     model: Any, *inputs: Any, drop_first: bool = False, edge_index: Tensor | None = None, **context: Any
 ) -> dict[str, Any]:
-    """Every measure at every layer of ``model`` (a task model with a ``backbone``) on one batch ``inputs``.
+    """Every measure at every layer of ``model`` (a task model with a ``backbone``, discrete or continuous: then at
+    its ``depth`` recorded times) on one batch ``inputs``.
 
     Returns ``{"depth": [0..L], "dt": [...], "cosine": [...], "dirichlet": [...], "rank_collapse": [...],
     "spectral_gap": [...] (L values, per layer input), "wave_energy": [...] (L values), "graph_dirichlet": [...]
@@ -100,18 +101,18 @@ def layer_measures(
     model.eval()
     states = model.trajectory(*inputs)
     xs = [s.x if isinstance(s, PhaseState) else s for s in states]
-    layers = model.backbone.layers
-    out: dict[str, Any] = {"depth": list(range(len(xs))), "dt": [layer.dt for layer in layers]}
+    steps = _steps(model.backbone, len(xs) - 1)
+    out: dict[str, Any] = {"depth": list(range(len(xs))), "dt": [dt for _, dt in steps]}
     out["cosine"] = [float(token_cosine(x, drop_first).mean()) for x in xs]
     out["dirichlet"] = [float(dirichlet_energy(x).mean()) for x in xs]
     out["rank_collapse"] = [float(rank_collapse(x).mean()) for x in xs]
     if edge_index is not None:
         out["graph_dirichlet"] = [float(dirichlet_energy(x, edge_index).mean()) for x in xs]
     gaps, energies = [], []
-    for layer, x, x_next in zip(layers, xs, xs[1:]):
-        attention = _attention_weights(layer.attention, x, context)
+    for (field, dt), x, x_next in zip(steps, xs, xs[1:]):
+        attention = _attention_weights(field, x, context)
         gaps.append(float(spectral_gap(attention).mean()))
-        energies.append(float(wave_energy(x, x_next, layer.dt, attention).mean()))
+        energies.append(float(wave_energy(x, x_next, dt, attention).mean()))
     out["spectral_gap"], out["wave_energy"] = gaps, energies
     if any(isinstance(s, PhaseState) for s in states):
         out["phase"] = [
@@ -119,6 +120,14 @@ def layer_measures(
             for s in states
         ]
     return out
+
+
+def _steps(backbone: Any, count: int) -> list[tuple[Any, float]]:
+    """``(attention field, dt)`` per recorded step: a discrete backbone's layers, or a continuous backbone's tied
+    field at its ``count`` evenly spaced output times."""
+    if backbone.layers:
+        return [(layer.attention, layer.dt) for layer in backbone.layers]
+    return [(backbone.field.attention, backbone.preset.T / count)] * count
 
 
 def _attention_weights(field: Any, x: Tensor, context: dict[str, Any]) -> Tensor:

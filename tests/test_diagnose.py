@@ -66,3 +66,17 @@ def test_diagnose_bad_input_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("odeformer-diagnose: error:") for line in err)
     assert "unknown solver 'wave'" in err[1]
+
+
+def test_diagnose_a_continuous_depth_run(tmp_path):
+    run = tmp_path / "continuous"
+    done = subprocess.run(
+        [sys.executable, "-m", "odeformer.train", "train=debug", "data=digits", "model.depth=3", "model.dim=16",
+         "model.heads=2", "solver=dopri5_wave", "train.max_steps=4", "train.eval_every=2", f"train.out_dir={run}"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert main([str(run), "--batch", "4"]) == 0
+    curves = json.loads((run / "diagnostics" / "spectral_gap.json").read_text())
+    assert [len(v) for v in curves.values()] == [3]
+    assert (run / "diagnostics" / "phase.png").exists()
