@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .config import MODEL_SCHEMAS, Config, ContinuousSolverConfig, DataConfig, SolverConfig, TrainOptions
 from .data import DatasetNotFound
-from .runs import KINDS, MODEL_FOR_KIND, SIZES, UsageError, build  # noqa: F401 - KINDS etc. for the tests
+from .runs import UsageError, build
 from .stability import max_stable_dt
 from .trainer import CheckpointError, Options, RunDirectoryError, Trainer, TrainingDiverged, check_run_directory
 

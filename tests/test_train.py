@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+import odeformer.runs as runs
 import odeformer.train as entry
 from odeformer import PRESETS
 from odeformer.continuous import ContinuousBackbone
@@ -53,7 +54,7 @@ def _compose(overrides):
 
 def _model_for(cfg, data):
     name = cfg.model._target_.rsplit(".", 1)[-1]
-    sizes = {key: data.meta[key] for key in entry.SIZES[name]}
+    sizes = {key: data.meta[key] for key in runs.SIZES[name]}
     solver = OmegaConf.to_container(cfg.solver)
     preset = instantiate(cfg.solver, _partial_=True)(**{k: v for k, v in solver.items() if k.startswith("options")})
     return instantiate(cfg.model, _partial_=True)(solver=preset, **sizes)
@@ -96,7 +97,7 @@ def _inputs(data):
 
 @pytest.mark.parametrize("data", entry.choices("data"))
 def test_every_data_option_composes_and_loads(data):
-    cfg = _compose([f"data={data}", f"model={entry.MODEL_FOR_KIND['image']}"])
+    cfg = _compose([f"data={data}", f"model={runs.MODEL_FOR_KIND['image']}"])
     loaded = load(cfg.data.name, cfg.data.root, **OmegaConf.to_container(cfg.data.options, resolve=True))
     assert set(loaded.splits) == {"train", "val", "test"}
 
@@ -104,8 +105,8 @@ def test_every_data_option_composes_and_loads(data):
 @pytest.mark.parametrize("experiment", entry.choices("experiment"))
 def test_every_experiment_composes_and_builds(experiment):
     cfg = _compose([f"experiment={experiment}"])
-    data, model, info = entry.build(OmegaConf.to_container(cfg, resolve=True))
-    assert info["depth"] == cfg.model.depth and data.kind == entry.KINDS[type(model).__name__]
+    data, model, info = runs.build(OmegaConf.to_container(cfg, resolve=True))
+    assert info["depth"] == cfg.model.depth and data.kind == runs.KINDS[type(model).__name__]
 
 
 @pytest.mark.parametrize("train", entry.choices("train"))
