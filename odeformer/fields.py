@@ -164,10 +164,26 @@ class SimpleAttentionField(nn.Module):
 
     def weights(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """The (dense) attention matrix, for diagnostics and tests: ``(B, heads, N, N)``."""
+        q, k = self._unit_queries_keys(x)
+        raw = 1 + q @ k.transpose(-2, -1)
+        return raw / raw.sum(-1, keepdim=True)
+
+    def eigenvalues(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """The nonzero eigenvalues of :meth:`weights`, ``(B, heads, Dh + 1)``, without forming the ``N × N`` matrix.
+
+        ``A = D⁻¹ [1, q̃] [1, k̃]ᵀ = U Vᵀ`` has rank at most ``Dh + 1``, and ``U Vᵀ`` shares its nonzero eigenvalues
+        with the small ``Vᵀ U``.
+        """
+        q, k = self._unit_queries_keys(x)
+        ones = torch.ones_like(q[..., :1])
+        rows = q.shape[-2] + q @ k.sum(-2, keepdim=True).transpose(-2, -1)  # (B, H, N, 1): row sums of 1 + q̃·k̃
+        U, V = torch.cat([ones, q], -1) / rows, torch.cat([ones, k], -1)  # (B, H, N, Dh + 1)
+        return torch.linalg.eigvals((V.transpose(-2, -1) @ U).double())
+
+    def _unit_queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
         B, N, _ = x.shape
         q, k, _ = self.qkv(self.norm(x)).view(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        raw = 1 + F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
-        return raw / raw.sum(-1, keepdim=True)
+        return F.normalize(q, dim=-1), F.normalize(k, dim=-1)
 
 
 class FeedForward(nn.Module):

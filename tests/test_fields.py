@@ -127,3 +127,15 @@ def test_bad_field_arguments():
         AttentionField(8, 2)(0.0, torch.zeros(3, 8))
     with pytest.raises(ValueError, match="takes no attn_mask"):
         SimpleAttentionField(8)(0.0, torch.zeros(1, 3, 8), torch.ones(3, 3, dtype=torch.bool))
+
+
+@given(seed=seeds, heads=st.sampled_from([1, 2]), n=st.integers(3, 30))
+def test_simple_attention_low_rank_spectrum_matches_the_dense_one(seed, heads, n):
+    torch.manual_seed(seed)
+    field = SimpleAttentionField(8, heads).double()
+    x = _x(seed, N=n, D=8, dtype=torch.float64)
+    dense = torch.linalg.eigvals(field.weights(x)).abs().sort(-1, descending=True).values
+    small = field.eigenvalues(x).abs().sort(-1, descending=True).values
+    k = min(small.shape[-1], n)
+    torch.testing.assert_close(small[..., :k], dense[..., :k], rtol=1e-8, atol=1e-8)
+    assert torch.all(dense[..., k:] < 1e-8)  # the rest of the dense spectrum is zero (rank <= Dh + 1)
