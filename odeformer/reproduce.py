@@ -184,9 +184,11 @@ def accuracy_plot(section: Section, cells: dict, path: Path) -> None:
         means = [100 * statistics.fmean(row[d]) for d in depths]
         stds = [100 * statistics.stdev(row[d]) if len(row[d]) > 1 else 0 for d in depths]
         ax.errorbar([int(d) for d in depths], means, yerr=stds, marker="o", ms=4, capsize=3, label=solver)
-    ax.set(xscale="log", xlabel="depth (layers)", ylabel="test accuracy (%)", title=section.title[:60])
+    ax.set(xscale="log", xlabel="depth (layers)", ylabel="test accuracy (%)")
+    ax.set_title(section.title.split(" (")[0], fontsize=10)
     ax.set_xticks([int(d) for d in sorted(next(iter(cells.values())), key=float)])
     ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
