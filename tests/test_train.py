@@ -23,6 +23,12 @@ from odeformer.trainer import CheckpointError, EpochSampler, WindowSampler, load
 
 ROOT = Path(__file__).resolve().parents[1]
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2"]
+FASHION = Path("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz").exists()
+needs_fashion = pytest.mark.skipif(not FASHION, reason="apt-get install dataset-fashion-mnist (CI installs it)")
+
+
+def _fashion_marked(names):
+    return [pytest.param(n, marks=needs_fashion) if "fashion" in n or "fmnist" in n else n for n in names]
 
 
 def cli(*args, cwd=None, env=None, timeout=300):
@@ -95,14 +101,14 @@ def _inputs(data):
     return (data.splits["train"][0][:2],)
 
 
-@pytest.mark.parametrize("data", entry.choices("data"))
+@pytest.mark.parametrize("data", _fashion_marked(entry.choices("data")))
 def test_every_data_option_composes_and_loads(data):
     cfg = _compose([f"data={data}", f"model={runs.MODEL_FOR_KIND['image']}"])
     loaded = load(cfg.data.name, cfg.data.root, **OmegaConf.to_container(cfg.data.options, resolve=True))
     assert set(loaded.splits) == {"train", "val", "test"}
 
 
-@pytest.mark.parametrize("experiment", entry.choices("experiment"))
+@pytest.mark.parametrize("experiment", _fashion_marked(entry.choices("experiment")))
 def test_every_experiment_composes_and_builds(experiment):
     cfg = _compose([f"experiment={experiment}"])
     data, model, info = runs.build(OmegaConf.to_container(cfg, resolve=True))
@@ -222,7 +228,7 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
         (["model.dim=30", "model.heads=4"], "dim must be divisible by heads: got dim=30, heads=4"),
         (["model.depth=0"], "depth must be a positive int, got 0"),
         (["data=planetoid", "data.root=/nonexistent/odeformer"], "/nonexistent/odeformer"),
-        (["data=fashion_mnist", "data.options.subset=0"], "subset"),
+        pytest.param(["data=fashion_mnist", "data.options.subset=0"], "subset", marks=needs_fashion),
         (["data=shakespeare"], "trains on image data but data=shakespeare is text data; use model=causal_lm"),
     ],
 )
