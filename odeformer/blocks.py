@@ -38,21 +38,22 @@ SPLITTINGS = ("lie", "strang")
 class SplitDynamics(nn.Module):
     """Attention by ``stepper``; the FFN as a sub-step of the same size (chain rule on the velocity). See module doc."""
 
-    def __init__(self, stepper: AbstractStepper, splitting: str = "lie"):
+    def __init__(self, stepper: AbstractStepper, splitting: str = "lie", ffn_dt: float | None = None):
         super().__init__()
         if splitting not in SPLITTINGS:
             raise ValueError(f"splitting must be one of {', '.join(SPLITTINGS)}; got {splitting!r}.")
-        self.stepper, self.splitting = stepper, splitting
+        self.stepper, self.splitting, self.ffn_dt = stepper, splitting, ffn_dt
 
     def forward(self, attention, ffn, t, y, dt, state):
         if ffn is None:
             return self.stepper.step(attention, t, y, dt, state)
+        h = dt if self.ffn_dt is None else self.ffn_dt
         if self.splitting == "lie":
             y, state = self.stepper.step(attention, t, y, dt, state)
-            return _ffn_step(ffn, t, y, dt), state
-        y = _ffn_step(ffn, t, y, 0.5 * dt)
+            return _ffn_step(ffn, t, y, h), state
+        y = _ffn_step(ffn, t, y, 0.5 * h)
         y, state = self.stepper.step(attention, t, y, dt, state)
-        return _ffn_step(ffn, t, y, 0.5 * dt), state
+        return _ffn_step(ffn, t, y, 0.5 * h), state
 
 
 def _ffn_step(ffn, t, y, h):
@@ -65,7 +66,7 @@ def _ffn_step(ffn, t, y, h):
 class WholeDynamics(nn.Module):
     """``stepper`` on the whole block's field ``F_a(x) + F_f(x)`` (``splitting`` does not apply)."""
 
-    def __init__(self, stepper: AbstractStepper, splitting: str = "lie"):
+    def __init__(self, stepper: AbstractStepper, splitting: str = "lie", ffn_dt: float | None = None):
         super().__init__()
         self.stepper = stepper
 
@@ -83,7 +84,7 @@ class ReversibleDynamics(nn.Module):
     :class:`~odeformer.model.Backbone`). The stepper must offer ``inverse`` (``semi_implicit_euler`` does).
     """
 
-    def __init__(self, stepper: AbstractStepper, splitting: str = "lie"):
+    def __init__(self, stepper: AbstractStepper, splitting: str = "lie", ffn_dt: float | None = None):
         super().__init__()
         if not callable(getattr(stepper, "inverse", None)):
             raise ValueError(f"reversible dynamics need a stepper with an inverse; {type(stepper).__name__} has none.")
@@ -117,6 +118,7 @@ class Preset:
     dynamics: type[nn.Module] = SplitDynamics
     options: dict[str, Any] = field(default_factory=dict)
     splitting: str = "lie"
+    ffn_dt: float | None = None  # the FFN sub-step; None: the layer's dt
 
     def with_options(self, **options: Any) -> Preset:
         return replace(self, options={**self.options, **options})
@@ -130,7 +132,7 @@ class Preset:
             stepper = self.stepper(**kwargs)
         except TypeError as error:
             raise ValueError(f"bad options {self.options} for {self.stepper.__name__}: {error}") from None
-        return self.dynamics(stepper, self.splitting)
+        return self.dynamics(stepper, self.splitting, self.ffn_dt)
 
 
 def _parameters(cls) -> set[str]:
@@ -162,12 +164,14 @@ PRESETS: dict[str, Preset] = {
         options={"theta0": -2.0},
     ),
     "mix": Preset(
-        "x <- x_d + λ ⊙ (x_w - x_d): x_w the full_wave step, x_d the diffusion step on the same force, "
-        "λ = sigmoid(θ) per channel (θ0 = -8, as in the official ViT code); v from the wave",
+        "v <- v + τ (Attn(LN x) - x); x <- x_d + λ ⊙ (x_w - x_d) with x_w = x + τ v and x_d = x + Attn(LN x); then "
+        "(x, v) <- (x + MLP(LN x), v + J v)   (the official code's gated mix: λ = sigmoid(θ) per channel, θ0 = -8, "
+        "the diffusion half and the FFN at unit step)",
         solvers.Mix,
         "laplacian",
         0.5,
-        options={"theta0": -8.0},
+        options={"theta0": -8.0, "diffusion_dt": 1.0, "diffusion_shift": 1.0},
+        ffn_dt=1.0,
     ),
     "damped": Preset(
         "v <- exp(-γ τ) v + τ (Attn(LN x) - x); x <- x + τ v; FFN by the chain rule   (γ = softplus(ρ) per channel, "

@@ -136,4 +136,3 @@ def _steps(backbone: Any, count: int) -> list[tuple[Any, float]]:
     if backbone.layers:
         return [(layer.attention, layer.dt) for layer in backbone.layers]
     return [(backbone.field.attention, backbone.preset.T / count)] * count
-

@@ -8,13 +8,19 @@ diffusion stepper's (the velocity is carried but never read).
 
 With ``lam`` fixed in (0, 1) it converges with order 1 to ``x' = lam v + (1 - lam) a, v' = a``, whatever the order of
 its parts: the wave part moves ``x`` along its own velocity, not the mixed one, which costs an O(dt²) local error.
-Both parts must be one-step schemes (not ``multistep``).
+Options for transplanting the official code's mix, whose diffusion half is the pre-LN update ``x + Attn(LN x)``
+rather than a small step of the wave's force ``a(x) = Attn(LN x) - x``: ``diffusion_shift`` gives the diffusion part
+the field ``a(x) + shift x`` (``shift = 1``: the residual field ``Attn(LN x)``) and ``diffusion_dt`` a fixed step
+of its own (``1``: the unit residual step). With ``diffusion_dt`` set the diffusion step no longer shrinks with
+``dt``, so the scheme has no small-step limit and its declared order applies only to the default
+(``diffusion_dt=None``). Both parts must be one-step schemes (not ``multistep``).
 Both evaluate the field at ``(t, x)``; that evaluation is made once and shared, so the default pair costs one
 evaluation per step and a custom pair one fewer than its two parts together (every registered stepper begins by
 evaluating at ``(t, x)``). Neither symplectic nor reversible. Reference: the Wavy Transformer paper's mixed residual
 and its official code (github.com/noguchisatoshi/Wavy-Transformer, ``WavyBlockParallel``).
 """
 
+import math
 from typing import ClassVar
 
 import torch
@@ -55,8 +61,13 @@ class Mix(AbstractStepper):
         diffusion: AbstractStepper | None = None,
         dim: int | None = None,
         theta0: float = -8.0,
+        diffusion_dt: float | None = None,
+        diffusion_shift: float = 0.0,
     ):
         super().__init__()
+        if diffusion_dt is not None and not (math.isfinite(diffusion_dt) and diffusion_dt > 0):
+            raise ValueError(f"Mix: diffusion_dt must be positive and finite or None, got {diffusion_dt}.")
+        self.diffusion_dt, self.diffusion_shift = diffusion_dt, float(diffusion_shift)
         wave = SemiImplicitEuler() if wave is None else wave
         diffusion = Euler() if diffusion is None else diffusion
         if not wave.second_order:
@@ -87,12 +98,20 @@ class Mix(AbstractStepper):
         wave_state, diffusion_state = (None, None) if state is None else state
         shared = _SharedEvaluation(field)
         (x_wave, v_wave), wave_state = self.wave.step(shared, t, y, dt, wave_state)
-        x_diff, diffusion_state = self.diffusion.step(shared, t, x, dt, diffusion_state)
+        step = dt if self.diffusion_dt is None else self.diffusion_dt
+        x_diff, diffusion_state = self.diffusion.step(self._diffusion_field(shared), t, x, step, diffusion_state)
         x1 = x_diff + self.lam().to(x.dtype) * (x_wave - x_diff)
         return PhaseState(x1, v_wave), (wave_state, diffusion_state)
 
+    def _diffusion_field(self, field):
+        shift = self.diffusion_shift
+        return field if shift == 0 else (lambda t, x: field(t, x) + shift * x)
+
     def limit_field(self, field):
-        lam, wave, diffusion = self.lam(), self.wave.limit_field(field), self.diffusion.limit_field(field)
+        if self.diffusion_dt is not None:
+            raise ValueError("Mix with a fixed diffusion_dt has no small-step limit.")
+        lam, wave = self.lam(), self.wave.limit_field(field)
+        diffusion = self.diffusion.limit_field(self._diffusion_field(field))
 
         def mixed(t, y):
             w, d = wave(t, y), diffusion(t, y.x)

@@ -71,9 +71,23 @@ def test_diagnose_bad_input_is_one_line(tmp_path, capsys):
 def test_diagnose_a_continuous_depth_run(tmp_path):
     run = tmp_path / "continuous"
     done = subprocess.run(
-        [sys.executable, "-m", "odeformer.train", "train=debug", "data=digits", "model.depth=3", "model.dim=16",
-         "model.heads=2", "solver=dopri5_wave", "train.max_steps=4", "train.eval_every=2", f"train.out_dir={run}"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "odeformer.train",
+            "train=debug",
+            "data=digits",
+            "model.depth=3",
+            "model.dim=16",
+            "model.heads=2",
+            "solver=dopri5_wave",
+            "train.max_steps=4",
+            "train.eval_every=2",
+            f"train.out_dir={run}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     assert main([str(run), "--batch", "4"]) == 0

@@ -85,3 +85,22 @@ def test_semi_implicit_euler_from_rest_moves_like_euler_with_dt_squared_any_dt(s
 def test_mix_default_gate_starts_at_sigmoid_minus_eight():
     assert float(Mix().lam()) == pytest.approx(1 / (1 + math.exp(8)))
     assert torch.allclose(Mix(dim=3).lam(), torch.full((3,), 1 / (1 + math.exp(8))))
+
+
+@given(seed=seeds, depth=depths, dt=dts, step=st.floats(0.1, 2.0), shift=st.floats(0.0, 1.0))
+def test_mix_with_gate_zero_and_own_diffusion_step_is_euler_on_the_shifted_field(seed, depth, dt, step, shift):
+    """The official mix's diffusion half: Euler with its own step on a(x) + shift x (exactly, forward)."""
+    field, x0, v0 = _problem(seed)
+    mix = Mix(dim=4, theta0=-math.inf, diffusion_dt=step, diffusion_shift=shift)
+    mixed = integrate(mix, [field] * depth, PhaseState(x0, v0), dt).x
+    x = x0
+    for t in [i * dt for i in range(depth)]:  # the layer times are the mix's; the step is the diffusion's own
+        x = x + step * (field(t, x) + shift * x)
+    assert torch.equal(mixed, x)
+
+
+def test_mix_with_a_fixed_diffusion_step_has_no_small_step_limit():
+    with pytest.raises(ValueError, match="no small-step limit"):
+        Mix(diffusion_dt=1.0).limit_field(lambda t, x: -x)
+    with pytest.raises(ValueError, match="diffusion_dt must be positive"):
+        Mix(diffusion_dt=0.0)

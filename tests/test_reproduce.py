@@ -23,8 +23,9 @@ def test_smoke_run_writes_a_results_block(tmp_path):
 
 def test_table_is_mean_and_std_over_seeds():
     section = Section("t", "x", {"solver": ["a"], "model.depth": [2], "train.seed": [0, 1]})
-    results = [(n, o, {"metric": "accuracy", "test": t, "wall_s": 1.0})
-               for (n, o), t in zip(section.runs(), [0.5, 0.7])]
+    results = [
+        (n, o, {"metric": "accuracy", "test": t, "wall_s": 1.0}) for (n, o), t in zip(section.runs(), [0.5, 0.7])
+    ]
     markdown, cells = table(section, results)
     assert "| `a` | 60.0 ± 14.1 |" in markdown and cells == {"a": {"2": [0.5, 0.7]}}
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import Tensor, nn
 
+import solvers
+
+from ..continuous import ContinuousPreset
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
-from ..model import Solver, backbone
+from ..model import Solver, backbone, schedule
 from ._common import TaskModel
 
 
@@ -66,11 +71,23 @@ class GraphDiffusionField(nn.Module):
         return out - h if self.form == "laplacian" else out
 
 
+def _laplacian_mix(solver: Solver, depth: int):
+    """The mix preset gates the wave against this model's own diffusion step ``h + dt a(h)`` (DIFFormer's), not the
+    transformer's unit residual step (without LayerNorm, ``h + y`` would double the state every layer)."""
+    if isinstance(solver, ContinuousPreset):
+        return solver
+    graph = {"diffusion_dt": None, "diffusion_shift": 0.0}
+    return [
+        replace(p, options={**p.options, **graph}) if p.stepper is solvers.Mix else p for p in schedule(solver, depth)
+    ]
+
+
 class NodeClassifier(TaskModel):
     """Input MLP -> ``depth`` steps of graph-mixed attention diffusion -> linear classifier, on one graph.
 
     ``forward(features (N, F), edge_index (2, E)) -> logits (N, num_classes)``. The attention field is in laplacian
-    form by default (``h <- h + dt ((1 - w) A h + w P h - h)`` for the diffusion preset, DIFFormer's update).
+    form by default (``h <- h + dt ((1 - w) A h + w P h - h)`` for the diffusion preset, DIFFormer's update), and the
+    mix preset gates the wave against that same diffusion step.
     """
 
     def __init__(
@@ -95,7 +112,7 @@ class NodeClassifier(TaskModel):
         self.backbone = backbone(
             depth,
             dim,
-            solver,
+            _laplacian_mix(solver, depth),
             make_attention=lambda preset_form: GraphDiffusionField(dim, heads, preset_form, graph_weight, attention),
             make_ffn=None,
             dt=dt,
