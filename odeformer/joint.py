@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._amp import AutocastState
+
 _SQRT_2 = math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _TANH_C = math.sqrt(2.0 / math.pi)
@@ -266,10 +268,16 @@ class _JointHidden(torch.autograd.Function):
         out = F.linear(hidden, weight)  # (2, ..., D)
         ctx.save_for_backward(pre, bias1, weight)
         ctx.act = act
+        ctx.autocast = AutocastState.capture(pre)
         return out[0] + bias2, out[1]
 
     @staticmethod
     def backward(ctx, grad_x: Tensor, grad_v: Tensor):
+        with ctx.autocast():  # under bf16 autocast the products mix dtypes, as in the forward pass
+            return _JointHidden._backward(ctx, grad_x, grad_v)
+
+    @staticmethod
+    def _backward(ctx, grad_x: Tensor, grad_v: Tensor):
         # φ' and φ'' once (they share subexpressions); in place where the buffers are ours, so that few hidden-size
         # tensors are alive at once.
         pre, bias1, weight = ctx.saved_tensors

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 import solvers
 from solvers import PhaseState
 
+from ._amp import AutocastState
 from .blocks import Layer, Preset, ReversibleDynamics, resolve
 from .continuous import ContinuousBackbone, ContinuousPreset
 from .fields import AttentionField, FeedForward
@@ -163,6 +164,7 @@ class _ReversibleStack(torch.autograd.Function):
             for layer, t in zip(run.layers, run.times()):
                 y, _ = layer(t, y, None, **run.context)
         ctx.run = run
+        ctx.autocast = AutocastState.capture(x)  # the rebuilt layers must compute exactly as the forward pass did
         ctx.save_for_backward(y.x, y.v)
         return y.x.clone(), y.v.clone()
 
@@ -174,9 +176,9 @@ class _ReversibleStack(torch.autograd.Function):
         params = [p for p in run.layers.parameters() if p.requires_grad]
         grads: dict[int, Tensor] = {}
         for layer, t in reversed(list(zip(run.layers, run.times()))):
-            with torch.no_grad():
+            with torch.no_grad(), ctx.autocast():
                 y_in = layer.inverse(t, y, **run.context)
-            with torch.enable_grad():
+            with torch.enable_grad(), ctx.autocast():
                 xi, vi = y_in.x.detach().requires_grad_(), y_in.v.detach().requires_grad_()
                 out, _ = layer(t, PhaseState(xi, vi), None, **run.context)
                 local = [p for p in layer.parameters() if p.requires_grad]
