@@ -89,7 +89,7 @@ def render(folder: Path) -> str:
         )
     lines += [
         "",
-        "Paper (DeiT-Ti, their GPU): Full Wave about 2× time and 2× memory, Light Wave about 1.0× time and 1.1× memory.",
+        "Paper (DeiT-Ti, their GPU): Full Wave about 2× time and 2× memory; Light Wave about 1.0× time, 1.1× memory.",
     ]
     ratios = folder / "ratios.json"
     if ratios.exists():
@@ -98,7 +98,7 @@ def render(folder: Path) -> str:
         lines += [
             "",
             f"The benchmark ratios on the same GPU (`python -m benchmarks.run --quick --device cuda`, "
-            f"{raw['rounds']} rounds, {raw['wall_s']} s; the CPU sizes, so small kernels and launch overhead dominate):",
+            f"{raw['rounds']} rounds, {raw['wall_s']} s; CPU sizes, so small kernels and launch overhead dominate):",
             "",
             table(results),
         ]

@@ -1,5 +1,5 @@
-"""Mixed precision (the training loop's bf16 autocast on CUDA; checked here with CPU bf16 autocast): every preset trains,
-the fused Full Wave backward matches autograd, and the reversible backward replays the forward's autocast."""
+"""Mixed precision (the training loop's bf16 autocast on CUDA; checked here with CPU bf16 autocast): every preset
+trains, the fused Full Wave backward matches autograd, and the reversible backward replays the forward's autocast."""
 
 import pytest
 import torch
