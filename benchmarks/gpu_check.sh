@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 out="$(mkdir -p "${1:-${OUT:-gpu_results}}" && cd "${1:-${OUT:-gpu_results}}" && pwd)"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name())"
-timeout 150 python3 -m benchmarks.gpu --steps 20 --json "$out/gpu.json" | tee "$out/gpu.txt"
+timeout 150 python3 -m benchmarks.gpu --json "$out/gpu.json" | tee "$out/gpu.txt"
 timeout 200 python3 -m benchmarks.run --quick --device cuda --json "$out/ratios.json" | tee "$out/ratios.txt"
 run="$(mktemp -d)"
 timeout 120 python3 -m odeformer.train experiment=digits_vit train.device=cuda "train.out_dir=$run" | tee "$out/train.txt"
