@@ -175,6 +175,13 @@ def sigmoid_gate(dim: int | None, theta0: float) -> Tensor:
     return nn.Parameter(torch.full((dim,), float(theta0)))
 
 
+def axpy(x: Tensor, dt: float | Tensor, f: Tensor) -> Tensor:
+    """``x + dt * f``, as one kernel when ``dt`` is a number (the update every explicit step makes)."""
+    if isinstance(dt, (int, float)):
+        return torch.add(x, f, alpha=dt)
+    return x + dt * f
+
+
 def register(module: nn.Module, name: str, value: Tensor) -> None:
     """Attach ``value`` as a parameter if it is one, else as a (non-learnable) buffer."""
     if isinstance(value, nn.Parameter):

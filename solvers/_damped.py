@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._base import AbstractStepper, PhaseState
+from ._base import AbstractStepper, PhaseState, axpy
 
 
 class Damped(AbstractStepper):
@@ -48,8 +48,8 @@ class Damped(AbstractStepper):
 
     def step(self, field, t, y, dt, state):
         x, v = self._unpack(y)
-        v = torch.exp(-self.rate().to(x.dtype) * dt) * v + dt * field(t, x)
-        return PhaseState(x + dt * v, v), state
+        v = axpy(torch.exp(-self.rate().to(x.dtype) * dt) * v, dt, field(t, x))
+        return PhaseState(axpy(x, dt, v), v), state
 
     def limit_field(self, field):
         gamma = self.rate()

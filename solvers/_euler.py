@@ -8,7 +8,7 @@ Order 1, one evaluation per step, neither symplectic nor reversible. With the re
 
 from typing import ClassVar
 
-from ._base import AbstractStepper
+from ._base import AbstractStepper, axpy
 
 
 class Euler(AbstractStepper):
@@ -20,4 +20,4 @@ class Euler(AbstractStepper):
 
     def step(self, field, t, y, dt, state):
         x = self._unpack(y)
-        return x + dt * field(t, x), state
+        return axpy(x, dt, field(t, x)), state

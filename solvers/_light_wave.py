@@ -17,7 +17,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ._base import AbstractStepper, register, sigmoid_gate
+from ._base import AbstractStepper, axpy, register, sigmoid_gate
 
 
 class LightWave(AbstractStepper):
@@ -42,7 +42,7 @@ class LightWave(AbstractStepper):
     def step(self, field, t, y, dt, state):
         x = self._unpack(y)
         previous = x if state is None else state
-        return x + dt * field(t, x) + self.lam().to(x.dtype) * (x - previous), x
+        return torch.addcmul(axpy(x, dt, field(t, x)), self.lam().to(x.dtype), x - previous), x
 
     def limit_field(self, field):
         lam = self.lam()

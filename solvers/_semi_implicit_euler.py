@@ -11,7 +11,7 @@ Reference: Hairer, Lubich & Wanner, *Geometric Numerical Integration*, §I.1.2 a
 
 from typing import ClassVar
 
-from ._base import AbstractStepper, PhaseState
+from ._base import AbstractStepper, PhaseState, axpy
 
 
 class SemiImplicitEuler(AbstractStepper):
@@ -23,8 +23,8 @@ class SemiImplicitEuler(AbstractStepper):
 
     def step(self, field, t, y, dt, state):
         x, v = self._unpack(y)
-        v = v + dt * field(t, x)
-        return PhaseState(x + dt * v, v), state
+        v = axpy(v, dt, field(t, x))
+        return PhaseState(axpy(x, dt, v), v), state
 
     def inverse(self, field, t, y1, dt):
         """The ``y`` with ``step(field, t, y, dt) == y1``: ``x = x1 - dt v1``, then ``v = v1 - dt a(t, x)``."""

@@ -93,9 +93,9 @@ def test_mix_with_gate_zero_and_own_diffusion_step_is_euler_on_the_shifted_field
     field, x0, v0 = _problem(seed)
     mix = Mix(dim=4, theta0=-math.inf, diffusion_dt=step, diffusion_shift=shift)
     mixed = integrate(mix, [field] * depth, PhaseState(x0, v0), dt).x
-    x = x0
+    x, euler = x0, Euler()
     for t in [i * dt for i in range(depth)]:  # the layer times are the mix's; the step is the diffusion's own
-        x = x + step * (field(t, x) + shift * x)
+        x, _ = euler.step(lambda t, x: field(t, x) + shift * x, t, x, step, None)
     assert torch.equal(mixed, x)
 
 
