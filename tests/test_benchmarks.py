@@ -53,3 +53,25 @@ def test_reference_vit_computes_the_diffusion_model_exactly():
     )
     assert done.returncode == 0, done.stderr
     assert float(done.stdout.strip()) == 0.0
+
+
+def test_gpu_results_render_into_their_own_block(tmp_path):
+    """The GPU table is drawn from the JSON that ``benchmarks/gpu_check.sh`` wrote (the recorded H200 run)."""
+    folder = ROOT / "benchmarks" / "results" / "h200"
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\nprose\n\n<!-- begin: gpu -->\nold\n<!-- end: gpu -->\n\nmore prose\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--render", str(folder), "--results", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = results.read_text()
+    assert "prose" in text and "more prose" in text and "\nold\n" not in text
+    gpu = json.loads((folder / "gpu.json").read_text())
+    for solver in ("diffusion", "light_wave", "full_wave", "reversible"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{solver}` |"))
+        ratio = gpu["diffusion"]["train_images_per_s"] / gpu[solver]["train_images_per_s"]
+        assert f"| {gpu[solver]['train_images_per_s']:.0f} |" in row and f"| {ratio:.2f} |" in row
