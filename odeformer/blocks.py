@@ -22,6 +22,7 @@ does not grow with depth).
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -59,8 +60,8 @@ class SplitDynamics(nn.Module):
 def _ffn_step(ffn, t, y, h):
     if isinstance(y, PhaseState):
         dx, dv = ffn.joint(y.x, y.v)
-        return PhaseState(y.x + h * dx, y.v + h * dv)
-    return y + h * ffn(t, y)
+        return PhaseState(solvers.axpy(y.x, h, dx), solvers.axpy(y.v, h, dv))
+    return solvers.axpy(y, h, ffn(t, y))
 
 
 class WholeDynamics(nn.Module):
@@ -136,8 +137,6 @@ class Preset:
 
 
 def _parameters(cls) -> set[str]:
-    import inspect
-
     return set(inspect.signature(cls).parameters)
 
 

@@ -5,7 +5,7 @@ interface is in ``solvers/_base.py``; ``solvers.testing`` is the property kit (o
 evaluation count) that users run on their own schemes. This package imports only torch.
 """
 
-from ._base import AbstractStepper, Field, PhaseState, adapt, integrate, iterate, trajectory
+from ._base import AbstractStepper, Field, PhaseState, adapt, axpy, integrate, iterate, trajectory
 from ._damped import Damped
 from ._euler import Euler
 from ._heun import Heun
@@ -46,6 +46,7 @@ __all__ = [
     "SemiImplicitEuler",
     "VelocityVerlet",
     "adapt",
+    "axpy",
     "integrate",
     "iterate",
     "trajectory",

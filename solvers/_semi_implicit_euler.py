@@ -29,5 +29,5 @@ class SemiImplicitEuler(AbstractStepper):
     def inverse(self, field, t, y1, dt):
         """The ``y`` with ``step(field, t, y, dt) == y1``: ``x = x1 - dt v1``, then ``v = v1 - dt a(t, x)``."""
         x1, v1 = self._unpack(y1)
-        x = x1 - dt * v1
-        return PhaseState(x, v1 - dt * field(t, x))
+        x = axpy(x1, -dt, v1)
+        return PhaseState(x, axpy(v1, -dt, field(t, x)))

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from torch import Tensor
 
-from ._base import AbstractStepper, PhaseState
+from ._base import AbstractStepper, PhaseState, axpy
 
 
 class _Force(NamedTuple):
@@ -42,8 +42,8 @@ class VelocityVerlet(AbstractStepper):
         else:
             a = field(t, x)
         half = 0.5 * dt
-        v = v + half * a
-        x = x + dt * v
+        v = axpy(v, half, a)
+        x = axpy(x, dt, v)
         t1 = t + dt
         a1 = field(t1, x)
-        return PhaseState(x, v + half * a1), _Force(field, t1, x, a1)
+        return PhaseState(x, axpy(v, half, a1)), _Force(field, t1, x, a1)
