@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,25 +71,24 @@ def peak_memory(solver: str, batch: int) -> dict[str, float]:
 def throughput(batch: int, steps: int, rounds: int) -> dict[str, dict[str, float]]:
     """Images/s per solver and mode: the median over ``rounds`` blocks of ``steps`` steps, the solvers taking turns
     block by block (so clock ramps and a busy neighbour hit all of them alike)."""
+    from benchmarks.run import interleaved
+
     runs = {solver: _steps(_model(solver), batch) for solver in SOLVERS}
-    rates: dict[str, dict[str, list[float]]] = {s: {"train": [], "inference": []} for s in SOLVERS}
+    out: dict[str, dict[str, float]] = {solver: {} for solver in SOLVERS}
     for mode in ("train", "inference"):
+        blocks = {solver: _repeat(runs[solver][mode], steps) for solver in SOLVERS}
+        seconds = interleaved(blocks, rounds, warmup=1, device="cuda")
         for solver in SOLVERS:
-            for _ in range(3):
-                runs[solver][mode]()
-        for _ in range(rounds):
-            for solver in SOLVERS:
-                fn = runs[solver][mode]
-                torch.cuda.synchronize()
-                start = time.perf_counter()
-                for _ in range(steps):
-                    fn()
-                torch.cuda.synchronize()
-                rates[solver][mode].append(steps * batch / (time.perf_counter() - start))
-    return {
-        s: {f"{mode}_images_per_s": statistics.median(values) for mode, values in modes.items()}
-        for s, modes in rates.items()
-    }
+            out[solver][f"{mode}_images_per_s"] = steps * batch / seconds[solver]
+    return out
+
+
+def _repeat(fn: Callable[[], None], times: int) -> Callable[[], None]:
+    def block() -> None:
+        for _ in range(times):
+            fn()
+
+    return block
 
 
 BEGIN, END = "<!-- begin: gpu -->", "<!-- end: gpu -->"
