@@ -451,7 +451,8 @@ class Trainer:
         self.stop_signal = signum
 
     def _stop_requested(self) -> bool:
-        flag = torch.tensor([1.0 if self.stop_signal is not None else 0.0])
+        # on the process group's device: nccl reduces CUDA tensors only
+        flag = torch.tensor([1.0 if self.stop_signal is not None else 0.0], device=self.device)
         if self.world > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
@@ -474,9 +475,10 @@ class Trainer:
                 batch = self.task.batch(self.rank, self.world)
                 with self.autocast():
                     loss = self.task.loss(self.network, batch)
-                if not torch.isfinite(loss):
+                value = loss.item()  # the step's one host sync: the divergence check, the log and the bar read it
+                if not math.isfinite(value):
                     raise TrainingDiverged(
-                        f"loss is {loss.item()} at step {self.step + 1}: the dynamics diverged; try a smaller model.dt "
+                        f"loss is {value} at step {self.step + 1}: the dynamics diverged; try a smaller model.dt "
                         f"or train.lr. The last good checkpoint is {self.out_dir / 'last.pt'}."
                     )
                 self.optimizer.zero_grad(set_to_none=True)
@@ -491,7 +493,7 @@ class Trainer:
                     self._log(
                         {
                             "step": self.step,
-                            "loss": loss.item(),
+                            "loss": value,
                             "lr": self.scheduler.get_last_lr()[0],
                             "time": round(self.wall, 3),
                             **_solver_stats(self.model),
@@ -500,7 +502,7 @@ class Trainer:
                 if self.bar is not None:
                     self.bar.update(1)
                     best = "-" if self.best_val is None else f"{self.best_val:.4f}"
-                    self.bar.set_postfix({"loss": f"{loss.item():.4f}", f"best val {self.task.metric}": best})
+                    self.bar.set_postfix({"loss": f"{value:.4f}", f"best val {self.task.metric}": best})
                 if self.step % o.eval_every == 0 or self.step == o.max_steps:
                     self._checkpoint_and_evaluate()
                 if self._stop_requested() and self.step < o.max_steps:
@@ -522,7 +524,7 @@ class Trainer:
         return self._finish(status)
 
     def _finish(self, status: str) -> dict[str, Any]:
-        checksums = _rank_checksums(_unwrap(self.model), self.world)
+        checksums = _rank_checksums(_unwrap(self.model), self.world, self.device)
         if not self.main:
             return {}
         test = None
@@ -561,12 +563,12 @@ def _solver_stats(model: nn.Module) -> dict[str, Any]:
     return dict(stats()) if callable(stats) else {}
 
 
-def _rank_checksums(model: nn.Module, world: int) -> list[float] | None:
+def _rank_checksums(model: nn.Module, world: int, device: torch.device) -> list[float] | None:
     """Sum of all parameters on every rank (DDP only): equal values show the replicas stayed in sync."""
     if world == 1:
         return None
-    local = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().cpu()
-    gathered = [torch.zeros((), dtype=torch.float64) for _ in range(world)]
+    local = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().to(device)
+    gathered = [torch.zeros((), dtype=torch.float64, device=device) for _ in range(world)]
     dist.all_gather(gathered, local)
     return [float(v) for v in gathered]
 
