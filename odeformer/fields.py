@@ -155,8 +155,7 @@ class SimpleAttentionField(nn.Module):
         if attn_mask is not None:
             raise ValueError("SimpleAttentionField is all-pair and takes no attn_mask; use AttentionField to mask.")
         B, N, D = x.shape
-        q, k, v = self.qkv(self.norm(x)).view(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)  # (B, H, N, Dh)
+        q, k, v = self._unit_qkv(x)  # (B, H, N, Dh)
         numerator = v.sum(-2, keepdim=True) + q @ (k.transpose(-2, -1) @ v)  # (B, H, N, Dh)
         denominator = N + q @ k.sum(-2, keepdim=True).transpose(-2, -1)  # (B, H, N, 1)
         out = numerator / denominator
@@ -164,7 +163,7 @@ class SimpleAttentionField(nn.Module):
 
     def weights(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """The (dense) attention matrix, for diagnostics and tests: ``(B, heads, N, N)``."""
-        q, k = self._unit_queries_keys(x)
+        q, k, _ = self._unit_qkv(x)
         raw = 1 + q @ k.transpose(-2, -1)
         return raw / raw.sum(-1, keepdim=True)
 
@@ -174,16 +173,17 @@ class SimpleAttentionField(nn.Module):
         ``A = D⁻¹ [1, q̃] [1, k̃]ᵀ = U Vᵀ`` has rank at most ``Dh + 1``, and ``U Vᵀ`` shares its nonzero eigenvalues
         with the small ``Vᵀ U``.
         """
-        q, k = self._unit_queries_keys(x)
+        q, k, _ = self._unit_qkv(x)
         ones = torch.ones_like(q[..., :1])
         rows = q.shape[-2] + q @ k.sum(-2, keepdim=True).transpose(-2, -1)  # (B, H, N, 1): row sums of 1 + q̃·k̃
         U, V = torch.cat([ones, q], -1) / rows, torch.cat([ones, k], -1)  # (B, H, N, Dh + 1)
         return torch.linalg.eigvals((V.transpose(-2, -1) @ U).double())
 
-    def _unit_queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def _unit_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries and keys L2-normalised, and values, each ``(B, heads, N, Dh)``."""
         B, N, _ = x.shape
-        q, k, _ = self.qkv(self.norm(x)).view(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        return F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        q, k, v = self.qkv(self.norm(x)).view(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v
 
 
 class FeedForward(nn.Module):
