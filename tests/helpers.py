@@ -1,6 +1,9 @@
 """Small shared builders for the tests."""
 
 import inspect
+import os
+import subprocess
+import sys
 
 import torch
 
@@ -31,3 +34,15 @@ class TanhField(torch.nn.Module):
 
     def forward(self, t, x):
         return torch.tanh(x @ self.weight.T + self.bias) + 0.1 * t
+
+
+def cli(*args, cwd=None, env=None, timeout=300):
+    """Run ``python -m odeformer.train`` and return the completed process."""
+    return subprocess.run(
+        [sys.executable, "-m", "odeformer.train", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,35 +1,20 @@
 """odeformer-diagnose on trained run directories and on fresh models."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from helpers import cli
 from odeformer.diagnose import main
+
+SMALL = ["train=debug", "data=digits", "model.depth=3", "model.dim=16", "model.heads=2"]
 
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("runs")
     for solver in ("diffusion", "full_wave"):
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "odeformer.train",
-                "train=debug",
-                "data=digits",
-                "model.depth=3",
-                "model.dim=16",
-                "model.heads=2",
-                f"solver={solver}",
-                f"train.out_dir={base / solver}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = cli(*SMALL, f"solver={solver}", f"train.out_dir={base / solver}")
         assert done.returncode == 0, done.stderr
     return base
 
@@ -70,25 +55,7 @@ def test_diagnose_bad_input_is_one_line(tmp_path, capsys):
 
 def test_diagnose_a_continuous_depth_run(tmp_path):
     run = tmp_path / "continuous"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "odeformer.train",
-            "train=debug",
-            "data=digits",
-            "model.depth=3",
-            "model.dim=16",
-            "model.heads=2",
-            "solver=dopri5_wave",
-            "train.max_steps=4",
-            "train.eval_every=2",
-            f"train.out_dir={run}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = cli(*SMALL, "solver=dopri5_wave", "train.max_steps=4", "train.eval_every=2", f"train.out_dir={run}")
     assert done.returncode == 0, done.stderr
     assert main([str(run), "--batch", "4"]) == 0
     curves = json.loads((run / "diagnostics" / "spectral_gap.json").read_text())

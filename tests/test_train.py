@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 import odeformer.runs as runs
 import odeformer.train as entry
+from helpers import cli
 from odeformer import PRESETS
 from odeformer.continuous import ContinuousBackbone
 from odeformer.data import load
@@ -29,19 +30,6 @@ needs_fashion = pytest.mark.skipif(not FASHION, reason="apt-get install dataset-
 
 def _fashion_marked(names):
     return [pytest.param(n, marks=needs_fashion) if "fashion" in n or "fmnist" in n else n for n in names]
-
-
-def cli(*args, cwd=None, env=None, timeout=300):
-    """Run ``python -m odeformer.train`` and return the completed process."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "odeformer.train", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _error_line(process):
