@@ -6,7 +6,7 @@ A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"
 :class:`NodeClassifier`).
 """
 
-from .blocks import PRESETS, Layer, Preset, SplitDynamics, WholeDynamics, preset
+from .blocks import PRESETS, Layer, Preset, derive, preset, solver_names
 from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
 from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
 from .model import Backbone, schedule, transformer
@@ -29,11 +29,11 @@ __all__ = [
     "NodeClassifier",
     "Preset",
     "SimpleAttentionField",
-    "SplitDynamics",
     "ViT",
-    "WholeDynamics",
+    "derive",
     "graph_mask",
     "preset",
     "schedule",
+    "solver_names",
     "transformer",
 ]

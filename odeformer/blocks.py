@@ -1,143 +1,116 @@
-"""One layer = one step: block dynamics built on ``solvers`` steppers, and the named presets.
+"""One layer = one step: a block stepper over the layer's fields, and the named presets.
 
 A layer holds two fields, the attention field ``F_a`` (see :mod:`odeformer.fields`) and optionally the FFN field
-``F_f(x) = MLP(LN(x))``, and a *dynamics* that advances the state by one step ``dt`` with them:
+``F_f(x) = MLP(LN(x))``, and a *block stepper* from :mod:`solvers` that advances the state by one step ``dt`` with
+them (its field is a :class:`solvers.Block`):
 
-:class:`SplitDynamics` (Lie–Trotter by default): the layer's stepper takes one step on the attention field, then the
-FFN acts as a sub-step of the same size. For a first-order state that is Euler, ``x <- x + dt F_f(x)``; for a
-second-order state ``(x, v)`` it is the map ``g(x) = x + dt F_f(x)`` with the velocity carried by its Jacobian,
-``v <- v + dt J_{F_f}(x) v`` (the chain rule through LayerNorm and the MLP). ``splitting="strang"`` runs half an FFN
-sub-step, the attention step, and another half (Macaron Net's ordering).
+- :class:`solvers.Split` (Lie–Trotter by default): the layer's stepper takes one step on the attention field, then
+  the FFN acts as a sub-step of the same size. For a first-order state that is Euler, ``x <- x + dt F_f(x)``; for a
+  second-order state ``(x, v)`` it is the map ``g(x) = x + dt F_f(x)`` with the velocity carried by its Jacobian,
+  ``v <- v + dt J_{F_f}(x) v`` (the chain rule through LayerNorm and the MLP). ``splitting="strang"`` runs half an
+  FFN sub-step (by Heun's second-order scheme), the attention step, and another half. The FFN may instead enter as a
+  force of a second-order scheme (the ``reversible`` preset).
+- :class:`solvers.Whole`: the stepper takes one step on the whole block's field ``F_a(x) + F_f(x)``, the ODE whose
+  Lie–Trotter splitting is the diffusion preset; the multi-stage schemes (heun, rk4) use it, so every stage evaluates
+  the same layer's weights.
 
-:class:`WholeDynamics`: the stepper takes one step on the whole block's field ``F_a(x) + F_f(x)``, the ODE whose
-Lie–Trotter splitting is the diffusion preset; the multi-stage schemes (heun, rk4) use it, so every stage evaluates
-the same layer's weights.
+In the post-norm layout (``norm="post"``) a map follows each sublayer — LayerNorm on the state and, by its Jacobian,
+on the velocity (the paper's BERT), optionally with dropout — and the fields have no LayerNorm of their own.
 
-:class:`ReversibleDynamics`: attention and FFN each enter as a force of an invertible kick-drift step, so the
-backward pass can rebuild every layer's input from its output (the ``reversible`` preset: activation memory that
-does not grow with depth).
-
-``PRESETS`` names the dynamics a config chooses with ``solver=...``; each entry states its equation.
+A *preset* names a block stepper, the attention form and the default step; :data:`PRESETS` holds the named ones, and
+every scheme in :data:`solvers.STEPPERS` (or any :class:`~solvers.AbstractStepper` subclass, by its dotted import
+path) is a solver too: its layer follows from its declarations (:func:`derive`).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from torch import nn
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 import solvers
-from solvers import AbstractStepper, PhaseState
+from solvers import AbstractStepper, Block, Split, Whole
 
 SPLITTINGS = ("lie", "strang")
-
-
-class SplitDynamics(nn.Module):
-    """Attention by ``stepper``; the FFN as a sub-step of the same size (chain rule on the velocity). See module doc."""
-
-    def __init__(self, stepper: AbstractStepper, splitting: str = "lie", ffn_dt: float | None = None):
-        super().__init__()
-        if splitting not in SPLITTINGS:
-            raise ValueError(f"splitting must be one of {', '.join(SPLITTINGS)}; got {splitting!r}.")
-        self.stepper, self.splitting, self.ffn_dt = stepper, splitting, ffn_dt
-
-    def forward(self, attention, ffn, t, y, dt, state):
-        if ffn is None:
-            return self.stepper.step(attention, t, y, dt, state)
-        h = dt if self.ffn_dt is None else self.ffn_dt
-        if self.splitting == "lie":
-            y, state = self.stepper.step(attention, t, y, dt, state)
-            return _ffn_step(ffn, t, y, h), state
-        y = _ffn_step(ffn, t, y, 0.5 * h)
-        y, state = self.stepper.step(attention, t, y, dt, state)
-        return _ffn_step(ffn, t, y, 0.5 * h), state
-
-
-def _ffn_step(ffn, t, y, h):
-    if isinstance(y, PhaseState):
-        dx, dv = ffn.joint(y.x, y.v)
-        return PhaseState(solvers.axpy(y.x, h, dx), solvers.axpy(y.v, h, dv))
-    return solvers.axpy(y, h, ffn(t, y))
-
-
-class WholeDynamics(nn.Module):
-    """``stepper`` on the whole block's field ``F_a(x) + F_f(x)`` (``splitting`` does not apply)."""
-
-    def __init__(self, stepper: AbstractStepper, splitting: str = "lie", ffn_dt: float | None = None):
-        super().__init__()
-        self.stepper = stepper
-
-    def forward(self, attention, ffn, t, y, dt, state):
-        field = attention if ffn is None else (lambda t, x: attention(t, x) + ffn(t, x))
-        return self.stepper.step(field, t, y, dt, state)
-
-
-class ReversibleDynamics(nn.Module):
-    """Every sublayer a force of an invertible kick-drift step: ``v += dt F_a(x); x += dt v`` then
-    ``v += dt F_f(x); x += dt v`` (``F_f`` the FFN in residual form, as an acceleration).
-
-    Each step is a pair of shears, so :meth:`inverse` rebuilds the layer's input from its output; a backbone made of
-    these layers stores only its final state and recomputes the rest in the backward pass (see
-    :class:`~odeformer.model.Backbone`). The stepper must offer ``inverse`` (``semi_implicit_euler`` does).
-    """
-
-    def __init__(self, stepper: AbstractStepper, splitting: str = "lie", ffn_dt: float | None = None):
-        super().__init__()
-        if not callable(getattr(stepper, "inverse", None)):
-            raise ValueError(f"reversible dynamics need a stepper with an inverse; {type(stepper).__name__} has none.")
-        self.stepper = stepper
-
-    def forward(self, attention, ffn, t, y, dt, state):
-        y, state = self.stepper.step(attention, t, y, dt, state)
-        if ffn is not None:
-            y, state = self.stepper.step(ffn, t, y, dt, state)
-        return y, state
-
-    def inverse(self, attention, ffn, t, y1, dt):
-        """The layer input ``y`` with ``forward(..., y, ...) == y1`` (up to rounding)."""
-        if ffn is not None:
-            y1 = self.stepper.inverse(ffn, t, y1, dt)
-        return self.stepper.inverse(attention, t, y1, dt)
+FORMS = ("residual", "laplacian")
+MEMORY = ("store", "rebuild")
 
 
 @dataclass(frozen=True)
 class Preset:
-    """A named block dynamics: the stepper each layer gets, how the FFN enters, the attention form, the default step.
+    """A named layer: the stepper each layer gets, how the FFN enters, the attention form, the default step.
 
     ``options`` are passed to the stepper's constructor (with ``dim`` when the stepper takes one, so scheme parameters
-    are learnable per channel and per layer): ``PRESETS["mix"].with_options(theta0=-4.0)``.
+    are learnable per channel and per layer): ``PRESETS["mix"].with_options(theta0=-4.0)``. ``dynamics`` is
+    :class:`solvers.Split` or :class:`solvers.Whole`; ``ffn`` names the FFN sub-step's scheme in
+    :data:`solvers.STEPPERS` (``None``: ``euler`` under Lie, ``heun`` under Strang; a second-order scheme makes the FFN
+    a force of it); ``ffn_dt`` fixes the FFN sub-step (``None``: the layer's ``dt``). ``memory="rebuild"``: the
+    backward pass rebuilds states by inverting every layer instead of storing them (layers must be reversible).
     """
 
     equation: str
     stepper: type[AbstractStepper]
     form: str
     dt: float
-    dynamics: type[nn.Module] = SplitDynamics
+    dynamics: type[AbstractStepper] = Split
     options: dict[str, Any] = field(default_factory=dict)
     splitting: str = "lie"
-    ffn_dt: float | None = None  # the FFN sub-step; None: the layer's dt
+    ffn: str | None = None
+    ffn_dt: float | None = None
+    memory: str = "store"
+    name: str = ""
 
     def with_options(self, **options: Any) -> Preset:
         return replace(self, options={**self.options, **options})
 
-    def build(self, dim: int) -> nn.Module:
-        """The dynamics module for one layer of width ``dim``."""
-        kwargs = dict(self.options)
-        if "dim" in _parameters(self.stepper):
-            kwargs.setdefault("dim", dim)
-        try:
-            stepper = self.stepper(**kwargs)
-        except TypeError as error:
-            raise ValueError(f"bad options {self.options} for {self.stepper.__name__}: {error}") from None
-        return self.dynamics(stepper, self.splitting, self.ffn_dt)
+    def build(self, dim: int) -> AbstractStepper:
+        """The block stepper for one layer of width ``dim``."""
+        stepper = make_stepper(self.stepper, self.options, dim)
+        if self.dynamics is Whole:
+            return Whole(stepper)
+        ffn = None if self.ffn is None else make_stepper(solvers.STEPPERS[self.ffn], {}, dim)
+        return Split(stepper, ffn=ffn, splitting=self.splitting, ffn_dt=self.ffn_dt)
 
 
-def _parameters(cls) -> set[str]:
-    return set(inspect.signature(cls).parameters)
+def stepper_parameters(cls: type) -> dict[str, inspect.Parameter]:
+    """The constructor's keyword parameters of a stepper class (what ``options`` may set; ``dim`` is the model's)."""
+    return dict(inspect.signature(cls).parameters)
+
+
+def make_stepper(cls: type[AbstractStepper], options: dict[str, Any], dim: int | None) -> AbstractStepper:
+    """``cls(**options)`` (with ``dim`` if it takes one; a registry name where it takes a stepper), or a one-line
+    error naming the options it accepts."""
+    parameters = stepper_parameters(cls)
+    unknown = sorted(set(options) - set(parameters) - {"dim"})
+    if unknown:
+        allowed = ", ".join(p for p in parameters if p != "dim") or "none"
+        raise ValueError(f"bad options {options} for {cls.__name__}: it takes no {', '.join(unknown)} (allowed: "
+                         f"{allowed}).")
+    kwargs = {
+        key: (make_stepper(solvers.STEPPERS[value], {}, None) if _takes_stepper(parameters[key], value) else value)
+        for key, value in options.items()
+    }
+    if "dim" in parameters and dim is not None:
+        kwargs.setdefault("dim", dim)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"bad options {options} for {cls.__name__}: {' '.join(str(error).split())}") from None
+
+
+def _takes_stepper(parameter: inspect.Parameter, value: Any) -> bool:
+    if not isinstance(value, str) or "AbstractStepper" not in str(parameter.annotation):
+        return False
+    if value not in solvers.STEPPERS:
+        raise ValueError(f"unknown stepper {value!r} for {parameter.name}; choose one of {', '.join(solvers.STEPPERS)}.")
+    return True
 
 
 PRESETS: dict[str, Preset] = {
@@ -187,7 +160,8 @@ PRESETS: dict[str, Preset] = {
         0.5,
     ),
     "leapfrog": Preset(
-        "x_{n+1} = 2 x_n - x_{n-1} + τ² (Attn(LN x_n) - x_n) (Störmer, Taylor start); FFN by the chain rule",
+        "x_{n+1} = 2 x_n - x_{n-1} + τ² (Attn(LN x_n) - x_n) (Störmer, Taylor start; the history carried in v); FFN "
+        "by the chain rule",
         solvers.Leapfrog,
         "laplacian",
         0.5,
@@ -197,14 +171,14 @@ PRESETS: dict[str, Preset] = {
         solvers.Heun,
         "residual",
         1.0,
-        dynamics=WholeDynamics,
+        dynamics=Whole,
     ),
     "rk4": Preset(
         "classic RK4 on x' = Attn(LN x) + MLP(LN x) (the whole block as the field)",
         solvers.RK4,
         "residual",
         1.0,
-        dynamics=WholeDynamics,
+        dynamics=Whole,
     ),
     "reversible": Preset(
         "v <- v + τ (Attn(LN x) - x); x <- x + τ v; v <- v + τ MLP(LN x); x <- x + τ v   (every sublayer a force of "
@@ -212,68 +186,214 @@ PRESETS: dict[str, Preset] = {
         solvers.SemiImplicitEuler,
         "laplacian",
         0.5,
-        dynamics=ReversibleDynamics,
+        ffn="semi_implicit_euler",
+        memory="rebuild",
     ),
 }
+for _name, _preset in PRESETS.items():
+    PRESETS[_name] = replace(_preset, name=_name)
+
+
+def derive(cls: type[AbstractStepper], name: str | None = None) -> Preset:
+    """The layer a bare stepper class gets, from its declarations.
+
+    A ``second_order`` scheme gets the laplacian force ``Attn(LN x) - x`` as its acceleration, step 0.5, and the FFN
+    by the chain rule (Full Wave's layout); a one-stage first-order scheme the residual field ``Attn(LN x)``, step 1,
+    and the FFN as an Euler sub-step (the pre-LN transformer's layout); a multi-stage first-order scheme the whole
+    block ``Attn(LN x) + MLP(LN x)`` as its field, step 1, so every stage evaluates both sublayers.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, AbstractStepper)):
+        raise ValueError(f"{cls!r} is not a solvers.AbstractStepper subclass.")
+    label = name or cls.__name__
+    if cls.second_order:
+        return Preset(f"{label} on X'' = Attn(LN x) - x with step τ; FFN by the chain rule", cls, "laplacian", 0.5,
+                      name=label)
+    if cls.evals_per_step > 1:
+        return Preset(f"{label} on x' = Attn(LN x) + MLP(LN x) (the whole block as the field)", cls, "residual", 1.0,
+                      dynamics=Whole, name=label)
+    return Preset(f"{label} on x' = Attn(LN x), then the FFN as an Euler sub-step", cls, "residual", 1.0, name=label)
+
+
+def import_stepper(path: str) -> type[AbstractStepper]:
+    """The stepper class at ``module.Class`` (a file on the Python path), or a one-line error."""
+    module, _, attribute = path.rpartition(".")
+    if not module:
+        raise ValueError(f"stepper {path!r} is not a dotted path module.Class.")
+    try:
+        cls = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"cannot import stepper {path!r}: {' '.join(str(error).split())}") from None
+    if not (isinstance(cls, type) and issubclass(cls, AbstractStepper)):
+        raise ValueError(f"stepper {path!r} is {cls!r}, not a solvers.AbstractStepper subclass.")
+    return cls
+
+
+def solver_names() -> list[str]:
+    """Every name a solver may be given by: the presets, then the registered schemes that are not presets."""
+    return [*PRESETS, *(name for name in solvers.STEPPERS if name not in PRESETS)]
+
+
+def resolve(solver: str | Preset | type) -> Preset:
+    """A ``Preset`` from a preset name, a registered scheme's name, a dotted ``module.Class`` path, a stepper class
+    or a ``Preset``; an unknown name lists the known ones."""
+    if isinstance(solver, Preset):
+        return solver
+    if isinstance(solver, type):
+        return derive(solver)
+    if isinstance(solver, str):
+        if solver in PRESETS:
+            return PRESETS[solver]
+        if solver in solvers.STEPPERS:
+            return derive(solvers.STEPPERS[solver], solver)
+        if "." in solver:
+            return derive(import_stepper(solver))
+    raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(solver_names())}, or module.Class.")
 
 
 def preset(
     name: str,
     dt: float | None = None,
     form: str | None = None,
-    splitting: str = "lie",
+    splitting: str | None = None,
     options: dict[str, Any] | None = None,
+    stepper: str | None = None,
+    ffn: str | None = None,
+    ffn_dt: float | None = None,
 ) -> Preset:
-    """``PRESETS[name]`` with its step, attention form, splitting or stepper options changed (what a solver config
-    builds). An unknown name, a non-positive ``dt``, or an unknown form or splitting is a one-line error."""
-    chosen = resolve(name)
-    if dt is not None and not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
-        raise ValueError(f"dt must be positive and finite, got {dt!r}.")
-    if form is not None and form not in ("residual", "laplacian"):
-        raise ValueError(f"form must be one of residual, laplacian; got {form!r}.")
-    if splitting not in SPLITTINGS:
+    """The preset ``name`` with its step, attention form, splitting, FFN scheme or stepper options changed (what a
+    solver config builds); ``stepper="module.Class"`` replaces the scheme with a class of the user's (the layer then
+    follows from its declarations). Each change is checked against what the layer uses: a splitting or FFN scheme
+    for a whole-block scheme, an option the stepper does not take, an unknown name, a non-positive ``dt`` are
+    one-line errors."""
+    chosen = resolve(import_stepper(stepper) if stepper else name)
+    if stepper:
+        chosen = replace(chosen, name=name if name not in solver_names() else chosen.name)
+    for label, value in (("dt", dt), ("ffn_dt", ffn_dt)):
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{label} must be positive and finite, got {value!r}.")
+    if form is not None and form not in FORMS:
+        raise ValueError(f"form must be one of {', '.join(FORMS)}; got {form!r}.")
+    if splitting is not None and splitting not in SPLITTINGS:
         raise ValueError(f"splitting must be one of {', '.join(SPLITTINGS)}; got {splitting!r}.")
-    return replace(
+    if chosen.dynamics is Whole:
+        for label, value in (("splitting", splitting), ("ffn", ffn), ("ffn_dt", ffn_dt)):
+            if value is not None:
+                raise ValueError(
+                    f"solver {chosen.name or chosen.stepper.__name__} takes the whole block as its field, so "
+                    f"{label} does not apply; use a split scheme (e.g. full_wave, diffusion) to choose it."
+                )
+    if ffn is not None and ffn not in solvers.STEPPERS:
+        raise ValueError(f"unknown ffn scheme {ffn!r}; choose one of {', '.join(solvers.STEPPERS)}.")
+    merged = {**chosen.options, **(options or {})}
+    made = replace(
         chosen,
         dt=chosen.dt if dt is None else float(dt),
         form=chosen.form if form is None else form,
-        splitting=splitting,
-        options={**chosen.options, **(options or {})},
+        splitting=chosen.splitting if splitting is None else splitting,
+        options=merged,
+        ffn=chosen.ffn if ffn is None else ffn,
+        ffn_dt=chosen.ffn_dt if ffn_dt is None else float(ffn_dt),
     )
+    made.build(2)  # every option is checked now, not at the first forward
+    return made
 
 
-def resolve(solver: str | Preset) -> Preset:
-    """A ``Preset`` from a name or a ``Preset``; an unknown name lists the known ones."""
-    if isinstance(solver, Preset):
-        return solver
-    if isinstance(solver, str) and solver in PRESETS:
-        return PRESETS[solver]
-    raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(PRESETS)}.")
+class StateMap(nn.Module):
+    """A map applied to the state after a sublayer (post-norm): ``forward(x)`` on a state, ``joint(x, v)`` on a state
+    and its velocity (the chain rule). Wraps a joint module with ``position(x)`` and ``forward(x, v)``."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.module.position(x)
+
+    def joint(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return self.module(x, v)
+
+
+class JointDropout(nn.Module):
+    """Dropout on a state and, with the same mask, on its velocity (dropout is linear: its Jacobian is the mask)."""
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {p}.")
+        self.p = p
+
+    def position(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training)
+
+    def forward(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if not self.training or self.p == 0.0:
+            return x, v
+        keep = (torch.rand_like(x) >= self.p).to(x.dtype) / (1.0 - self.p)
+        return x * keep, v * keep
 
 
 class Layer(nn.Module):
-    """One layer: its fields (attention, optional FFN), its dynamics, and its step ``dt``."""
+    """One layer: its fields (attention, optional FFN), optional maps after each (post-norm), its block stepper
+    (``dynamics``: :class:`solvers.Split` or :class:`solvers.Whole`), and its step ``dt``.
 
-    def __init__(self, attention: nn.Module, ffn: nn.Module | None, dynamics: nn.Module, dt: float):
+    It is a stepper over its own fields: :meth:`init`, :meth:`forward` (one step) and, where the dynamics declares
+    ``reversible``, :meth:`inverse`; ``context`` (e.g. ``attn_mask``) reaches the attention field.
+    """
+
+    def __init__(
+        self,
+        attention: nn.Module,
+        ffn: nn.Module | None,
+        dynamics: AbstractStepper,
+        dt: float,
+        after_attention: nn.Module | None = None,
+        after_ffn: nn.Module | None = None,
+    ):
         super().__init__()
         if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
             raise ValueError(f"dt must be positive and finite, got {dt!r}.")
         self.attention, self.ffn, self.dynamics, self.dt = attention, ffn, dynamics, float(dt)
+        self.after_attention, self.after_ffn = after_attention, after_ffn
 
     @property
     def stepper(self) -> AbstractStepper:
+        """The layer's scheme (the stepper on the attention field)."""
         return self.dynamics.stepper
+
+    @property
+    def order(self) -> int:
+        """The layer's order of convergence to its small-step limit (0: it has none)."""
+        return self.dynamics.layer_order(self.block())
+
+    def block(self, context: dict[str, Any] | None = None) -> Block:
+        """The layer's fields as the :class:`solvers.Block` its dynamics steps on (attention bound to ``context``)."""
+        attention = self.attention
+        if context:
+            attention = _Bound(self.attention, context)
+        return Block(attention, self.ffn, self.after_attention, self.after_ffn)
+
+    def init(self, t, y, **context: Any):
+        return self.dynamics.init(self.block(context), t, y)
 
     def forward(self, t, y, state, **context: Any):
         """One step; ``context`` (e.g. ``attn_mask``) is passed to the attention field."""
-        return self.dynamics(self._bound(context), self.ffn, t, y, self.dt, state)
+        return self.dynamics.step(self.block(context), t, y, self.dt, state)
 
     def inverse(self, t, y1, **context: Any):
         """The input of :meth:`forward` from its output (reversible dynamics only)."""
-        return self.dynamics.inverse(self._bound(context), self.ffn, t, y1, self.dt)
+        return self.dynamics.inverse(self.block(context), t, y1, self.dt)
 
-    def _bound(self, context: dict[str, Any]):
-        return (lambda t, x: self.attention(t, x, **context)) if context else self.attention
+
+class _Bound:
+    """A field with its call-time context (masks, the graph's propagation matrix) bound."""
+
+    __slots__ = ("field", "context")
+
+    def __init__(self, field: Callable, context: dict[str, Any]):
+        self.field, self.context = field, context
+
+    def __call__(self, t, x):
+        return self.field(t, x, **self.context)
 
 
 LayerBuilder = Callable[[int], Layer]

@@ -1,11 +1,17 @@
-"""The backbone: ``depth`` layers driven by their steppers, then a final LayerNorm.
+"""The backbone: ``depth`` layers driven by their steppers through :func:`solvers.iterate`, then a final LayerNorm.
 
     x (B, N, D) -> [layer 1: one step of dt_1] -> ... -> [layer L] -> LN -> features (B, N, D)
 
-A second-order layer starts its velocity at zero (``v0 = 0``, as in the Wavy Transformer); consecutive layers whose
-steppers share a class share the scheme's running state (a two-step scheme's previous position, a cached force);
-where a schedule switches between first- and second-order layers the velocity starts at zero on entry and is dropped
-on exit (``solvers.adapt``).
+Each layer is a block stepper over its own fields (:class:`~odeformer.blocks.Layer`), so the depth loop is the
+``solvers`` loop, with per-layer steps, a hook for activation checkpointing, and
+:func:`solvers.integrate_reversible` for schedules whose backward pass rebuilds states by inverting the layers. A
+second-order layer starts its velocity at zero (``v0 = 0``, as in the Wavy Transformer); consecutive layers whose
+steppers share a class share the scheme's running state (a two-step scheme's history, a cached force); where a
+schedule switches between first- and second-order layers the velocity starts at zero on entry and is dropped on exit
+(``solvers.adapt``).
+
+Two layouts: ``norm="pre"`` (the fields normalise their input, a final LayerNorm follows the loop) and
+``norm="post"`` (a map — LayerNorm, with the chain rule on the velocity — follows each sublayer, and no final norm).
 """
 
 from __future__ import annotations
@@ -21,20 +27,21 @@ from torch import Tensor, nn
 import solvers
 from solvers import PhaseState
 
-from ._amp import AutocastState
-from .blocks import Layer, Preset, ReversibleDynamics, resolve
+from .blocks import JointDropout, Layer, Preset, StateMap, resolve
 from .continuous import ContinuousBackbone, ContinuousPreset
 from .fields import AttentionField, FeedForward
 
 Solver = str | Preset | Sequence[str | Preset] | Callable[[int], str | Preset]
-"""A preset name or :class:`Preset` for every layer, a sequence with one per layer, or ``layer_index -> preset``."""
+"""A solver name or :class:`Preset` for every layer, a sequence with one per layer, or ``layer_index -> preset``."""
+
+NORMS = ("pre", "post")
 
 
 def schedule(solver: Solver, depth: int) -> list[Preset]:
     """One :class:`Preset` per layer from any accepted ``solver`` value."""
     if not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be a positive int, got {depth!r}.")
-    if isinstance(solver, (str, Preset)):
+    if isinstance(solver, (str, Preset, type)):
         return [resolve(solver)] * depth
     if callable(solver):
         return [resolve(solver(i)) for i in range(depth)]
@@ -44,14 +51,21 @@ def schedule(solver: Solver, depth: int) -> list[Preset]:
     return presets
 
 
+def _checkpointed(stepper, field, t, y, dt, state):
+    """A step whose activations are recomputed in the backward pass instead of stored."""
+    return torch.utils.checkpoint.checkpoint(stepper.step, field, t, y, dt, state, use_reentrant=False)
+
+
 class Backbone(nn.Module):
     """A stack of :class:`~odeformer.blocks.Layer` s integrated in depth; see the module docstring.
 
     ``make_attention(form)`` and ``make_ffn()`` build one layer's fields (``make_ffn=None``: attention only, as in
-    DIFFormer); ``dt=None`` takes each preset's default step, ``form=None`` each preset's attention form;
-    ``tie_weights=True`` builds the fields once and shares them across depth; ``checkpoint=True`` recomputes each
-    layer in the backward pass instead of storing its activations. A backbone of ``reversible`` layers stores only
-    its final state when training and rebuilds the others by inverting the layers (:class:`_ReversibleStack`).
+    DIFFormer); ``make_norm()`` (post-norm layout) builds the map that follows each sublayer, a joint module with
+    ``position(x)`` and ``forward(x, v)``; ``dt=None`` takes each preset's default step, ``form=None`` each preset's
+    attention form; ``tie_weights=True`` builds the fields (and maps) once and shares them across depth;
+    ``checkpoint=True`` recomputes each layer in the backward pass instead of storing its activations. A backbone of
+    ``memory="rebuild"`` layers (the ``reversible`` preset) stores only its final state when training and rebuilds the
+    others by inverting the layers.
     """
 
     def __init__(
@@ -66,35 +80,55 @@ class Backbone(nn.Module):
         form: str | None = None,
         tie_weights: bool = False,
         checkpoint: bool = False,
+        make_norm: Callable[[], nn.Module] | None = None,
     ):
         super().__init__()
         presets = schedule(solver, depth)
         self.checkpoint = checkpoint
         if tie_weights:  # one set of fields for every layer (each layer still has its own stepper)
-            shared = make_attention(presets[0].form if form is None else form)
-            shared_ffn = None if make_ffn is None else make_ffn()
-            make_attention, make_ffn = (lambda _: shared), (None if make_ffn is None else (lambda: shared_ffn))
+            make_attention, make_ffn, make_norm = _shared(make_attention), _shared(make_ffn), _shared(make_norm)
         self.layers = nn.ModuleList(
-            Layer(
-                make_attention(p.form if form is None else form),
-                None if make_ffn is None else make_ffn(),
-                p.build(dim),
-                p.dt if dt is None else dt,
-            )
-            for p in presets
+            self._layer(p, dim, make_attention, make_ffn, make_norm, dt, form) for p in presets
         )
         self.norm = nn.LayerNorm(dim) if final_norm else nn.Identity()
-        kinds = {isinstance(layer.dynamics, ReversibleDynamics) for layer in self.layers}
-        if len(kinds) > 1:
+        memory = {p.memory for p in presets}
+        if len(memory) > 1:
             raise ValueError(
                 "a schedule cannot mix the reversible preset with others: its backward rebuilds every layer."
             )
-        self.reversible = kinds == {True}
-        if self.reversible and any(_drops(m) for m in self.layers.modules()):
-            raise ValueError(
-                "the reversible preset needs dropout=0: its backward rebuilds states by inverting each "
-                "layer, which random dropout masks would break."
-            )
+        self.reversible = memory == {"rebuild"}
+        if self.reversible:
+            for i, layer in enumerate(self.layers):
+                if not layer.dynamics.reversible or layer.after_attention is not None or layer.after_ffn is not None:
+                    raise ValueError(
+                        f"layer {i} ({layer.dynamics!r}) cannot be inverted, so the reversible backward cannot "
+                        "rebuild through it; every sub-step must be reversible and no norm may follow a sublayer."
+                    )
+            if any(_drops(m) for m in self.layers.modules()):
+                raise ValueError(
+                    "the reversible preset needs dropout=0: its backward rebuilds states by inverting each "
+                    "layer, which random dropout masks would break."
+                )
+
+    @staticmethod
+    def _layer(p: Preset, dim, make_attention, make_ffn, make_norm, dt, form) -> Layer:
+        attention = make_attention(p.form if form is None else form)
+        ffn = None if make_ffn is None else make_ffn()
+        after_attention = after_ffn = None
+        if make_norm is not None:  # post-norm: a map after each sublayer (after the whole step for Whole)
+            if p.dynamics is solvers.Whole and ffn is not None:
+                after_ffn = StateMap(make_norm())
+            else:
+                after_attention = StateMap(make_norm())
+                after_ffn = None if ffn is None else StateMap(make_norm())
+        return Layer(
+            attention,
+            ffn,
+            p.build(dim),
+            p.dt if dt is None else dt,
+            after_attention,
+            after_ffn,
+        )
 
     @property
     def second_order(self) -> bool:
@@ -105,90 +139,49 @@ class Backbone(nn.Module):
         """Features ``(B, N, D)``. ``context`` (e.g. ``attn_mask``) goes to every attention field. If ``record`` is a
         list, the state after every layer is appended to it (the input first): a Tensor, or a ``PhaseState`` for
         second-order layers."""
+        steppers = [layer.dynamics for layer in self.layers]
+        blocks = [layer.block(context) for layer in self.layers]
+        dts = [layer.dt for layer in self.layers]
+        y0 = solvers.adapt(x, steppers[0])
         if self.reversible and record is None and torch.is_grad_enabled():
-            return self.norm(_reversible(self.layers, context, x, self._trainable()))
-        y, t, state, previous = x, 0.0, None, None
-        if record is not None:
-            record.append(y)
-        for layer in self.layers:
-            stepper = layer.stepper
-            if previous is None or type(stepper) is not type(previous):
-                y = solvers.adapt(y, stepper)
-                state = stepper.init(layer.attention, t, y)
-            if self.checkpoint and torch.is_grad_enabled():
-                y, state = torch.utils.checkpoint.checkpoint(layer, t, y, state, use_reentrant=False, **context)
-            else:
-                y, state = layer(t, y, state, **context)
-            t, previous = t + layer.dt, stepper
+            if self.training and any(_drops(m) for m in self.layers.modules()):
+                raise ValueError(
+                    "the reversible preset needs dropout=0 (it was switched on after construction): its backward "
+                    "rebuilds states by inverting each layer, which random dropout masks would break."
+                )
+            y = solvers.integrate_reversible(steppers, blocks, y0, dts, params=self._trainable())
+        else:
+            hook = _checkpointed if (self.checkpoint and torch.is_grad_enabled()) else None
             if record is not None:
-                record.append(y)
+                record.append(x)
+            y = y0
+            for y in solvers.iterate(steppers, blocks, y0, dts, hook=hook):
+                if record is not None:
+                    record.append(y)
         return self.norm(y.x if isinstance(y, PhaseState) else y)
 
     def _trainable(self) -> list[Tensor]:
         return [p for p in self.layers.parameters() if p.requires_grad]
 
 
+def _shared(make: Callable | None) -> Callable | None:
+    """``make`` called once; every later call returns the same module (weight tying)."""
+    if make is None:
+        return None
+    built: dict[Any, nn.Module] = {}
+
+    def once(*args):
+        if args not in built:
+            built[args] = make(*args)
+        return built[args]
+
+    return once
+
+
 def _drops(module: nn.Module) -> bool:
-    rate = module.p if isinstance(module, nn.Dropout) else getattr(module, "dropout", 0.0)
-    return isinstance(rate, float) and rate > 0
-
-
-@torch.compiler.disable  # its backward calls autograd.grad, which Dynamo does not trace: this part stays eager
-def _reversible(layers: nn.ModuleList, context: dict[str, Any], x: Tensor, params: list[Tensor]) -> Tensor:
-    out, _ = _ReversibleStack.apply(_Run(layers, context), x, torch.zeros_like(x), *params)
-    return out
-
-
-class _Run:
-    """What the reversible autograd function needs besides tensors: the layers and the attention context."""
-
-    def __init__(self, layers: nn.ModuleList, context: dict[str, Any]):
-        self.layers, self.context = layers, context
-
-    def times(self) -> list[float]:
-        t, out = 0.0, []
-        for layer in self.layers:
-            out.append(t)
-            t = t + layer.dt
-        return out
-
-
-class _ReversibleStack(torch.autograd.Function):
-    """Forward without storing activations; backward rebuilds each layer's input by its inverse and backpropagates
-    through that one layer at a time, so memory does not grow with depth."""
-
-    @staticmethod
-    def forward(ctx, run: _Run, x: Tensor, v: Tensor, *params: Tensor):
-        y = PhaseState(x, v)
-        with torch.no_grad():
-            for layer, t in zip(run.layers, run.times()):
-                y, _ = layer(t, y, None, **run.context)
-        ctx.run = run
-        ctx.autocast = AutocastState.capture(x)  # the rebuilt layers must compute exactly as the forward pass did
-        ctx.save_for_backward(y.x, y.v)
-        return y.x.clone(), y.v.clone()
-
-    @staticmethod
-    def backward(ctx, grad_x: Tensor, grad_v: Tensor):
-        run = ctx.run
-        x, v = ctx.saved_tensors
-        y = PhaseState(x, v)
-        params = [p for p in run.layers.parameters() if p.requires_grad]
-        grads: dict[int, Tensor] = {}
-        for layer, t in reversed(list(zip(run.layers, run.times()))):
-            with torch.no_grad(), ctx.autocast():
-                y_in = layer.inverse(t, y, **run.context)
-            with torch.enable_grad(), ctx.autocast():
-                xi, vi = y_in.x.detach().requires_grad_(), y_in.v.detach().requires_grad_()
-                out, _ = layer(t, PhaseState(xi, vi), None, **run.context)
-                local = [p for p in layer.parameters() if p.requires_grad]
-                g = torch.autograd.grad((out.x, out.v), (xi, vi, *local), (grad_x, grad_v), allow_unused=True)
-            grad_x, grad_v = g[0], g[1]
-            for p, gp in zip(local, g[2:]):
-                if gp is not None:
-                    grads[id(p)] = gp if id(p) not in grads else grads[id(p)] + gp
-            y = PhaseState(y_in.x, y_in.v)
-        return (None, grad_x, grad_v, *(grads.get(id(p)) for p in params))
+    """Whether ``module`` drops out at a positive rate (``nn.Dropout``, a joint dropout, or a ``dropout`` attribute)."""
+    rate = module.p if isinstance(module, (nn.Dropout, JointDropout)) else getattr(module, "dropout", 0.0)
+    return isinstance(rate, (int, float)) and rate > 0
 
 
 def backbone(

@@ -1,8 +1,11 @@
 """Integrators for depth-as-time: one residual layer is one step of an explicit scheme.
 
-``STEPPERS`` maps a config name to a stepper class; ``integrate`` runs one step per field. The long explanation of the
-interface is in ``solvers/_base.py``; ``solvers.testing`` is the property kit (order, symplecticity, reversibility,
-evaluation count) that users run on their own schemes. This package imports only torch.
+``STEPPERS`` maps a config name to a stepper class; ``iterate`` is the one loop over depth (``integrate`` and
+``trajectory`` keep its last or every state; ``integrate_reversible`` rebuilds states in the backward pass instead of
+storing them). ``Split`` and ``Whole`` make a layer of two sublayers one step of a block stepper over a ``Block`` of
+fields. The long explanation of the interface is in ``solvers/_base.py``; ``solvers.testing`` is the property kit
+(order, symplecticity, reversibility, evaluation count) that users run on their own schemes. This package imports
+only torch.
 """
 
 from ._base import AbstractStepper, Field, PhaseState, adapt, axpy, integrate, iterate, trajectory
@@ -14,7 +17,9 @@ from ._light_wave import LightWave
 from ._mix import Mix
 from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
+from ._reversible import integrate_reversible
 from ._semi_implicit_euler import SemiImplicitEuler
+from ._splitting import Block, Split, Whole
 from ._velocity_verlet import VelocityVerlet
 
 STEPPERS: dict[str, type[AbstractStepper]] = {
@@ -33,6 +38,7 @@ STEPPERS: dict[str, type[AbstractStepper]] = {
 __all__ = [
     "STEPPERS",
     "AbstractStepper",
+    "Block",
     "Damped",
     "Euler",
     "Field",
@@ -44,10 +50,13 @@ __all__ = [
     "RK4",
     "RK4ThreeEighths",
     "SemiImplicitEuler",
+    "Split",
     "VelocityVerlet",
+    "Whole",
     "adapt",
     "axpy",
     "integrate",
+    "integrate_reversible",
     "iterate",
     "trajectory",
 ]

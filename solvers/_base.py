@@ -38,12 +38,17 @@ Every concrete stepper declares, as class variables, what it claims; :mod:`solve
 ``second_order``    ``True`` if ``y`` is a :class:`PhaseState` and the field is an acceleration.
 ``symplectic``      one step is a symplectic map of ``(x, v)`` for ``x'' = -K x`` (unit Jacobian determinant, bounded
                     energy error shrinking like ``dt**order``).
-``reversible``      ``step(-dt)`` undoes ``step(dt)``.
+``reversible``      a step can be undone exactly: ``inverse(field, t, y1, dt)`` returns the ``y`` that ``step`` (from a
+                    fresh ``init``) took to ``y1``, up to rounding. A network of such steps can rebuild its states in
+                    the backward pass instead of storing them.
 ``evals_per_step``  field evaluations in one step from a fresh ``init``.
 ``fsal``            (optional, default ``False``) "first same as last": when consecutive steps use the same field, one
                     evaluation is reused, so such steps cost ``evals_per_step - 1``.
 ``multistep``       (optional, default ``False``) the step reads history (an earlier position) from ``state``, so its
                     result depends on more than ``y``; a one-step scheme's ``state`` may only cache what ``y`` implies.
+``symmetric``       (optional, default ``False``) time-symmetric: ``step(-dt)`` undoes ``step(dt)`` (Hairer, Lubich &
+                    Wanner, §V.1). A symmetric scheme is reversible, and its inverse is that backward step, so it
+                    need not write ``inverse``; any other reversible scheme writes its own.
 
 The limit dynamics
 ------------------
@@ -98,6 +103,7 @@ class AbstractStepper(nn.Module):
     evals_per_step: ClassVar[int]
     fsal: ClassVar[bool] = False
     multistep: ClassVar[bool] = False
+    symmetric: ClassVar[bool] = False
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -109,6 +115,7 @@ class AbstractStepper(nn.Module):
                 f"{cls.__name__} must declare the class variable(s) {', '.join(missing)}; "
                 f"every stepper declares {', '.join(_DECLARATIONS)}."
             )
+        check_reversible_declaration(cls)
 
     # -- protocol -------------------------------------------------------------------------------------------------
 
@@ -124,6 +131,22 @@ class AbstractStepper(nn.Module):
     def forward(self, field: Field, t: Any, y: Y, dt: Any, state: Any) -> tuple[Y, Any]:
         """Alias of :meth:`step`, so hooks and ``torch.func.functional_call`` see one step."""
         return self.step(field, t, y, dt, state)
+
+    def inverse(self, field: Field, t: Any, y1: Y, dt: Any) -> Y:
+        """The ``y`` with ``step(field, t, y, dt, init(field, t, y))[0] == y1`` (schemes that declare ``reversible``).
+
+        The default serves ``symmetric`` schemes: one step of ``-dt`` from ``t + dt``, from a fresh ``init``.
+        """
+        if not self.symmetric:
+            raise NotImplementedError(f"{type(self).__name__} is not reversible: it has no inverse.")
+        y, _ = self.step(field, t + dt, y1, -dt, self.init(field, t + dt, y1))
+        return y
+
+    def continues(self, previous: AbstractStepper) -> bool:
+        """Whether this stepper takes over the running ``state`` that ``previous`` returned (in a schedule, the
+        stepper of the step before). The default: the same class (a two-step scheme's history carries across
+        layers that each have their own instance)."""
+        return type(self) is type(previous)
 
     def limit_field(self, field: Field) -> Callable[[Any, Y], Y]:
         """The first-order vector field whose flow this stepper approximates to ``order`` as ``dt -> 0``.
@@ -162,6 +185,25 @@ class AbstractStepper(nn.Module):
         if not isinstance(y, Tensor):
             raise TypeError(f"{name}: y must be a Tensor, got {type(y).__name__}.")
         return y
+
+
+def check_reversible_declaration(cls: type) -> None:
+    """The ``reversible`` family of declarations must agree with what the class implements (a one-line TypeError)."""
+    name = cls.__name__
+    if getattr(cls, "symmetric", False) and not getattr(cls, "reversible", False):
+        raise TypeError(f"{name} declares symmetric, so step(-dt) is its inverse: declare reversible = True as well.")
+    if not getattr(cls, "reversible", False):
+        return
+    if getattr(cls, "multistep", False):
+        raise TypeError(
+            f"{name} declares reversible and multistep: an inverse from y1 alone needs a one-step scheme; "
+            "drop one of the two declarations."
+        )
+    if not getattr(cls, "symmetric", False) and cls.inverse is AbstractStepper.inverse:
+        raise TypeError(
+            f"{name} declares reversible but neither writes inverse(field, t, y1, dt) nor declares symmetric "
+            "(whose inverse is step(-dt))."
+        )
 
 
 def sigmoid_gate(dim: int | None, theta0: float) -> Tensor:
@@ -206,7 +248,7 @@ def _check_dt(dt: Any) -> None:
 
 
 def _per_step(
-    stepper: AbstractStepper | Sequence[AbstractStepper], fields: Sequence[Field]
+    stepper: AbstractStepper | Sequence[AbstractStepper], fields: Sequence[Any]
 ) -> Sequence[AbstractStepper]:
     if not isinstance(fields, (list, tuple, nn.ModuleList)):
         raise TypeError(
@@ -226,6 +268,19 @@ def _per_step(
     return steppers
 
 
+def _per_step_dt(dt: Any, steps: int) -> list[Any]:
+    """``dt`` for every step: one value for all, or a sequence with one per step; each checked."""
+    if isinstance(dt, (list, tuple)):
+        if len(dt) != steps:
+            raise ValueError(f"got {len(dt)} step sizes for {steps} steps; pass one dt, or one per step.")
+        dts = list(dt)
+    else:
+        dts = [dt] * steps
+    for d in dts:
+        _check_dt(d)
+    return dts
+
+
 def adapt(y: Y, stepper: AbstractStepper) -> Y:
     """``y`` in the form ``stepper`` takes, for schedules that switch between first- and second-order steppers.
 
@@ -239,54 +294,70 @@ def adapt(y: Y, stepper: AbstractStepper) -> Y:
     return y
 
 
+Hook = Callable[[AbstractStepper, Any, Any, Y, Any, Any], tuple[Y, Any]]
+"""``hook(stepper, field, t, y, dt, state) -> (y1, state1)``: takes one step in place of ``stepper.step`` (to
+checkpoint it, time it, log it); it must return what ``stepper.step(field, t, y, dt, state)`` returns."""
+
+
+def _take(stepper: AbstractStepper, field: Any, t: Any, y: Y, dt: Any, state: Any) -> tuple[Y, Any]:
+    return stepper.step(field, t, y, dt, state)
+
+
 def iterate(
     stepper: AbstractStepper | Sequence[AbstractStepper],
-    fields: Sequence[Field],
+    fields: Sequence[Any],
     y0: Y,
     dt: Any,
     t0: Any = 0.0,
+    hook: Hook | None = None,
 ) -> Iterator[Y]:
-    """Yield the state after each step; :func:`integrate` returns the last, :func:`trajectory` collects them all.
+    """Yield the state after each step; the one loop over depth that every other driver uses.
 
-    Consecutive steps by steppers of the same class share the scheme's state (each layer of a model has its own
-    stepper instance with its own parameters, but one running history). Where a schedule switches between first-
-    and second-order steppers, the velocity starts at zero on entry and is dropped on exit.
+    ``stepper`` is one stepper or one per step; ``dt`` one step size or one per step; ``hook`` (optional) takes each
+    step in place of ``stepper.step`` (activation checkpointing, timing). Consecutive steps by steppers that
+    :meth:`~AbstractStepper.continues` the previous one share the scheme's running state (each layer of a model has
+    its own stepper instance with its own parameters, but one running history); at any other change the new stepper
+    starts afresh from ``init``, and where a schedule switches between first- and second-order steppers the velocity
+    starts at zero on entry and is dropped on exit (:func:`adapt`).
     """
     steppers = _per_step(stepper, fields)
-    _check_dt(dt)
+    dts = _per_step_dt(dt, len(steppers))
+    take = _take if hook is None else hook
     y, t, state, previous = y0, t0, None, None
-    for s, f in zip(steppers, fields):
-        if previous is None or type(s) is not type(previous):
+    for s, f, h in zip(steppers, fields, dts):
+        if previous is None or not s.continues(previous):
             if previous is not None:
                 y = adapt(y, s)
             state = s.init(f, t, y)
-        y, state = s.step(f, t, y, dt, state)
-        t = t + dt
+        y, state = take(s, f, t, y, h, state)
+        t = t + h
         previous = s
         yield y
 
 
 def integrate(
     stepper: AbstractStepper | Sequence[AbstractStepper],
-    fields: Sequence[Field],
+    fields: Sequence[Any],
     y0: Y,
     dt: Any,
     t0: Any = 0.0,
+    hook: Hook | None = None,
 ) -> Y:
-    """Take one step of size ``dt`` per field, starting from ``y0`` at ``t0``; return the final state.
+    """Take one step per field, starting from ``y0`` at ``t0``; return the final state.
 
-    ``stepper`` is one stepper or a sequence of them, one per field (hybrid schedules). For weight tying pass the same
-    field several times: ``integrate(stepper, [f] * depth, y0, dt)``.
+    ``stepper`` is one stepper or a sequence of them, one per field (hybrid schedules); ``dt`` one step size or one
+    per step. For weight tying pass the same field several times: ``integrate(stepper, [f] * depth, y0, dt)``.
     """
-    return deque(iterate(stepper, fields, y0, dt, t0), maxlen=1)[0]  # keeps only the last state alive
+    return deque(iterate(stepper, fields, y0, dt, t0, hook), maxlen=1)[0]  # keeps only the last state alive
 
 
 def trajectory(
     stepper: AbstractStepper | Sequence[AbstractStepper],
-    fields: Sequence[Field],
+    fields: Sequence[Any],
     y0: Y,
     dt: Any,
     t0: Any = 0.0,
+    hook: Hook | None = None,
 ) -> list[Y]:
     """Like :func:`integrate` but return ``[y0, y1, ..., yL]``."""
-    return [y0, *iterate(stepper, fields, y0, dt, t0)]
+    return [y0, *iterate(stepper, fields, y0, dt, t0, hook)]

@@ -1,11 +1,12 @@
 """Semi-implicit (symplectic) Euler, kick then drift: ``v <- v + dt a(t, x)``, ``x <- x + dt v``.
 
 The Wavy Transformer's wave update (``a(X) = (A(X) - I) X``, ``v0 = 0``). Order 1, one evaluation per step,
-symplectic; not reversible (the adjoint scheme drifts first). Eliminating ``v`` gives the two-step Störmer recurrence
-``x_{n+1} = 2 x_n - x_{n-1} + dt² a(x_n)`` with the one-sided start ``x_1 = x_0 + dt v_0 + dt² a(x_0)``; that start is
-why it is order 1 while ``leapfrog`` is order 2. One step from ``v = 0`` moves ``x`` like Euler with step ``dt²``.
-The step is a composition of two shears, so it is invertible: :meth:`SemiImplicitEuler.inverse` (drift back, then
-kick back) recovers ``y`` from ``y1`` up to rounding, which lets a network rebuild its states instead of storing them.
+symplectic and reversible, not symmetric (``step(-dt)`` is the adjoint scheme, which drifts first). Eliminating ``v``
+gives the two-step Störmer recurrence ``x_{n+1} = 2 x_n - x_{n-1} + dt² a(x_n)`` with the one-sided start
+``x_1 = x_0 + dt v_0 + dt² a(x_0)``; that start is why it is order 1 while ``leapfrog`` is order 2. One step from
+``v = 0`` moves ``x`` like Euler with step ``dt²``. The step is a composition of two shears, so it is invertible:
+:meth:`SemiImplicitEuler.inverse` (drift back, then kick back) recovers ``y`` from ``y1`` up to rounding, which lets a
+network rebuild its states instead of storing them.
 Reference: Hairer, Lubich & Wanner, *Geometric Numerical Integration*, §I.1.2 and Theorem VI.3.3.
 """
 
@@ -18,7 +19,7 @@ class SemiImplicitEuler(AbstractStepper):
     order: ClassVar[int] = 1
     second_order: ClassVar[bool] = True
     symplectic: ClassVar[bool] = True
-    reversible: ClassVar[bool] = False
+    reversible: ClassVar[bool] = True
     evals_per_step: ClassVar[int] = 1
 
     def step(self, field, t, y, dt, state):

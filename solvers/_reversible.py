@@ -1,0 +1,152 @@
+"""Backpropagation without stored states, for schedules of reversible steps.
+
+:func:`integrate_reversible` computes what :func:`~solvers.integrate` computes, but its backward pass does not read
+states stored by the forward pass: it keeps only the final state, rebuilds each step's input from its output with the
+stepper's ``inverse`` (every stepper must declare ``reversible``), and backpropagates through that one step at a
+time. Activation memory is then independent of the number of steps; the price is one inverse and one re-run of every
+step. The rebuilt states equal the forward ones up to rounding, so the gradients equal ordinary backpropagation's up
+to rounding — provided the fields are deterministic (no dropout: a random mask drawn again in the backward pass would
+differ from the forward's).
+
+The backward pass replays the forward's autocast state, so a step run under ``torch.autocast`` is rebuilt and
+differentiated in the same precision. Under a ``torch.func`` transform (``jvp``, ``vmap``, ``jacrev``) the plain
+:func:`~solvers.integrate` is used instead, so transforms compose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from ._base import AbstractStepper, PhaseState, Y, _per_step, _per_step_dt, integrate
+
+
+class AutocastState(NamedTuple):
+    """The autocast state in force for a device type, captured in a forward pass and replayed in its backward."""
+
+    device_type: str
+    enabled: bool
+    dtype: torch.dtype
+
+    @classmethod
+    def capture(cls, tensor: Tensor) -> AutocastState:
+        """The autocast state in force now for ``tensor``'s device type."""
+        device = tensor.device.type
+        if device not in ("cpu", "cuda", "xpu", "mps", "hpu"):
+            return cls(device, False, tensor.dtype)
+        return cls(device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+
+    def __call__(self) -> contextlib.AbstractContextManager:
+        """A context manager that restores this state (a no-op when autocast was off)."""
+        if not self.enabled:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+
+class _Run(NamedTuple):
+    steppers: Sequence[AbstractStepper]
+    fields: Sequence[Any]
+    dts: list[Any]
+    t0: Any
+    second_order: bool
+
+    def times(self) -> list[Any]:
+        t, out = self.t0, []
+        for dt in self.dts:
+            out.append(t)
+            t = t + dt
+        return out
+
+
+def _parameters(objects: Iterable[Any]) -> list[Tensor]:
+    seen, out = set(), []
+    for obj in objects:
+        parts = obj if isinstance(obj, tuple) else (obj,)  # a Block is a tuple of fields and maps
+        for part in parts:
+            if isinstance(part, nn.Module):
+                for p in part.parameters():
+                    if p.requires_grad and id(p) not in seen:
+                        seen.add(id(p))
+                        out.append(p)
+    return out
+
+
+def integrate_reversible(
+    stepper: AbstractStepper | Sequence[AbstractStepper],
+    fields: Sequence[Any],
+    y0: Y,
+    dt: Any,
+    t0: Any = 0.0,
+    params: Sequence[Tensor] | None = None,
+) -> Y:
+    """:func:`~solvers.integrate`, with a backward pass that rebuilds states by inverting each step (see module doc).
+
+    ``params`` are the tensors the steps depend on besides ``y0`` (gradients reach them); by default the parameters
+    of the steppers and of every field, map or block that is an ``nn.Module``. Every stepper must declare
+    ``reversible``; a schedule may not switch between first- and second-order steppers.
+    """
+    steppers = _per_step(stepper, fields)
+    dts = _per_step_dt(dt, len(steppers))
+    for i, s in enumerate(steppers):
+        if not s.reversible:
+            raise ValueError(
+                f"step {i}: {s!r} is not reversible, so its input cannot be rebuilt from its output; "
+                "use integrate (stored states) or a reversible scheme."
+            )
+    if len({s.second_order for s in steppers}) > 1:
+        raise ValueError("integrate_reversible needs every step of one kind (all first- or all second-order).")
+    if torch._C._are_functorch_transforms_active():  # transforms compose with the plain loop
+        return integrate(steppers, fields, y0, dts, t0)
+    second = steppers[0].second_order
+    tensors = (y0.x, y0.v) if second else (y0,)
+    if params is None:
+        params = _parameters([*steppers, *fields])
+    run = _Run(steppers, fields, dts, t0, second)
+    out = _RebuildingBackward.apply(run, len(tensors), *tensors, *params)
+    return PhaseState(*out) if second else out[0]
+
+
+class _RebuildingBackward(torch.autograd.Function):
+    """Forward without storing states; backward rebuilds each step's input by its inverse, then backpropagates through
+    that one step, so memory does not grow with the number of steps."""
+
+    @staticmethod
+    def forward(ctx, run: _Run, count: int, *inputs: Tensor):
+        tensors, params = inputs[:count], inputs[count:]
+        y0 = PhaseState(*tensors) if run.second_order else tensors[0]
+        with torch.no_grad():
+            y = integrate(run.steppers, run.fields, y0, run.dts, run.t0)
+        out = (y.x, y.v) if run.second_order else (y,)
+        ctx.run, ctx.count = run, count
+        ctx.autocast = AutocastState.capture(tensors[0])  # the rebuilt steps must compute as the forward pass did
+        ctx.save_for_backward(*out, *params)
+        return tuple(o.clone() for o in out)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grads: Tensor):
+        run, count = ctx.run, ctx.count
+        saved = ctx.saved_tensors
+        y = PhaseState(*saved[:count]) if run.second_order else saved[0]
+        params = saved[count:]
+        totals: list[Tensor | None] = [None] * len(params)
+        grads = tuple(torch.zeros_like(s) if g is None else g for g, s in zip(grads, saved[:count]))
+        for s, f, t, dt in reversed(list(zip(run.steppers, run.fields, run.times(), run.dts))):
+            with torch.no_grad(), ctx.autocast():
+                y_in = s.inverse(f, t, y, dt)
+            with torch.enable_grad(), ctx.autocast():
+                leaves = tuple(p.detach().requires_grad_() for p in (y_in if run.second_order else (y_in,)))
+                start = PhaseState(*leaves) if run.second_order else leaves[0]
+                out, _ = s.step(f, t, start, dt, s.init(f, t, start))
+                outs = (out.x, out.v) if run.second_order else (out,)
+                g = torch.autograd.grad(outs, (*leaves, *params), grads, allow_unused=True)
+            grads = tuple(torch.zeros_like(leaf) if gi is None else gi for gi, leaf in zip(g[:count], leaves))
+            for i, gp in enumerate(g[count:]):
+                if gp is not None:
+                    totals[i] = gp if totals[i] is None else totals[i] + gp
+            y = y_in
+        return (None, None, *grads, *totals)

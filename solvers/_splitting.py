@@ -1,0 +1,300 @@
+"""A layer as one step over a pair of fields: splittings of an attention field and an FFN field, and the whole block.
+
+A transformer layer has two sublayers. Read each as a vector field, ``F_a`` (attention) and ``F_f`` (the FFN), and
+the layer is one step of size ``dt`` for the block's ODE ``x' = F_a(x) + F_f(x)`` (or, for a second-order stepper,
+``x'' = F_a(x)`` with the FFN acting on the state and, by the chain rule, on the velocity). The field a layer's
+stepper receives is a :class:`Block`: the two fields and, optionally, a map applied to the state after each sublayer
+(a post-norm layout: ``x <- LN(x + dt F(x))``). Two block steppers drive it:
+
+:class:`Split` — ``stepper`` takes one step on ``F_a``; the FFN enters as a sub-step of size ``ffn_dt`` (default
+``dt``) by the scheme ``ffn``:
+
+- a first-order one-step scheme (default ``euler``): ``x <- x + h F_f(x)`` for a first-order state; for a
+  second-order state ``(x, v)`` its *tangent lift*: the scheme on ``x`` and, on ``v``, the Jacobian of that very map
+  (``v <- v + h J_{F_f}(x) v`` for Euler). For Runge–Kutta schemes this equals the scheme applied to the variational
+  system ``x' = F_f(x), v' = J_{F_f}(x) v``, so any RK scheme may serve;
+- a second-order scheme (e.g. ``semi_implicit_euler``): the FFN is a *force* of that scheme, a second kick and drift
+  in the same layer (every sub-step invertible when the scheme is reversible: the ``reversible`` preset).
+
+``splitting="lie"`` (Lie–Trotter): attention step, then the FFN sub-step; a first-order splitting, so the layer has
+order ``min(1, ...)`` whatever the stepper. ``splitting="strang"``: half an FFN sub-step, the attention step, another
+half; order ``min(2, order of stepper, order of ffn)`` — which needs an FFN scheme of order 2 (``heun``, the default
+under Strang): two Euler halves make a first-order layer. A higher order than 2 is not offered by any splitting
+here: it needs symmetric compositions with negative sub-steps (Yoshida), or :class:`Whole`.
+
+:class:`Whole` — ``stepper`` takes one step on the summed field ``F_a + F_f`` (every stage evaluates both), so the
+layer keeps the stepper's order.
+
+The declarations of a block stepper follow from its parts (instance attributes): ``order`` is the layer's order of
+convergence to :meth:`limit_field` (``0`` when the layer has no small-step limit: a fixed ``ffn_dt``, a post-norm
+map, a stepper with a fixed-size part); ``reversible`` when every sub-step is invertible; ``evals_per_step`` counts
+evaluations of the attention field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from ._base import AbstractStepper, Field, PhaseState, Y, axpy
+from ._euler import Euler
+from ._heun import Heun
+
+SPLITTINGS = ("lie", "strang")
+
+
+class Block(NamedTuple):
+    """What a layer's block stepper steps on: two fields and optional maps applied after each sublayer.
+
+    ``attention(t, x)`` is the field of the layer's stepper (an acceleration for a second-order one); ``ffn(t, x)``
+    a second field or ``None``. ``after_attention`` / ``after_ffn`` map the state after that sublayer (``None``: no
+    map); a map is ``g(x) -> x`` with, for second-order states, ``g.joint(x, v) -> (g(x), J_g(x) v)`` (else
+    ``torch.func.jvp`` is used). A field may offer ``joint(x, v) -> (f(x), J_f(x) v)`` the same way.
+    """
+
+    attention: Field
+    ffn: Field | None = None
+    after_attention: Callable[[Tensor], Tensor] | None = None
+    after_ffn: Callable[[Tensor], Tensor] | None = None
+
+    @property
+    def maps(self) -> bool:
+        return self.after_attention is not None or self.after_ffn is not None
+
+
+def tangent(function: Callable[[Tensor], Tensor], x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """``(g(x), J_g(x) v)`` by ``function.joint`` when it has one, else by forward-mode AD."""
+    joint = getattr(function, "joint", None)
+    if joint is not None:
+        return joint(x, v)
+    return torch.func.jvp(function, (x,), (v,))
+
+
+def apply_map(g: Callable[[Tensor], Tensor] | None, y: Y) -> Y:
+    """The state after the map ``g``: ``g(x)``, or ``(g(x), J_g(x) v)`` for a ``PhaseState``."""
+    if g is None:
+        return y
+    if isinstance(y, PhaseState):
+        return PhaseState(*tangent(g, y.x, y.v))
+    return g(y)
+
+
+def _field_tangent(field: Field, t: Any, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    joint = getattr(field, "joint", None)
+    if joint is not None:
+        return joint(x, v)
+    return torch.func.jvp(lambda z: field(t, z), (x,), (v,))
+
+
+def _lifted_step(scheme: AbstractStepper, field: Field, t: Any, y: PhaseState, h: Any) -> PhaseState:
+    """The tangent lift of a first-order one-step ``scheme``: the scheme on ``x``, its Jacobian on ``v``."""
+    if type(scheme) is Euler:  # the common case, written out: two updates, no stacking
+        dx, dv = _field_tangent(field, t, y.x, y.v)
+        return PhaseState(axpy(y.x, h, dx), axpy(y.v, h, dv))
+    z = torch.stack((y.x, y.v))  # (2, ...): the variational system's state
+
+    def lifted(s, z):
+        return torch.stack(_field_tangent(field, s, z[0], z[1]))
+
+    z1, _ = scheme.step(lifted, t, z, h, scheme.init(lifted, t, z))
+    return PhaseState(z1[0], z1[1])
+
+
+def _sum(a: Y, b: Y) -> Y:
+    if isinstance(a, PhaseState):
+        return PhaseState(a.x + b.x, a.v + b.v)
+    return a + b
+
+
+class _BlockStepper(AbstractStepper, abstract=True):
+    """Shared by :class:`Split` and :class:`Whole`: declarations per instance, maps, state hand-over."""
+
+    # class-level placeholders; every instance sets its own from its parts
+    order: ClassVar[int] = 0
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+    fsal: ClassVar[bool] = False
+    symmetric: ClassVar[bool] = False
+
+    def __init__(self, stepper: AbstractStepper):
+        super().__init__()
+        if not isinstance(stepper, AbstractStepper):
+            raise TypeError(f"a block stepper wraps a solvers.AbstractStepper, got {type(stepper).__name__}.")
+        self.stepper = stepper
+        self.second_order = stepper.second_order
+        self.multistep = stepper.multistep
+        self.evals_per_step = stepper.evals_per_step
+
+    def init(self, field, t0, y0):
+        return self.stepper.init(self._check(field).attention, t0, y0)
+
+    def continues(self, previous):
+        return type(self) is type(previous) and self.stepper.continues(previous.stepper)
+
+    @staticmethod
+    def _check(block: Any) -> Block:
+        if not isinstance(block, Block):
+            raise TypeError(
+                f"a block stepper steps on a solvers.Block(attention, ffn, ...), got {type(block).__name__}; "
+                "for a single field use its stepper directly."
+            )
+        return block
+
+    def _no_limit(self) -> ValueError:
+        return ValueError(
+            f"{self!r} has no small-step limit on this block (a fixed-size sub-step, a map after a sublayer, or a "
+            "stepper with a fixed-size part), so it converges to no ODE as dt -> 0."
+        )
+
+
+class Split(_BlockStepper):
+    """``stepper`` on the attention field, the FFN as a sub-step by ``ffn``; Lie or Strang (see module doc).
+
+    ``Split(SemiImplicitEuler())`` is Full Wave's layer; ``Split(Euler())`` the pre-LN transformer's (with the
+    residual form and ``dt = 1``); ``Split(SemiImplicitEuler(), ffn=SemiImplicitEuler())`` the reversible layer.
+    """
+
+    def __init__(
+        self,
+        stepper: AbstractStepper,
+        ffn: AbstractStepper | None = None,
+        splitting: str = "lie",
+        ffn_dt: float | None = None,
+    ):
+        super().__init__(stepper)
+        if splitting not in SPLITTINGS:
+            raise ValueError(f"splitting must be one of {', '.join(SPLITTINGS)}; got {splitting!r}.")
+        ffn = (Euler() if splitting == "lie" else Heun()) if ffn is None else ffn
+        if not isinstance(ffn, AbstractStepper):
+            raise TypeError(f"ffn must be a solvers.AbstractStepper (the FFN sub-step's scheme), got {ffn!r}.")
+        if ffn.multistep:
+            raise ValueError(f"the FFN sub-step must be a one-step scheme; {type(ffn).__name__} is multistep.")
+        if ffn.second_order and not stepper.second_order:
+            raise ValueError(
+                f"the FFN can enter as a force ({type(ffn).__name__}) only when the layer's stepper is second-order; "
+                f"{type(stepper).__name__} is first-order."
+            )
+        if ffn.second_order and stepper.multistep:
+            raise ValueError(
+                f"a multistep stepper ({type(stepper).__name__}) cannot share its layer with the FFN as a force."
+            )
+        self.ffn, self.splitting, self.ffn_dt = ffn, splitting, ffn_dt
+        limit = 1 if splitting == "lie" else 2
+        self.order = 0 if (ffn_dt is not None or stepper.order == 0) else min(limit, stepper.order, ffn.order)
+        self._orders = (stepper.order, min(stepper.order, ffn.order))  # without an FFN / with one
+        self.symplectic = stepper.symplectic and ffn.second_order and ffn.symplectic
+        self.reversible = stepper.reversible and (ffn.second_order and ffn.reversible)
+
+    def layer_order(self, block: Block) -> int:
+        """The order of convergence of this layer on ``block`` (0: no small-step limit)."""
+        if block.maps or self.stepper.order == 0:
+            return 0
+        if block.ffn is None:
+            return self._orders[0]
+        return self.order
+
+    def step(self, field, t, y, dt, state):
+        block = self._check(field)
+        if block.ffn is None:
+            y, state = self.stepper.step(block.attention, t, y, dt, state)
+            return apply_map(block.after_attention, y), state
+        h = dt if self.ffn_dt is None else self.ffn_dt
+        if self.splitting == "lie":
+            y, state = self.stepper.step(block.attention, t, y, dt, state)
+            y = apply_map(block.after_attention, y)
+            return apply_map(block.after_ffn, self._ffn_step(block.ffn, t, y, h)), state
+        half = 0.5 * h
+        y = self._ffn_step(block.ffn, t, y, half)
+        y, state = self.stepper.step(block.attention, t, y, dt, state)
+        y = apply_map(block.after_attention, y)
+        return apply_map(block.after_ffn, self._ffn_step(block.ffn, t + half, y, half)), state
+
+    def _ffn_step(self, ffn: Field, t: Any, y: Y, h: Any) -> Y:
+        if isinstance(y, PhaseState) and not self.ffn.second_order:
+            return _lifted_step(self.ffn, ffn, t, y, h)
+        y1, _ = self.ffn.step(ffn, t, y, h, self.ffn.init(ffn, t, y))
+        return y1
+
+    def inverse(self, field, t, y1, dt):
+        block = self._check(field)
+        if not self.reversible or block.maps:
+            raise ValueError(f"{self!r} is not reversible: every sub-step must be invertible and no map may follow.")
+        if block.ffn is None:
+            return self.stepper.inverse(block.attention, t, y1, dt)
+        h = dt if self.ffn_dt is None else self.ffn_dt
+        if self.splitting == "lie":
+            return self.stepper.inverse(block.attention, t, self.ffn.inverse(block.ffn, t, y1, h), dt)
+        half = 0.5 * h
+        y = self.ffn.inverse(block.ffn, t + half, y1, half)
+        return self.ffn.inverse(block.ffn, t, self.stepper.inverse(block.attention, t, y, dt), half)
+
+    def limit_field(self, field):
+        block = self._check(field)
+        if self.layer_order(block) == 0:
+            raise self._no_limit()
+        attention = self.stepper.limit_field(block.attention)
+        if block.ffn is None:
+            return attention
+        ffn = self.ffn.limit_field(block.ffn) if self.ffn.second_order else None
+
+        def limit(t, y):
+            if ffn is not None:
+                return _sum(attention(t, y), ffn(t, y))
+            if isinstance(y, PhaseState):
+                f, jv = _field_tangent(block.ffn, t, y.x, y.v)
+                return _sum(attention(t, y), PhaseState(f, jv))
+            return attention(t, y) + block.ffn(t, y)
+
+        return limit
+
+    def extra_repr(self) -> str:
+        step = "" if self.ffn_dt is None else f", ffn_dt={self.ffn_dt}"
+        return f"splitting={self.splitting}, ffn={type(self.ffn).__name__}{step}"
+
+    def __repr__(self) -> str:
+        return f"Split({type(self.stepper).__name__}, ffn={type(self.ffn).__name__}, {self.splitting})"
+
+
+class Whole(_BlockStepper):
+    """``stepper`` on the whole block's field ``F_a + F_f`` (each stage evaluates both); maps, if any, after it."""
+
+    def __init__(self, stepper: AbstractStepper):
+        super().__init__(stepper)
+        self.order = stepper.order
+        self.symplectic = False
+        self.reversible = False
+
+    def layer_order(self, block: Block) -> int:
+        return 0 if block.maps else self.order
+
+    def step(self, field, t, y, dt, state):
+        block = self._check(field)
+        y, state = self.stepper.step(self._summed(block), t, y, dt, state)
+        return apply_map(block.after_ffn, apply_map(block.after_attention, y)), state
+
+    def init(self, field, t0, y0):
+        return self.stepper.init(self._summed(self._check(field)), t0, y0)
+
+    @staticmethod
+    def _summed(block: Block) -> Field:
+        attention, ffn = block.attention, block.ffn
+        return attention if ffn is None else (lambda t, x: attention(t, x) + ffn(t, x))
+
+    def limit_field(self, field):
+        block = self._check(field)
+        if self.layer_order(block) == 0:
+            raise self._no_limit()
+        return self.stepper.limit_field(self._summed(block))
+
+    def __repr__(self) -> str:
+        return f"Whole({type(self.stepper).__name__})"
+
+
+def block_steppers(module: nn.Module) -> list[_BlockStepper]:
+    """The block steppers inside ``module`` (for tools that inspect a model's layers)."""
+    return [m for m in module.modules() if isinstance(m, _BlockStepper)]
