@@ -1,0 +1,115 @@
+"""Layers as block steppers: what reaches the output, what the reversible path refuses, one loop for every driver."""
+
+import pytest
+import torch
+
+import odeformer
+import solvers
+from odeformer import PRESETS, ViT
+from odeformer.fields import FeedForward
+from solvers import Block, Euler, Heun, PhaseState, SemiImplicitEuler, Split, Whole
+
+CHAIN_RULE = sorted(
+    name for name, p in PRESETS.items() if p.stepper.second_order and p.dynamics is Split and p.ffn is None
+)
+
+
+def test_every_second_order_preset_with_a_chain_rule_ffn_is_covered():
+    assert {"full_wave", "velocity_verlet", "leapfrog", "damped", "mix"} <= set(CHAIN_RULE)
+
+
+@pytest.mark.parametrize("solver", CHAIN_RULE)
+def test_the_ffn_velocity_reaches_the_output(solver, monkeypatch):
+    """Scale the velocity the FFN's chain rule produces: every second-order preset must feel it (leapfrog once
+    threw it away and read its history from a stored position instead)."""
+    torch.manual_seed(0)
+    model = ViT(depth=3, dim=16, heads=2, solver=solver).double().eval()
+    images = torch.randn(2, 1, 8, 8, dtype=torch.float64)
+    base = model(images)
+    joint = FeedForward.joint
+
+    def louder(self, x, v):
+        f, jv = joint(self, x, v)
+        return f, 1e6 * jv
+
+    monkeypatch.setattr(FeedForward, "joint", louder)
+    assert (model(images) - base).abs().max() > 1e-3
+
+
+def _toggle(model, where):
+    for layer in model.backbone.layers:
+        if where == "attention":
+            layer.attention.dropout = 0.1
+        else:
+            layer.ffn.mlp.drop.p = 0.1
+
+
+@pytest.mark.parametrize("where", ["attention", "ffn"])
+def test_reversible_refuses_dropout_switched_on_after_construction(where):
+    model = ViT(depth=2, dim=16, heads=2, solver="reversible")
+    _toggle(model, where)
+    with pytest.raises(ValueError, match="reversible preset needs dropout=0 \\(it was switched on after construction"):
+        model(torch.randn(2, 1, 8, 8))
+    model.eval()  # evaluation draws no masks: allowed
+    with torch.no_grad():
+        model(torch.randn(2, 1, 8, 8))
+
+
+def test_layer_is_a_stepper_over_its_own_fields():
+    torch.manual_seed(0)
+    model = ViT(depth=2, dim=16, heads=2, solver="reversible").double()
+    layer = model.backbone.layers[0]
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    y = PhaseState(x, torch.randn_like(x))
+    y1, _ = layer(0.0, y, layer.init(0.0, y))
+    back = layer.inverse(0.0, y1)
+    torch.testing.assert_close(back.x, y.x, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(back.v, y.v, rtol=1e-12, atol=1e-12)
+
+
+def test_block_steppers_declare_from_their_parts():
+    assert Split(SemiImplicitEuler()).order == 1 and not Split(SemiImplicitEuler()).reversible
+    assert Split(SemiImplicitEuler(), ffn=SemiImplicitEuler()).reversible
+    assert Split(solvers.VelocityVerlet(), splitting="strang").order == 2
+    assert Split(solvers.VelocityVerlet(), ffn=Euler(), splitting="strang").order == 1  # Euler halves: order 1
+    assert Split(solvers.RK4(), ffn=Heun(), splitting="strang").order == 2
+    assert Whole(solvers.RK4()).order == 4
+    assert Split(SemiImplicitEuler(), ffn_dt=1.0).order == 0  # a fixed FFN step: no small-step limit
+
+
+def test_bad_block_construction_is_one_sentence():
+    with pytest.raises(ValueError, match="only when the layer's stepper is second-order"):
+        Split(Euler(), ffn=SemiImplicitEuler())
+    with pytest.raises(ValueError, match="must be a one-step scheme"):
+        Split(SemiImplicitEuler(), ffn=solvers.LightWave())
+    with pytest.raises(TypeError, match=r"steps on a solvers.Block\(attention, ffn, ...\)"):
+        Split(Euler()).step(lambda t, x: x, 0.0, torch.zeros(1), 0.1, None)
+
+
+def test_tangent_lift_of_any_rk_scheme_is_the_jacobian_of_its_map():
+    """The FFN sub-step by Heun on (x, v): v1 is exactly the Jacobian of x -> x1 applied to v."""
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(3, 3, generator=g, dtype=torch.float64)
+
+    def ffn(t, x):
+        return torch.tanh(x @ W)
+
+    layer = Split(SemiImplicitEuler(), ffn=Heun())
+    block = Block(lambda t, x: torch.zeros_like(x), ffn)
+    x = torch.randn(2, 3, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 3, generator=g, dtype=torch.float64)
+    y1, _ = layer.step(block, 0.0, PhaseState(x, v), 0.3, None)
+
+    def position(x):
+        return layer.step(block, 0.0, PhaseState(x, torch.zeros_like(x)), 0.3, None)[0].x
+
+    # with no force the attention step only drifts: x1 = heun(x + 0.3 v), v1 = J_heun v
+    _, jv = torch.func.jvp(lambda z: position(z), (x + 0.3 * v,), (v,))
+    torch.testing.assert_close(y1.v, jv, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("solver", sorted(set(odeformer.solver_names()) - set(PRESETS)))
+def test_every_registered_scheme_trains_as_a_solver(solver):
+    model = ViT(depth=2, dim=16, heads=2, solver=solver)
+    model(torch.randn(2, 1, 8, 8)).square().sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
