@@ -7,7 +7,7 @@ CONSTRAINTS ?= constraints.txt
 PIP_CONSTRAINTS := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-slow train bench setup clean
+.PHONY: test test-slow train bench setup clean data
 
 setup: $(STAMP)
 
@@ -24,6 +24,10 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run --results docs/RESULTS.md
+
+# Fetch Cora, Tiny Shakespeare and SST-2 into $ODEFORMER_DATA, verified; `make data ARGS="--list"` says what is there.
+data: $(STAMP)
+	$(VENV)/bin/odeformer-data $(ARGS)
 
 train: $(STAMP)
 	$(VENV)/bin/odeformer-train experiment=digits_vit

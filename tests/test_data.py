@@ -1,14 +1,22 @@
 """Dataset loaders: the TaskData contract (kinds, shapes, dtypes, meta), split sizes, determinism, one-line errors.
 
-Real data comes from ``$ODEFORMER_DATA`` (CI: ``../shared/data``), else ``<repo>/../shared/data``; Fashion-MNIST from
-the Debian package ``dataset-fashion-mnist`` (its tests are skipped only where the package is not installed).
+Parsing, validation and error paths run everywhere on tiny files in the real formats (``tiny_root`` and
+``write_data`` in conftest). Tests marked ``data`` check the real files under ``$ODEFORMER_DATA`` (``odeformer-data``
+fetches them): they are skipped, saying so, where no data root is set, and fail where one was given without the files.
+Fashion-MNIST comes from the Debian package ``dataset-fashion-mnist`` (its tests are skipped only where the package
+is not installed).
 """
 
 import gzip
 import os
 import pathlib
 import pickle
+import pickletools
+import subprocess
+import sys
+import types
 
+import conftest
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -32,7 +40,8 @@ META_KEYS = {
 
 @pytest.fixture(scope="session")
 def data_root():
-    return pathlib.Path(os.environ.get("ODEFORMER_DATA") or ROOT.parent / "shared" / "data")
+    """The real data root (only reached by tests marked ``data``, which conftest skips or fails without it)."""
+    return pathlib.Path(os.environ["ODEFORMER_DATA"])
 
 
 @pytest.fixture(scope="module")
@@ -141,16 +150,18 @@ def test_unknown_option_names_the_allowed_ones():
         ("sst2", {"max_len": 1}, ValueError),
         ("sst2", {"max_vocab": 4}, ValueError),
         ("shakespeare", {"test_fraction": -0.1}, ValueError),
+        ("shakespeare", {"val_fraction": 0.5, "test_fraction": 0.5}, ValueError),
+        ("planetoid", {"name": "../cora"}, ValueError),
         ("synthetic", {"task": "audio"}, ValueError),
         ("synthetic", {"n": 3}, ValueError),
         ("synthetic", {"task": "image", "image_size": 7}, ValueError),
         ("synthetic", {"task": "graph", "p_in": 2.0}, ValueError),
     ],
 )
-def test_bad_option_values(data_root, name, options, error):
+def test_bad_option_values(tiny_root, name, options, error):
     with pytest.raises(error) as info:
-        load(name, data_root, **options)
-    _one_line(info)
+        load(name, tiny_root, **options)
+    _one_line(info, list(options)[-1])
 
 
 def test_unknown_synthetic_task_lists_the_four():
@@ -172,15 +183,17 @@ def test_missing_files_name_the_path_and_the_source(tmp_path, name):
     with pytest.raises(DatasetNotFound) as info:
         load(name, tmp_path)
     source = {"planetoid": "kimiyoung/planetoid", "shakespeare": "karpathy/char-rnn", "sst2": "forest-snow/alps"}[name]
-    _one_line(info, tmp_path, source)
+    fetch = {"planetoid": "cora", "shakespeare": "shakespeare", "sst2": "sst2"}[name]
+    _one_line(info, tmp_path, source, f"odeformer-data {fetch}")
     with pytest.raises(DatasetNotFound) as info:
         load(name, tmp_path / "nowhere")
     _one_line(info, tmp_path / "nowhere")
 
 
-def test_root_comes_from_the_environment(monkeypatch, data_root):
-    monkeypatch.setenv("ODEFORMER_DATA", str(data_root))
-    assert load("shakespeare").meta["vocab_size"] == 65
+def test_root_comes_from_the_environment(monkeypatch, tiny_root):
+    monkeypatch.setenv("ODEFORMER_DATA", str(tiny_root))
+    assert load("shakespeare").meta["itos"] == sorted(set(conftest.SHAKESPEARE))
+    assert load("sst2").meta["vocab"] == load("sst2", tiny_root).meta["vocab"]
 
 
 # --------------------------------------------------------------------------------------------------------- digits
@@ -301,6 +314,7 @@ def test_fashion_mnist_bad_val_size(tiny_fashion):
 # ------------------------------------------------------------------------------------------------------ planetoid
 
 
+@pytest.mark.data("cora")
 def test_cora(cora):
     check_contract(cora)
     assert cora.meta == {"name": "cora", "in_features": 1433, "num_classes": 7, "num_nodes": 2708}
@@ -317,59 +331,63 @@ def test_cora(cora):
     assert edge_index.shape[1] == 2 * 5278  # undirected edges after symmetrising, dropping self loops and duplicates
 
 
+@pytest.mark.data("cora")
 def test_cora_is_deterministic(cora, data_root):
     assert _same(cora, load("planetoid", data_root))
 
 
-def _write_pickle(path, obj):
-    with open(path, "wb") as f:
-        pickle.dump(obj, f, protocol=2)
+def _globals(path):
+    """The ``module name`` pairs a pickle imports, and its opcode names."""
+    ops = list(pickletools.genops(pathlib.Path(path).read_bytes()))
+    return {arg for op, arg, _ in ops if op.name == "GLOBAL"}, {op.name for op, _, _ in ops}
 
 
-@pytest.fixture
-def tiny_planetoid(tmp_path):
-    """A CiteSeer-like graph 'toy' in ``tmp_path/planetoid``: 514 known nodes, test ids 518, 514, 516 (unsorted) that
-    skip 515 and 517 (isolated nodes missing from test.index), a ring of 519 nodes with a chord 0-5, a duplicate edge
-    0-1 and a self loop 0-0."""
-    folder = tmp_path / "planetoid"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    n_known, features, classes = 514, 6, 3
-    test_index = [518, 514, 516]
-    allx = rng.integers(0, 2, (n_known, features)).astype(np.float32)
-    allx[3] = 0  # an empty feature row stays zero
-    tx = rng.integers(1, 3, (3, features)).astype(np.float32)
-    ally = np.eye(classes, dtype=np.int32)[np.arange(n_known) % classes]
-    ty = np.eye(classes, dtype=np.int32)[[2, 1, 0]]
-    graph = {i: [(i + 1) % 519] for i in range(519)}
-    graph[0] = [1, 1, 0, 5]  # a duplicate and a self loop
-    parts = {
-        "x": sp.csr_matrix(allx[:10]),
-        "y": ally[:10],
-        "tx": sp.csr_matrix(tx),
-        "ty": ty,
-        "allx": sp.csr_matrix(allx),
-        "ally": ally,
-        "graph": graph,
-    }
-    for part, obj in parts.items():
-        _write_pickle(folder / f"ind.toy.{part}", obj)
-    (folder / "ind.toy.test.index").write_text("\n".join(map(str, test_index)) + "\n")
-    return tmp_path, allx, tx
+PY2_GLOBALS = {
+    "x": {"scipy.sparse.csr csr_matrix", "numpy.core.multiarray _reconstruct", "numpy ndarray", "numpy dtype"},
+    "ally": {"numpy.core.multiarray _reconstruct", "numpy ndarray", "numpy dtype"},
+    "graph": {"collections defaultdict", "__builtin__ list"},
+}
+PY3_OPCODES = {"SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "SHORT_BINUNICODE", "BINUNICODE", "STACK_GLOBAL", "FRAME"}
 
 
-def test_planetoid_places_test_rows_and_pads_gaps_as_kipf(tiny_planetoid):
-    root, allx, tx = tiny_planetoid
-    data = load("planetoid", root, name="toy")
+@pytest.mark.filterwarnings("ignore:Please import `csr_matrix`:DeprecationWarning")  # scipy.sparse.csr, as in 2016
+def test_tiny_planetoid_pickles_are_python2_pickles(tmp_path, write_data):
+    """The fixture files are what the published ones are: protocol 2, py2 strings, Python-2-era module names; their
+    binary strings decode only as latin1, so the loader's ``encoding="latin1"`` is exercised."""
+    tiny = write_data.planetoid(tmp_path)
+    for part, expected in PY2_GLOBALS.items():
+        names, opcodes = _globals(tiny.folder / f"ind.cora.{part}")
+        assert names == expected, part
+        assert not opcodes & PY3_OPCODES, part
+    raw = (tiny.folder / "ind.cora.x").read_bytes()
+    with pytest.raises(UnicodeDecodeError):
+        pickle.loads(raw)  # Python 3's default ASCII decoding of py2 strings fails, as on the real files
+
+
+@pytest.mark.data("cora")
+def test_tiny_planetoid_pickles_match_the_real_format(tmp_path, write_data, data_root):
+    tiny = write_data.planetoid(tmp_path)
+    for part in ("x", "y", "tx", "ty", "allx", "ally", "graph"):
+        real = data_root / "planetoid" / f"ind.cora.{part}"
+        assert _globals(tiny.folder / f"ind.cora.{part}")[0] == _globals(real)[0], part
+
+
+@pytest.mark.parametrize("style", ["py2", "py3"])  # as published, and as re-pickled by Python 3 at protocol 2
+def test_planetoid_places_test_rows_and_pads_gaps_as_kipf(tmp_path, write_data, style):
+    tiny = write_data.planetoid(tmp_path, name="toy", style=style)
+    data = load("planetoid", tmp_path, name="toy")
     check_contract(data)
     assert data.meta == {"name": "toy", "in_features": 6, "num_classes": 3, "num_nodes": 519}
     assert [len(data.splits[s][0]) for s in data.splits] == [10, 500, 3]
     assert data.splits["test"][0].tolist() == [514, 516, 518]
     features, edge_index, labels = data.graph
-    normalised = tx / tx.sum(1, keepdims=True)
+    normalised = tiny.tx / tiny.tx.sum(1, keepdims=True)
     for row, node in enumerate([518, 514, 516]):  # row k of tx is node test.index[k]
         assert torch.allclose(features[node], torch.from_numpy(normalised[row]))
+    nonempty = torch.from_numpy(tiny.allx.sum(1) > 0)
+    assert torch.allclose(features[:514][nonempty].sum(1), torch.ones(int(nonempty.sum())))  # rows sum to 1
     assert labels[[518, 514, 516]].tolist() == [2, 1, 0]
+    assert labels[:514].tolist() == (np.arange(514) % 3).tolist()
     assert features[515].abs().sum() == 0 and features[517].abs().sum() == 0  # skipped ids: zero rows
     assert features[3].abs().sum() == 0  # empty rows are not divided by zero
     assert bool((edge_index[0] != edge_index[1]).all())
@@ -377,32 +395,58 @@ def test_planetoid_places_test_rows_and_pads_gaps_as_kipf(tiny_planetoid):
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "forbidden_class"])
-def test_planetoid_corrupt_pickle(tiny_planetoid, damage):
-    root, _, _ = tiny_planetoid
-    path = root / "planetoid" / "ind.toy.allx"
+def test_planetoid_corrupt_pickle(tiny_root, write_data, damage):
+    path = tiny_root / "planetoid" / "ind.cora.allx"
     if damage == "garbage":
         path.write_bytes(b"not a pickle at all")
     elif damage == "truncated":
         path.write_bytes(path.read_bytes()[:50])
     else:
-        _write_pickle(path, pathlib.PurePosixPath("/etc/passwd"))
+        write_data.pickle(path, pathlib.PurePosixPath("/etc/passwd"))
     with pytest.raises(ValueError) as info:
-        load("planetoid", root, name="toy")
+        load("planetoid", tiny_root)
     _one_line(info, path)
 
 
-def test_planetoid_missing_file(tiny_planetoid):
-    root, _, _ = tiny_planetoid
-    missing = root / "planetoid" / "ind.toy.test.index"
+_EMPTY_X, _EMPTY_Y = sp.csr_matrix((0, 6), dtype=np.float32), np.zeros((0, 3), dtype=np.int32)
+
+
+@pytest.mark.parametrize(
+    "replace, part, message",
+    [
+        ({"x": _EMPTY_X, "y": _EMPTY_Y}, "y", "no labelled nodes"),  # an empty train split
+        ({"test_index": "", "tx": _EMPTY_X, "ty": _EMPTY_Y}, "test.index", "distinct test ids"),  # an empty test split
+        ({"test_index": "518\n518\n516\n"}, "test.index", "distinct test ids"),
+        ({"test_index": "518\n513\n516\n"}, "test.index", "from 514"),  # a test id among the known nodes
+        ({"test_index": "518\nnode\n516\n"}, "test.index", "one integer node id per line"),
+        ({"y": np.zeros((9, 3), dtype=np.int32)}, "", "inconsistent"),
+        ({"tx": sp.csr_matrix(np.ones((3, 5)))}, "", "inconsistent"),
+        ({"allx": sp.csr_matrix(np.ones((100, 6))), "ally": np.eye(3)[np.arange(100) % 3]}, "allx", "500 val"),
+        ({"x": np.zeros(10)}, "x", "2-D matrix"),
+        ({"graph": [[1], [0]]}, "graph", "dict of adjacency lists"),
+        ({"graph": {0: [519]}}, "graph", "names node 519"),
+        ({"graph": {0: [-1]}}, "graph", "names node -1"),
+    ],
+)
+def test_planetoid_bad_files_are_one_line_naming_the_file(tmp_path, write_data, replace, part, message):
+    tiny = write_data.planetoid(tmp_path, **replace)
+    with pytest.raises(ValueError) as info:
+        load("planetoid", tmp_path)
+    _one_line(info, tiny.folder / f"ind.cora.{part}" if part else tiny.folder, message)
+
+
+def test_planetoid_missing_file(tiny_root):
+    missing = tiny_root / "planetoid" / "ind.cora.test.index"
     missing.unlink()
     with pytest.raises(DatasetNotFound) as info:
-        load("planetoid", root, name="toy")
-    _one_line(info, missing, "kimiyoung/planetoid")
+        load("planetoid", tiny_root)
+    _one_line(info, missing, "kimiyoung/planetoid", "odeformer-data cora")
 
 
 # ---------------------------------------------------------------------------------------------------- shakespeare
 
 
+@pytest.mark.data("shakespeare")
 def test_shakespeare(shakespeare, data_root):
     check_contract(shakespeare)
     text = (data_root / "text" / "tinyshakespeare.txt").read_text(encoding="utf-8")
@@ -414,14 +458,55 @@ def test_shakespeare(shakespeare, data_root):
     assert "".join(itos[i] for i in torch.cat(streams).tolist()) == text
 
 
+@pytest.mark.data("shakespeare")
 def test_shakespeare_fractions(data_root):
     data = load("shakespeare", data_root, val_fraction=0.1, test_fraction=0.0)
     assert [len(data.splits[s][0]) for s in data.splits] == [1_115_394 - 111_539, 111_539, 0]
 
 
+def test_shakespeare_tiny_file_splits_and_round_trips(tiny_root):
+    text = conftest.SHAKESPEARE
+    data = load("shakespeare", tiny_root)
+    check_contract(data)
+    itos = data.meta["itos"]
+    assert itos == sorted(set(text)) and data.meta["vocab_size"] == len(itos)
+    n = len(text)
+    streams = [data.splits[s][0] for s in ("train", "val", "test")]
+    assert [len(s) for s in streams] == [n - 2 * (n // 20), n // 20, n // 20]  # floor(0.05 L) each for val and test
+    assert "".join(itos[i] for i in torch.cat(streams).tolist()) == text
+    assert "".join(itos[i] for i in streams[2].tolist()) == text[-(n // 20) :]  # test is the end of the text
+    other = load("shakespeare", tiny_root, val_fraction=0.1, test_fraction=0.0)
+    assert [len(other.splits[s][0]) for s in other.splits] == [n - n // 10, n // 10, 0]
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "is empty"),
+        (b"caf\xe9 au lait, " * 4, "is not UTF-8"),
+        ("To be, or not", "too few for a val split of 0.05"),  # 13 characters: floor(0.65) = 0
+    ],
+)
+def test_shakespeare_bad_file_is_one_line_naming_it(tmp_path, write_data, content, message):
+    path = write_data.shakespeare(tmp_path, content)
+    with pytest.raises(ValueError) as info:
+        load("shakespeare", tmp_path)
+    _one_line(info, path, message)
+
+
+def test_shakespeare_short_text_without_held_out_splits(tmp_path, write_data):
+    write_data.shakespeare(tmp_path, "To be, or not")
+    data = load("shakespeare", tmp_path, val_fraction=0.0, test_fraction=0.0)
+    assert [len(data.splits[s][0]) for s in data.splits] == [13, 0, 0]
+    with pytest.raises(ValueError) as info:
+        load("shakespeare", tmp_path, val_fraction=0.0, test_fraction=0.05)
+    _one_line(info, "too few for a test split of 0.05")
+
+
 # ----------------------------------------------------------------------------------------------------------- sst2
 
 
+@pytest.mark.data("sst2")
 def test_sst2(sst2):
     check_contract(sst2)
     assert [len(sst2.splits[s][1]) for s in sst2.splits] == [60_614, 6_735, 872]
@@ -438,6 +523,7 @@ def test_sst2(sst2):
     assert bool((sst2.splits["val"][0] == 1).any())
 
 
+@pytest.mark.data("sst2")
 def test_sst2_truncation_and_small_vocab(data_root, sst2):
     data = load("sst2", data_root, max_len=8, max_vocab=100)
     check_contract(data)
@@ -448,22 +534,142 @@ def test_sst2_truncation_and_small_vocab(data_root, sst2):
     assert torch.equal(tokens == 0, full == 0)  # same lengths, cut at 8
 
 
-def test_sst2_small_files(tmp_path):
-    folder = tmp_path / "sst2"
-    folder.mkdir()
-    (folder / "train.tsv").write_text("sentence\tlabel\nIt 's GOOD , good .\t1\nbad film\t0\nbad\t0\n")
-    (folder / "dev.tsv").write_text("a good, unseen film\t1\n")  # no header
-    (folder / "test.tsv").write_text("sentence\tlabel\n")
-    data = load("sst2", tmp_path, max_len=5)
+def test_sst2_small_files(tiny_root):
+    data = load("sst2", tiny_root, max_len=5)
+    check_contract(data)
     assert data.meta["vocab"] == ["[PAD]", "[UNK]", "[CLS]", "[MASK]", "bad", "good", "'s", ",", ".", "film", "it"]
     assert data.splits["train"][0].tolist() == [[2, 10, 6, 5, 7], [2, 4, 9, 0, 0], [2, 4, 0, 0, 0]]
-    assert data.splits["val"][0].tolist() == [[2, 1, 5, 7, 1]]
-    assert data.splits["test"][0].shape == (0, 5)
-    assert load("sst2", tmp_path, min_freq=2).meta["vocab"][4:] == ["bad", "good"]
-    (folder / "dev.tsv").write_text("no label here\n")
+    assert data.splits["train"][1].tolist() == [1, 0, 0]
+    assert data.splits["val"][0].tolist() == [[2, 1, 5, 7, 1]]  # no header line: the first line is a sentence
+    assert data.splits["test"][0].tolist() == [[2, 1, 4, 1, 1]] and data.splits["test"][1].tolist() == [1]
+    assert load("sst2", tiny_root, min_freq=2).meta["vocab"][4:] == ["bad", "good"]
+
+
+@pytest.mark.parametrize("content", ["", "sentence\tlabel\n", "\n\n"])
+@pytest.mark.parametrize("split", ["train", "dev", "test"])
+def test_sst2_empty_split_is_one_line_naming_the_file(tmp_path, write_data, split, content):
+    folder = write_data.sst2(tmp_path, **{split: content})
+    with pytest.raises(ValueError) as info:
+        load("sst2", tmp_path)
+    _one_line(info, folder / f"{split}.tsv", "no sentences")
+
+
+def test_sst2_bad_line_is_one_line_naming_it(tmp_path, write_data):
+    folder = write_data.sst2(tmp_path, dev="no label here\n")
     with pytest.raises(ValueError) as info:
         load("sst2", tmp_path)
     _one_line(info, folder / "dev.tsv", "line 1")
+    write_data.sst2(tmp_path, train="sentence\tlabel\ngood\t1\nfine\t2\n")
+    with pytest.raises(ValueError) as info:
+        load("sst2", tmp_path)
+    _one_line(info, folder / "train.tsv", "line 3", "label 0 or 1")
+
+
+# -------------------------------------------------------------------------------------------- the `data` marker
+
+
+class _Item:
+    """What conftest's hook reads of a test item: its marks and, for a parametrized test, its parameters."""
+
+    def __init__(self, *marks, params=None):
+        self.marks = [mark.mark for mark in marks]
+        if params is not None:
+            self.callspec = types.SimpleNamespace(params=params)
+
+    def iter_markers(self, name):
+        return (mark for mark in self.marks if mark.name == name)
+
+
+@pytest.fixture
+def no_data(monkeypatch):
+    """No data root, nothing required: what a fresh clone sees."""
+    monkeypatch.delenv("ODEFORMER_DATA", raising=False)
+    monkeypatch.delenv("ODEFORMER_REQUIRE_DATA", raising=False)
+    monkeypatch.setattr(conftest, "_GIVEN", False)
+    return monkeypatch
+
+
+def _setup_outcome(item):
+    """``None`` if the test would run, else ``("skip" | "fail", message)``."""
+    try:
+        conftest.pytest_runtest_setup(item)
+    except pytest.skip.Exception as error:
+        return "skip", str(error.msg)
+    except pytest.fail.Exception as error:
+        return "fail", str(error.msg)
+    return None
+
+
+def test_data_mark_skips_without_a_root_in_one_line_naming_odeformer_data(no_data):
+    outcome, message = _setup_outcome(_Item(pytest.mark.data("cora")))
+    assert outcome == "skip" and "\n" not in message
+    assert "ODEFORMER_DATA" in message and "`odeformer-data cora`" in message
+    _, message = _setup_outcome(_Item(pytest.mark.data))  # a bare mark needs every dataset
+    assert "cora, shakespeare, sst2" in message
+
+
+def test_data_mark_fails_where_the_data_was_given(no_data, tmp_path):
+    no_data.setenv("ODEFORMER_DATA", str(tmp_path))
+    outcome, message = _setup_outcome(_Item(pytest.mark.data("sst2")))
+    assert outcome == "skip" and str(tmp_path / "sst2" / "train.tsv") in message  # found by the checkout's fallback
+    no_data.setattr(conftest, "_GIVEN", True)  # ODEFORMER_DATA came from the environment
+    outcome, message = _setup_outcome(_Item(pytest.mark.data("sst2")))
+    assert outcome == "fail" and str(tmp_path / "sst2" / "train.tsv") in message and "\n" not in message
+    no_data.setenv("ODEFORMER_REQUIRE_DATA", "0")
+    assert _setup_outcome(_Item(pytest.mark.data("sst2")))[0] == "skip"
+    no_data.setattr(conftest, "_GIVEN", False)
+    no_data.setenv("ODEFORMER_REQUIRE_DATA", "1")  # what .ci/run sets
+    assert _setup_outcome(_Item(pytest.mark.data("sst2")))[0] == "fail"
+    no_data.delenv("ODEFORMER_DATA")
+    outcome, message = _setup_outcome(_Item(pytest.mark.data("sst2")))
+    assert outcome == "fail" and "ODEFORMER_DATA" in message
+
+
+def test_data_mark_runs_when_the_files_are_there(no_data, tiny_root):
+    no_data.setenv("ODEFORMER_DATA", str(tiny_root))
+    no_data.setenv("ODEFORMER_REQUIRE_DATA", "1")
+    assert _setup_outcome(_Item(pytest.mark.data)) is None
+    (tiny_root / "text" / "tinyshakespeare.txt").unlink()
+    assert _setup_outcome(_Item(pytest.mark.data("cora", "sst2"))) is None
+    assert _setup_outcome(_Item(pytest.mark.data("shakespeare")))[0] == "fail"
+
+
+def test_data_mark_only_applies_to_the_parameters_it_names(no_data):
+    mark = pytest.mark.data(only={"planetoid": "cora", "text": ["shakespeare", "sst2"]})
+    assert _setup_outcome(_Item(mark, params={"data": "digits"})) is None
+    outcome, message = _setup_outcome(_Item(mark, params={"data": "planetoid", "seed": 0}))
+    assert outcome == "skip" and "needs the cora data" in message
+    assert "needs the shakespeare, sst2 data" in _setup_outcome(_Item(mark, params={"data": "text"}))[1]
+    with pytest.raises(pytest.UsageError, match="cifar"):
+        conftest.pytest_runtest_setup(_Item(pytest.mark.data("cifar")))
+
+
+@pytest.mark.slow  # two pytest processes that import torch: seconds each on a busy machine
+def test_data_mark_in_a_real_pytest_run(tmp_path):
+    """The hook as pytest calls it: a given but empty data root fails the marked test and only it; without a root
+    the marked test is skipped with its one-line reason."""
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (tmp_path / "test_marked.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.data('cora')\ndef test_needs_cora():\n    pass\n\n"
+        "@pytest.mark.data(only={'planetoid': 'cora'})\n@pytest.mark.parametrize('data', ['digits'])\n"
+        "def test_only(data):\n    pass\n\n"
+        "def test_plain():\n    pass\n"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("ODEFORMER_DATA", "ODEFORMER_REQUIRE_DATA")}
+    run = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-W", "ignore::UserWarning"]
+    given = subprocess.run(
+        run, cwd=tmp_path, env={**env, "ODEFORMER_DATA": str(empty)}, capture_output=True, text=True, timeout=120
+    )
+    assert given.returncode == 1 and "2 passed, 1 error" in given.stdout, given.stdout + given.stderr
+    assert "ODEFORMER_DATA=" + str(empty) in given.stdout and "odeformer-data cora" in given.stdout
+    fresh = subprocess.run(
+        run, cwd=tmp_path, env={**env, "ODEFORMER_NO_SHARED_DATA": "1"}, capture_output=True, text=True, timeout=120
+    )
+    assert "2 passed, 1 skipped" in fresh.stdout, fresh.stdout + fresh.stderr
+    assert "needs the cora data: set ODEFORMER_DATA" in fresh.stdout
 
 
 # ------------------------------------------------------------------------------------------------------ synthetic

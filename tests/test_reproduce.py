@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from odeformer.reproduce import BEGIN, END, SECTIONS, Section, main, table, write_results
 
 
+@pytest.mark.data("cora")
 def test_smoke_run_writes_a_results_block(tmp_path):
     out, runs = tmp_path / "docs", tmp_path / "runs"
     out.mkdir()

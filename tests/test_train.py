@@ -89,6 +89,7 @@ def _inputs(data):
     return (data.splits["train"][0][:2],)
 
 
+@pytest.mark.data(only={"planetoid": "cora", "shakespeare": "shakespeare", "sst2": "sst2"})
 @pytest.mark.parametrize("data", _fashion_marked(entry.choices("data")))
 def test_every_data_option_composes_and_loads(data):
     cfg = _compose([f"data={data}", f"model={runs.MODEL_FOR_KIND['image']}"])
@@ -96,6 +97,7 @@ def test_every_data_option_composes_and_loads(data):
     assert set(loaded.splits) == {"train", "val", "test"}
 
 
+@pytest.mark.data(only={"cora_deep": "cora", "shakespeare_char": "shakespeare", "sst2": "sst2"})
 @pytest.mark.parametrize("experiment", _fashion_marked(entry.choices("experiment")))
 def test_every_experiment_composes_and_builds(experiment):
     cfg = _compose([f"experiment={experiment}"])
@@ -217,7 +219,11 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
         (["model.depth=0"], "depth must be a positive int, got 0"),
         (["data=planetoid", "data.root=/nonexistent/odeformer"], "/nonexistent/odeformer"),
         pytest.param(["data=fashion_mnist", "data.options.subset=0"], "subset", marks=needs_fashion),
-        (["data=shakespeare"], "trains on image data but data=shakespeare is text data; use model=causal_lm"),
+        pytest.param(
+            ["data=shakespeare"],
+            "trains on image data but data=shakespeare is text data; use model=causal_lm",
+            marks=pytest.mark.data("shakespeare"),
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):

@@ -1,9 +1,13 @@
-"""Datasets for the task models. Every loader reads local files or generates data; nothing is downloaded.
+"""Datasets for the task models. Every loader reads local files or generates data; nothing is downloaded at load time.
 
 ``load(name, root=None, **options)`` returns a :class:`TaskData`: its ``kind`` (``image``, ``text``, ``sequence`` or
 ``graph``) says which task model it feeds, ``splits`` holds the train/val/test tensors and ``meta`` the sizes a model
 needs (``num_classes``, ``vocab_size``, ...). Loaders that read files take their folder from ``root``, else from the
 ``ODEFORMER_DATA`` environment variable; see each loader for the layout under it and where the files come from.
+
+The command ``odeformer-data`` (:mod:`odeformer.data.fetch`; ``make data``) fills that folder: it downloads Cora,
+Tiny Shakespeare and SST-2 from their canonical sources, verifies each file's SHA-256, resumes broken downloads and
+skips files already present; ``odeformer-data --list`` says what is present, missing or corrupt, and where.
 
 >>> data = load("digits")
 >>> images, labels = data.splits["train"]

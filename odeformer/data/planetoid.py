@@ -3,7 +3,7 @@ Kipf & Welling's ``gcn/utils.py:load_data``.
 
 The files ``<root>/planetoid/ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index}`` are Python 2 pickles (features as
 ``scipy.sparse`` matrices, labels one-hot, the graph a dict of adjacency lists) plus a text file of test node ids.
-They come from github.com/kimiyoung/planetoid (``data/``).
+They come from github.com/kimiyoung/planetoid (``data/``); ``odeformer-data cora`` downloads Cora's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ import torch
 
 from ._common import TaskData, one_line, require_file, resolve_root
 
-SOURCE = "get the ind.<name>.* files from github.com/kimiyoung/planetoid (data/) into <root>/planetoid/"
+SOURCE = (
+    "run `odeformer-data cora` (Cora), or get the ind.<name>.* files from github.com/kimiyoung/planetoid (data/) into "
+    "<root>/planetoid/"
+)
 PICKLES = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 NUM_VAL = 500  # Kipf's validation split: the 500 nodes after the labelled training nodes
 
@@ -83,7 +86,8 @@ def _edge_index(graph: dict, num_nodes: int, path: Path) -> np.ndarray:
     dst = np.fromiter((int(nbr) for nbrs in graph.values() for nbr in nbrs), dtype=np.int64)
     edges = np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])])
     if edges.size and (edges.min() < 0 or edges.max() >= num_nodes):
-        raise ValueError(f"planetoid: {path} names node {edges.max()} but the features have {num_nodes} rows.")
+        bad = edges.min() if edges.min() < 0 else edges.max()
+        raise ValueError(f"planetoid: {path} names node {bad}, but the nodes are 0..{num_nodes - 1}.")
     edges = edges[:, edges[0] != edges[1]]
     return np.unique(edges, axis=1)
 
@@ -120,8 +124,10 @@ def planetoid(root: str | os.PathLike | None = None, name: str = "cora") -> Task
         raise ValueError(
             f"planetoid: inconsistent ind.{name}.* files in {folder}: {shown}, {len(test_index)} test ids; {SOURCE}."
         )
+    if n_train == 0:
+        raise ValueError(f"planetoid: {paths['y']} has no labelled nodes (0 rows), so the train split would be empty.")
     if n_train + NUM_VAL > n_known:
-        raise ValueError(f"planetoid: ind.{name}.allx has {n_known} rows, fewer than {n_train} train + {NUM_VAL} val.")
+        raise ValueError(f"planetoid: {paths['allx']} has {n_known} rows, fewer than {n_train} train + {NUM_VAL} val.")
     if len(test_index) == 0 or test_index.min() < n_known or len(np.unique(test_index)) != len(test_index):
         raise ValueError(
             f"planetoid: {paths['test.index']} must list distinct test ids from {n_known} (= rows of allx) upwards."

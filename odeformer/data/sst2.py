@@ -2,7 +2,7 @@
 
 ``<root>/sst2/{train,dev,test}.tsv`` hold ``sentence<TAB>label`` lines under a ``sentence<TAB>label`` header: train
 60,614 and dev 6,735 (a re-split of GLUE's train), test 872 (GLUE's dev). They are ``data/SST-2`` of
-github.com/forest-snow/alps.
+github.com/forest-snow/alps; ``odeformer-data sst2`` downloads them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ import torch
 
 from ._common import TaskData, check_int, one_line, require_file, resolve_root
 
-SOURCE = "get train.tsv, dev.tsv and test.tsv from github.com/forest-snow/alps (data/SST-2) into <root>/sst2/"
+SOURCE = (
+    "run `odeformer-data sst2`, or get train.tsv, dev.tsv and test.tsv from github.com/forest-snow/alps (data/SST-2) "
+    "into <root>/sst2/"
+)
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[MASK]"]
 PAD, UNK, CLS, MASK = range(len(SPECIALS))
 FILES = {"train": "train.tsv", "val": "dev.tsv", "test": "test.tsv"}
@@ -72,7 +75,8 @@ def sst2(
     """Sequence task: ``[CLS]``-prefixed sentences, right-padded to ``max_len``, and their 0/1 sentiment labels.
 
     The vocabulary comes from the training split alone: ``[PAD]=0, [UNK]=1, [CLS]=2, [MASK]=3``, then words by
-    frequency; ``max_vocab`` bounds its total size (specials included). Splits: train.tsv, dev.tsv (val), test.tsv.
+    frequency; ``max_vocab`` bounds its total size (specials included). Splits: train.tsv, dev.tsv (val), test.tsv;
+    a file without sentences (empty, or a header alone) is a ValueError naming it.
     """
     max_len = check_int("max_len", max_len, minimum=2)
     min_freq = check_int("min_freq", min_freq, minimum=1)
@@ -80,6 +84,9 @@ def sst2(
     folder = resolve_root(root, "sst2", "sst2/{train,dev,test}.tsv") / "sst2"
     paths = {split: require_file(folder / name, "sst2", SOURCE) for split, name in FILES.items()}
     data = {split: read_tsv(path) for split, path in paths.items()}
+    for split, (sentences, _) in data.items():
+        if not sentences:
+            raise ValueError(f"sst2: {paths[split]} holds no sentences, so the {split} split would be empty; {SOURCE}.")
 
     vocab = build_vocab(data["train"][0], min_freq, max_vocab)
     stoi = {word: index for index, word in enumerate(vocab)}
