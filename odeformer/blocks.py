@@ -91,8 +91,9 @@ def make_stepper(cls: type[AbstractStepper], options: dict[str, Any], dim: int |
     unknown = sorted(set(options) - set(parameters) - {"dim"})
     if unknown:
         allowed = ", ".join(p for p in parameters if p != "dim") or "none"
-        raise ValueError(f"bad options {options} for {cls.__name__}: it takes no {', '.join(unknown)} (allowed: "
-                         f"{allowed}).")
+        raise ValueError(
+            f"bad options {options} for {cls.__name__}: it takes no {', '.join(unknown)} (allowed: {allowed})."
+        )
     kwargs = {
         key: (make_stepper(solvers.STEPPERS[value], {}, None) if _takes_stepper(parameters[key], value) else value)
         for key, value in options.items()
@@ -109,7 +110,9 @@ def _takes_stepper(parameter: inspect.Parameter, value: Any) -> bool:
     if not isinstance(value, str) or "AbstractStepper" not in str(parameter.annotation):
         return False
     if value not in solvers.STEPPERS:
-        raise ValueError(f"unknown stepper {value!r} for {parameter.name}; choose one of {', '.join(solvers.STEPPERS)}.")
+        raise ValueError(
+            f"unknown stepper {value!r} for {parameter.name}; choose one of {', '.join(solvers.STEPPERS)}."
+        )
     return True
 
 
@@ -206,11 +209,18 @@ def derive(cls: type[AbstractStepper], name: str | None = None) -> Preset:
         raise ValueError(f"{cls!r} is not a solvers.AbstractStepper subclass.")
     label = name or cls.__name__
     if cls.second_order:
-        return Preset(f"{label} on X'' = Attn(LN x) - x with step τ; FFN by the chain rule", cls, "laplacian", 0.5,
-                      name=label)
+        return Preset(
+            f"{label} on X'' = Attn(LN x) - x with step τ; FFN by the chain rule", cls, "laplacian", 0.5, name=label
+        )
     if cls.evals_per_step > 1:
-        return Preset(f"{label} on x' = Attn(LN x) + MLP(LN x) (the whole block as the field)", cls, "residual", 1.0,
-                      dynamics=Whole, name=label)
+        return Preset(
+            f"{label} on x' = Attn(LN x) + MLP(LN x) (the whole block as the field)",
+            cls,
+            "residual",
+            1.0,
+            dynamics=Whole,
+            name=label,
+        )
     return Preset(f"{label} on x' = Attn(LN x), then the FFN as an Euler sub-step", cls, "residual", 1.0, name=label)
 
 

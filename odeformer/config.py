@@ -1,24 +1,41 @@
-"""Typed schemas for the training configs (``configs/``): a wrong type or an unknown key fails at start-up.
+"""Typed configs for ``odeformer-train``, and the config groups generated from the registries.
 
-Plain dataclasses: ``odeformer/train.py`` (the only module that imports Hydra) registers them in Hydra's ConfigStore,
-each group option in ``configs/<group>/*.yaml`` extends its group's schema, and the whole tree is typed.
+Plain dataclasses: ``odeformer/train.py`` (the only module that imports Hydra) stores every node of
+:func:`group_options` in Hydra's ConfigStore, so each group option is a typed node (a wrong type or an unknown key
+fails at start-up) and there is no YAML to copy for a new scheme: the ``solver`` group holds every preset, every
+scheme registered in :data:`solvers.STEPPERS` and every continuous-depth solver. ``configs/`` holds the top-level
+``train.yaml``, the experiments and per-experiment training settings; YAML of your own on Hydra's search path
+(``hydra.searchpath=[file:///path]``) may extend any generated option (``defaults: [full_wave]``).
+
+One word per concept: a *config* is a typed node of this file; *options* are the keyword arguments of what a node
+builds (``solver.options``: the stepper's constructor, ``data.options``: the dataset loader's).
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from dataclasses import dataclass, field
-from typing import Any, Optional  # OmegaConf reads these annotations at runtime: it understands Optional[...]
+from typing import Any, Optional  # OmegaConf reads these annotations at runtime: keep Optional[...] / Dict
+
+import solvers
+
+from .blocks import resolve, solver_names, stepper_parameters
+from .continuous import CONTINUOUS
 
 
 @dataclass
 class SolverConfig:
-    """The block dynamics: a preset name and its changes (see ``odeformer.PRESETS``)."""
+    """The block dynamics: a solver name (a preset or a registered scheme) and its changes (``odeformer.preset``)."""
 
     _target_: str = "odeformer.preset"
     name: str = "diffusion"
-    form: Optional[str] = None  # residual | laplacian; None: the preset's
-    splitting: str = "lie"  # lie | strang
-    options: Any = field(default_factory=dict)  # stepper options, e.g. {theta0: -4.0} for mix/light_wave
+    stepper: Optional[str] = None  # module.Class: a scheme of your own (its layer follows from its declarations)
+    form: Optional[str] = None  # residual | laplacian; None: the solver's
+    splitting: Optional[str] = None  # lie | strang (split schemes only); None: the solver's (lie)
+    ffn: Optional[str] = None  # the FFN sub-step's scheme, a registered name (split schemes only); None: the solver's
+    ffn_dt: Optional[float] = None  # a fixed FFN sub-step (split schemes only); None: the layer's dt
+    options: dict[str, Any] = field(default_factory=dict)  # the stepper's constructor arguments, e.g. theta0
 
 
 @dataclass
@@ -31,7 +48,7 @@ class ContinuousSolverConfig:
     method: str = "dopri5"  # torchdiffeq: dopri5 | bosh3 | rk4 (fixed grid); torchode: dopri5 | tsit5
     rtol: float = 1e-3
     atol: float = 1e-4
-    T: float = 1.0
+    T: float = 1.0  # depth-time; model.depth sets how many states a trajectory records
     adjoint: bool = False  # torchdiffeq.odeint_adjoint
     dynamics: str = "diffusion"  # diffusion: x' = F_a + F_f | wave: x' = v + F_f, v' = F_a + J_F_f v
     time_embedding: bool = False
@@ -47,11 +64,11 @@ class ModelConfig:
     depth: int = 6
     dim: int = 64
     heads: int = 4
-    dt: Optional[float] = None  # None: the solver's default step
+    dt: Optional[float] = None  # None: the solver's default step (1 for diffusion, 0.5 for full_wave, ...)
 
 
 @dataclass
-class TransformerOptions(ModelConfig):
+class TransformerConfig(ModelConfig):
     mlp_ratio: float = 4.0
     activation: str = "gelu"  # gelu | gelu_tanh | relu | silu (each with an exact velocity path)
     ln_mode: str = "paper"  # paper | exact: how the velocity passes LayerNorm
@@ -62,32 +79,47 @@ class TransformerOptions(ModelConfig):
 
 
 @dataclass
-class ViTConfig(TransformerOptions):
+class ViTConfig(TransformerConfig):
+    """Patches + [CLS] + learned positions -> backbone -> CLS (or mean) -> linear head; image size, channels and
+    classes come from the dataset."""
+
     _target_: str = "odeformer.ViT"
     patch_size: int = 2
     pool: str = "cls"  # cls | mean
 
 
 @dataclass
-class CausalLMConfig(TransformerOptions):
+class CausalLMConfig(TransformerConfig):
+    """GPT-like causal language model (tied embeddings); the vocabulary comes from the dataset."""
+
     _target_: str = "odeformer.CausalLM"
-    max_len: int = 64  # context length in tokens
+    depth: int = 4
+    dim: int = 128
+    max_len: int = 128  # context length in tokens
 
 
 @dataclass
-class MaskedLMConfig(TransformerOptions):
+class MaskedLMConfig(TransformerConfig):
+    """BERT-like encoder with a sequence-classification head (padding-aware pooling); vocabulary, sequence length
+    and classes come from the dataset."""
+
     _target_: str = "odeformer.MaskedLM"
+    depth: int = 4
     pool: str = "mean"  # mean | first
 
 
 @dataclass
 class NodeClassifierConfig(ModelConfig):
+    """Input MLP -> depth steps of h <- h + dt((1 - w) A h + w P h - h) -> classifier (DIFFormer-style)."""
+
     _target_: str = "odeformer.NodeClassifier"
+    depth: int = 8
     heads: int = 1
-    graph_weight: float = 0.5
-    attention: str = "simple"  # simple | softmax | graph_softmax
+    dt: Optional[float] = 0.2
+    graph_weight: float = 0.5  # w: share of graph propagation P in the force
+    attention: str = "simple"  # simple (linear all-pair) | softmax | graph_softmax (softmax along edges)
     form: str = "laplacian"
-    dropout: float = 0.0
+    dropout: float = 0.5
 
 
 @dataclass
@@ -95,11 +127,13 @@ class DataConfig:
     name: str = "digits"
     root: Optional[str] = None  # folder with planetoid/, text/, sst2/ (default: $ODEFORMER_DATA)
     batch_size: int = 64
-    options: Any = field(default_factory=dict)  # loader options, e.g. {subset: 10000} for fashion_mnist
+    options: dict[str, Any] = field(default_factory=dict)  # the loader's arguments, e.g. {subset: 10000}
 
 
 @dataclass
-class TrainOptions:
+class TrainConfig:
+    """AdamW with linear warm-up then cosine decay; evaluation and checkpoints every ``eval_every`` steps."""
+
     max_steps: int = 1000
     lr: float = 3e-3
     weight_decay: float = 0.05
@@ -113,22 +147,80 @@ class TrainOptions:
     device: str = "auto"  # auto | cpu | cuda
     precision: str = "auto"  # auto (bf16 autocast on CUDA) | fp32 | bf16
     out_dir: str = "outputs/${now:%Y-%m-%d}/${now:%H-%M-%S}"
-    resume: bool = False
+    resume: bool = False  # continue the run already in out_dir from its last.pt
     compile: bool = False
     progress: bool = True  # progress bar on a terminal
 
 
 @dataclass
 class Config:
-    solver: Any = "???"  # typed by the chosen option's schema (solver_schema or continuous_schema)
-    model: Any = "???"  # typed by the chosen option's own schema (vit_schema, causal_lm_schema, ...)
+    solver: Any = "???"  # typed by the chosen option (SolverConfig or ContinuousSolverConfig)
+    model: Any = "???"  # typed by the chosen option (ViTConfig, CausalLMConfig, ...)
     data: DataConfig = field(default_factory=DataConfig)
-    train: TrainOptions = field(default_factory=TrainOptions)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
 
-MODEL_SCHEMAS = {
-    "vit_schema": ViTConfig,
-    "causal_lm_schema": CausalLMConfig,
-    "masked_lm_schema": MaskedLMConfig,
-    "node_classifier_schema": NodeClassifierConfig,
+MODELS: dict[str, Any] = {
+    "vit": ViTConfig(),
+    "causal_lm": CausalLMConfig(),
+    "masked_lm": MaskedLMConfig(),
+    "node_classifier": NodeClassifierConfig(),
 }
+
+DATA: dict[str, DataConfig] = {
+    "digits": DataConfig("digits", batch_size=64),  # scikit-learn's 8x8 digits (embedded): 1259 / 179 / 359
+    "fashion_mnist": DataConfig("fashion_mnist", batch_size=128, options={"subset": 10000}),  # Debian's package
+    "planetoid": DataConfig("planetoid", batch_size=1),  # <root>/planetoid/ind.<name>.*: full batch
+    "shakespeare": DataConfig("shakespeare", batch_size=32),  # <root>/text/tinyshakespeare.txt, character level
+    "sst2": DataConfig("sst2", batch_size=64),  # <root>/sst2/{train,dev,test}.tsv
+    "synthetic": DataConfig("synthetic", batch_size=32),  # tasks with a known answer, for debugging
+}
+
+TRAIN: dict[str, TrainConfig] = {
+    "default": TrainConfig(),
+    "debug": TrainConfig(max_steps=20, warmup_steps=2, eval_every=10, eval_batches=2, log_every=1, progress=False),
+}
+
+
+def _default(value: Any) -> Any:
+    """A constructor default as a config value (``inf`` and other non-finite floats as strings OmegaConf keeps)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def stepper_options(name: str) -> dict[str, Any]:
+    """The options a solver's stepper takes, with the solver's defaults: what ``solver.options`` may set."""
+    chosen = resolve(name)
+    out = {}
+    for key, parameter in stepper_parameters(chosen.stepper).items():
+        if key == "dim" or parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
+            continue
+        default = None if parameter.default is inspect.Parameter.empty else parameter.default
+        out[key] = _default(chosen.options.get(key, default))
+        if isinstance(out[key], solvers.AbstractStepper):
+            out[key] = None
+    return out
+
+
+def loader_options(name: str) -> dict[str, Any]:
+    """A dataset loader's keyword arguments and their defaults (``root`` has a key of its own)."""
+    from .data import DATASETS
+
+    parameters = inspect.signature(DATASETS[name]).parameters
+    return {
+        key: p.default
+        for key, p in parameters.items()
+        if key != "root" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.default is not p.empty
+    }
+
+
+def group_options() -> dict[str, dict[str, Any]]:
+    """Every generated option of every config group: ``{group: {name: node}}`` (see the module docstring)."""
+    solver: dict[str, Any] = {name: SolverConfig(name=name, options=stepper_options(name)) for name in solver_names()}
+    for name, settings in CONTINUOUS.items():
+        solver[name] = ContinuousSolverConfig(name=name, **settings)
+    data = {}
+    for name, node in DATA.items():
+        data[name] = DataConfig(node.name, node.root, node.batch_size, {**loader_options(name), **node.options})
+    return {"solver": solver, "model": dict(MODELS), "data": data, "train": dict(TRAIN)}

@@ -80,6 +80,19 @@ class ContinuousPreset:
         return "laplacian" if self.dynamics == "wave" else "residual"
 
 
+CONTINUOUS: dict[str, dict[str, Any]] = {
+    "dopri5": {"method": "dopri5"},  # Dormand–Prince 5(4), adaptive: x' = Attn(LN x) + MLP(LN x)
+    "bosh3": {"method": "bosh3"},  # Bogacki–Shampine 3(2), adaptive, same field
+    "rk4_grid": {"method": "rk4"},  # torchdiffeq's fixed-grid rk4 (Kutta's 3/8 rule), `steps` over [0, T]
+    "dopri5_adjoint": {"method": "dopri5", "adjoint": True},  # odeint_adjoint: memory independent of the steps
+    "dopri5_wave": {"method": "dopri5", "dynamics": "wave"},  # continuous Full Wave: x' = v + F_f, v' = F_a + J v
+    "tsit5": {"library": "torchode", "method": "tsit5"},  # Tsitouras 5(4), per-sample step-size control
+    "dopri5_torchode": {"library": "torchode", "method": "dopri5"},  # Dormand–Prince 5(4), per-sample control
+}
+"""The named continuous-depth solvers (the ``solver`` config group's continuous options): settings over the
+:class:`ContinuousPreset` defaults."""
+
+
 def continuous(name: str = "dopri5", **options: Any) -> ContinuousPreset:
     """A :class:`ContinuousPreset` (what a continuous solver config builds); bad options are a one-line error."""
     try:

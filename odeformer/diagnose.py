@@ -20,13 +20,11 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from .config import MODEL_SCHEMAS, SolverConfig
+from .checkpoints import CheckpointError
 from .data import DatasetNotFound, TaskData, load
 from .diagnostics import layer_measures
 from .runs import MODEL_FOR_KIND, UsageError, build, load_run
-from .trainer import CheckpointError
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 PLOTTED = ("cosine", "dirichlet", "rank_collapse", "spectral_gap", "wave_energy", "graph_dirichlet")
 TITLES = {
     "cosine": "mean pairwise token cosine similarity",
@@ -55,30 +53,16 @@ def batch_of(data: TaskData, model: torch.nn.Module, size: int) -> tuple[tuple[A
 
 
 def fresh_config(solver: str, data: str, depth: int, dim: int | None) -> dict[str, Any]:
-    """A plain config for a fresh (untrained) model of the dataset's default model type."""
-    data_cfg = _yaml("data", data)
-    kind = load(data_cfg["name"], data_cfg.get("root"), **data_cfg.get("options", {})).kind
-    model_name = MODEL_FOR_KIND[kind]
-    model = OmegaConf.merge(OmegaConf.structured(MODEL_SCHEMAS[f"{model_name}_schema"]), _yaml("model", model_name))
-    model.depth = depth
+    """The resolved config of a fresh (untrained) model of the dataset's default model type, composed exactly as
+    ``odeformer-train solver=<solver> data=<data> model=<its model> model.depth=<depth>`` would compose it."""
+    from .train import compose
+
+    chosen = OmegaConf.to_container(compose([f"data={data}"]).data, resolve=True)
+    kind = load(chosen["name"], chosen.get("root"), **(chosen.get("options") or {})).kind
+    overrides = [f"solver={solver}", f"data={data}", f"model={MODEL_FOR_KIND[kind]}", f"model.depth={depth}"]
     if dim is not None:
-        model.dim = dim
-    solver_cfg = OmegaConf.merge(OmegaConf.structured(SolverConfig), _yaml("solver", solver))
-    return {
-        "solver": OmegaConf.to_container(solver_cfg),
-        "model": OmegaConf.to_container(model),
-        "data": data_cfg,
-    }
-
-
-def _yaml(group: str, name: str) -> dict[str, Any]:
-    path = CONFIGS / group / f"{name}.yaml"
-    if not path.exists():
-        known = ", ".join(sorted(p.stem for p in (CONFIGS / group).glob("*.yaml")))
-        raise UsageError(f"unknown {group} {name!r}; choose one of: {known}.")
-    node = OmegaConf.to_container(OmegaConf.load(path))
-    node.pop("defaults", None)
-    return node
+        overrides.append(f"model.dim={dim}")
+    return OmegaConf.to_container(compose(overrides), resolve=True)
 
 
 def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size: int) -> dict[str, Any]:
@@ -141,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="initialisation seed for --fresh")
     parser.add_argument("--batch", type=int, default=16, help="items from the validation split (default: 16)")
     parser.add_argument("--checkpoint", default="best.pt", help="checkpoint file in each run directory")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: <first run>/diagnostics)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default: <first run>/diagnostics, or outputs/diagnostics)",
+    )
     args = parser.parse_args(argv)
     if not args.runs and not args.fresh:
         parser.error("give run directories, or --fresh SOLVER [SOLVER ...]")
@@ -154,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.manual_seed(args.seed)
             data, model, info = build(fresh_config(solver, args.data, args.depth, args.dim))
             runs.append((f"{solver} (depth {args.depth}, init)", data, model))
-        out = args.out or (args.runs[0] / "diagnostics" if args.runs else Path("diagnostics"))
+        out = args.out or (args.runs[0] / "diagnostics" if args.runs else Path("outputs") / "diagnostics")
         diagnose(runs, out, args.batch)
     except (UsageError, ValueError, DatasetNotFound, CheckpointError, FileNotFoundError) as error:
         print(f"odeformer-diagnose: error: {' '.join(str(error).split())}", file=sys.stderr)

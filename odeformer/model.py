@@ -87,9 +87,7 @@ class Backbone(nn.Module):
         self.checkpoint = checkpoint
         if tie_weights:  # one set of fields for every layer (each layer still has its own stepper)
             make_attention, make_ffn, make_norm = _shared(make_attention), _shared(make_ffn), _shared(make_norm)
-        self.layers = nn.ModuleList(
-            self._layer(p, dim, make_attention, make_ffn, make_norm, dt, form) for p in presets
-        )
+        self.layers = nn.ModuleList(self._layer(p, dim, make_attention, make_ffn, make_norm, dt, form) for p in presets)
         self.norm = nn.LayerNorm(dim) if final_norm else nn.Identity()
         memory = {p.memory for p in presets}
         if len(memory) > 1:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- begin: odeformer-reproduce -->", "<!-- end: odeformer-reproduce -->"
 
 
@@ -97,9 +96,9 @@ SECTIONS = {
 SECTIONS["momentum"] = Section(
     "Cora at depth 32: Light Wave's momentum start λ0 = sigmoid(θ0) (heavy ball, τ = 0.2)",
     "cora_deep",
-    {"solver": ["light_wave"], "+solver.options.theta0": [-2.0, 0.0, 2.0, 4.0], "train.seed": SEEDS},
+    {"solver": ["light_wave"], "solver.options.theta0": [-2.0, 0.0, 2.0, 4.0], "train.seed": SEEDS},
     ["model.dt=0.2", "model.depth=32", "train.max_steps=100"],
-    axis="+solver.options.theta0",
+    axis="solver.options.theta0",
     label="θ0 =",
     note="λ0 = sigmoid(θ0) ≈ 0.12, 0.5, 0.88, 0.98; the presets' default is θ0 = -2.",
 )
@@ -227,11 +226,17 @@ def write_results(markdown: str, path: Path, begin: str = BEGIN, end: str = END)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="odeformer-reproduce", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
-    parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "reproduce", help="where runs are written")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs", help="folder of RESULTS.md and its figures")
+    parser.add_argument(
+        "--runs", type=Path, default=None, help="where runs are written (default: <out>/runs, or runs/reproduce)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="folder of RESULTS.md and its figures (default: docs)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--smoke", action="store_true", help="one tiny configuration (for CI)")
     args = parser.parse_args(argv)
+    if args.runs is None:
+        args.runs = args.out / "runs" if args.out is not None else Path("runs") / "reproduce"
+    if args.out is None:
+        args.out = Path("docs")
     sections = {"smoke": SMOKE} if args.smoke else {name: SECTIONS[name] for name in args.sections}
     figures = args.out / "results"
     figures.mkdir(parents=True, exist_ok=True)

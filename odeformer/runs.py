@@ -14,7 +14,7 @@ from typing import Any
 from torch import nn
 
 from .data import TaskData, load
-from .trainer import load_checkpoint
+from .checkpoints import load_checkpoint
 
 # what each model trains on, and the sizes it takes from the dataset
 KINDS = {"ViT": "image", "CausalLM": "text", "MaskedLM": "sequence", "NodeClassifier": "graph"}
@@ -56,7 +56,7 @@ def build(config: dict[str, Any]) -> tuple[TaskData, nn.Module, dict[str, Any]]:
     sizes = {key: data.meta[key] for key in SIZES[model_name]}
     model = target(model_node)(solver=preset, **_arguments(model_node), **sizes)
     info = {
-        "solver": solver["name"],
+        "solver": getattr(preset, "name", None) or solver["name"],
         "model": CONFIG_NAMES[model_name],
         "data": data_node["name"],
         "depth": model_node["depth"],

@@ -2,16 +2,23 @@
 
     odeformer-train                                     # the default experiment (configs/train.yaml)
     odeformer-train solver=full_wave model.depth=12 data=fashion_mnist
+    odeformer-train solver.stepper=my_schemes.Yoshida4   # a scheme of your own, importable from the working directory
     odeformer-train experiment=cora_deep model.depth=32
-    odeformer-train -m solver=diffusion,full_wave model.depth=4,8,16      # a sweep
+    odeformer-train -m solver=diffusion,full_wave model.depth=4,8,16      # a sweep, summarised in one table
     torchrun --nproc_per_node=2 -m odeformer.train train.device=cpu       # DistributedDataParallel
 
-Bad input (an unknown solver/model/data name, ``dt <= 0``, heads not dividing dim, a missing data root, a corrupt
-checkpoint, ...) is one line on stderr and exit code 2; nothing already written is touched.
+Config groups are generated from the registries (:func:`odeformer.config.group_options`) and stored in Hydra's
+ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds ``train.yaml``, the experiments
+and their training settings. Bad input — an unknown option or key, a value of the wrong type, ``dt <= 0``, heads not
+dividing dim, a missing data root, a corrupt checkpoint — is one line on stderr and exit code 2, before anything is
+written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import json
 import os
 import re
 import sys
@@ -22,52 +29,191 @@ from typing import Any
 import hydra
 import torch
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from .config import MODEL_SCHEMAS, Config, ContinuousSolverConfig, DataConfig, SolverConfig, TrainOptions
+from .checkpoints import CheckpointError, RunDirectoryError, check_run_directory
+from .config import Config, group_options
 from .data import DatasetNotFound
 from .runs import UsageError, build
 from .stability import max_stable_dt
-from .trainer import CheckpointError, Options, RunDirectoryError, Trainer, TrainingDiverged, check_run_directory
+from .trainer import Settings, Trainer, TrainingDiverged
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_MODULE = "odeformer.configs"
 GROUPS = ("solver", "model", "data", "train", "experiment")
 
 store = ConfigStore.instance()
 store.store(name="config_schema", node=Config)
-store.store(group="solver", name="solver_schema", node=SolverConfig)
-store.store(group="solver", name="continuous_schema", node=ContinuousSolverConfig)
-store.store(group="data", name="data_schema", node=DataConfig)
-store.store(group="train", name="train_schema", node=TrainOptions)
-for _name, _node in MODEL_SCHEMAS.items():
-    store.store(group="model", name=_name, node=_node)
+for _group, _nodes in group_options().items():
+    for _name, _node in _nodes.items():
+        store.store(group=_group, name=_name, node=_node)
+
+_FLAGS_WITH_VALUE = {
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--package",
+    "-p",
+    "--experimental-rerun",
+    "--info",
+    "-i",
+}
+_SKIP = {
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--version",
+    "--cfg",
+    "-c",
+    "--resolve",
+    "--shell-completion",
+    "-sc",
+    "--info",
+    "-i",
+    "--experimental-rerun",
+}
 
 
-def choices(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
+@contextlib.contextmanager
+def _initialized():
+    """Hydra initialised on this package's configs."""
+    from hydra import initialize_config_module
 
-
-def check_group_choices(argv: list[str]) -> None:
-    """Unknown config-group options, e.g. ``solver=wave``: one line listing the choices (before Hydra composes)."""
-    for arg in argv:
-        match = re.fullmatch(r"\+?(solver|model|data|train|experiment)=(.*)", arg)
-        if not match or "(" in match.group(2):  # sweep functions like range(...) are Hydra's to check
-            continue
-        group, values = match.groups()
-        for value in filter(None, values.split(",")):
-            if value not in choices(group) and value != "null":
-                raise UsageError(f"unknown {group} {value!r}; choose one of: {', '.join(choices(group))}.")
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        yield
 
 
 def compose(overrides: list[str]) -> DictConfig:
-    """The config ``odeformer-train <overrides>`` would run (Hydra's compose API; no run directory is made)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    """The config ``odeformer-train <overrides>`` would run (Hydra's compose API; no run directory is made).
 
-    check_group_choices(overrides)
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return hydra_compose(config_name="train", overrides=overrides)
+    Unknown options and keys and values of the wrong type are a one-line :class:`UsageError`.
+    """
+    from hydra import compose as hydra_compose
+
+    with _initialized():
+        try:
+            return hydra_compose(config_name="train", overrides=overrides)
+        except (HydraException, OmegaConfBaseException) as error:
+            raise UsageError(_one_line(error, overrides)) from None
+
+
+def choices(group: str, overrides: list[str] | None = None) -> list[str]:
+    """The options of a config group: the generated ones and YAML on the search path (as ``--help`` lists them)."""
+    with _initialized():
+        return _options(group, overrides)
+
+
+def _options(group: str, overrides: list[str] | None = None) -> list[str]:
+    """The options of a config group Hydra can see (generated ones, and YAML on a ``hydra.searchpath`` among
+    ``overrides``)."""
+    paths = [o for o in overrides or [] if o.lstrip("+").startswith("hydra.searchpath=")]
+    names = GlobalHydra.instance().config_loader().get_group_options(group, config_name="train", overrides=paths)
+    return sorted(names)
+
+
+def _one_line(error: Exception, overrides: list[str]) -> str:
+    """Hydra's and OmegaConf's composition errors as one sentence that says what is allowed."""
+    text = str(error)
+    if isinstance(error, MissingConfigException) or "Could not find '" in text:
+        match = re.search(r"Could not (?:find|load) '([\w/]+)/([^']*)'", text)
+        if match:
+            group, value = match.groups()
+            return f"unknown {group} {value!r}; choose one of: {', '.join(_options(group, overrides))}."
+    if isinstance(error, OverrideParseException):
+        return f"cannot parse the override: {' '.join(text.split())}"
+    match = re.search(r"Could not (?:override|append to) '([^']+)'", text) or re.search(
+        r"Error merging override \+?([\w.]+)=", text
+    )
+    cause = error.__cause__ or error
+    if match:
+        key = match.group(1)
+        parent, _, leaf = key.rpartition(".")
+        if "not in struct" in str(cause) or "Key '" in str(cause):
+            keys = _keys(parent, [o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
+            near = difflib.get_close_matches(leaf, keys, n=1)
+            hint = f"did you mean {parent + '.' if parent else ''}{near[0]}? " if near else ""
+            if not keys:
+                return f"unknown key {key!r}: {parent or 'the config'} has no keys here{_who_takes(parent, leaf)}."
+            where = f"the keys of {parent}" if parent else "the top-level keys"
+            return f"unknown key {key!r}; {hint}{where} are: {', '.join(keys)}."
+        reason = " ".join(str(cause).split("\n")[0].split())
+        return f"bad value for {key}: {reason}"
+    return " ".join(text.split()[:60])
+
+
+def _who_takes(parent: str, leaf: str) -> str:
+    """For an option no key of the chosen solver has: which solvers take it (``solver=mix solver.options.theta0``)."""
+    if parent != "solver.options":
+        return ""
+    takers = [name for name, node in group_options()["solver"].items() if leaf in getattr(node, "options", {})]
+    return f" (the chosen solver's stepper takes no {leaf}; solvers that do: {', '.join(takers)})" if takers else ""
+
+
+def _keys(parent: str, overrides: list[str]) -> list[str]:
+    """The keys of node ``parent`` in the config composed from ``overrides`` (for a nearest-key hint)."""
+    from hydra import compose as hydra_compose
+
+    try:
+        node = hydra_compose(config_name="train", overrides=overrides)
+        for part in filter(None, parent.split(".")):
+            node = node[part]
+        return sorted(str(k) for k in node.keys())
+    except Exception:  # the hint is a courtesy; the error itself is already known
+        return []
+
+
+def check_command_line(argv: list[str]) -> None:
+    """Compose what the command line asks for — each value of a sweep once — so that a wrong option, key or type is
+    one line and exit code 2 before Hydra starts (Hydra's own message for these is several lines and exit 1)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if any(arg in _SKIP for arg in argv):
+        return
+    overrides, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _FLAGS_WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            overrides.append(arg)
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except OverrideParseException as error:
+        raise UsageError(f"cannot parse the overrides: {' '.join(str(error).split())}") from None
+    sweeps = [(i, o) for i, o in enumerate(parsed) if o.is_sweep_override()]
+    first = list(overrides)
+    for i, o in sweeps:
+        values = _sweep_values(o)
+        if values is None:
+            first[i] = None
+            continue
+        first[i] = f"{o.input_line.split('=', 1)[0]}={values[0]}"
+    plain = [o for o in first if o is not None]
+    compose(plain)
+    for i, o in sweeps:
+        for value in (_sweep_values(o) or [])[1:]:
+            compose(
+                [
+                    *(p for j, p in enumerate(first) if j != i and p is not None),
+                    f"{o.input_line.split('=', 1)[0]}={value}",
+                ]
+            )
+
+
+def _sweep_values(override: Any) -> list[str] | None:
+    try:
+        return list(override.sweep_string_iterator())
+    except Exception:  # glob sweeps need Hydra's config loader: Hydra checks them itself
+        return None
 
 
 def warn_unstable(model: Any) -> None:
@@ -88,12 +234,12 @@ def warn_unstable(model: Any) -> None:
 
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Train one configuration into ``out_dir``; return the summary."""
-    options = Options(**OmegaConf.to_container(cfg.train, resolve=True), batch_size=cfg.data.batch_size)
-    check_run_directory(out_dir, options.resume)
-    torch.manual_seed(options.seed)  # the model's initial weights are part of the run's seed
+    settings = Settings(**OmegaConf.to_container(cfg.train, resolve=True), batch_size=cfg.data.batch_size)
+    check_run_directory(out_dir, settings.resume)
+    torch.manual_seed(settings.seed)  # the model's initial weights are part of the run's seed
     data, model, info = build(OmegaConf.to_container(cfg, resolve=True))
     warn_unstable(model)
-    summary = Trainer(model, data, options, out_dir, info).fit()
+    summary = Trainer(model, data, settings, out_dir, info).fit()
     if summary:
         print_summary(summary, out_dir)
     return summary
@@ -107,7 +253,47 @@ def print_summary(summary: dict[str, Any], out_dir: Path) -> None:
     print(f"run directory: {out_dir}")
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIGS), config_name="train")
+SWEEP_COLUMNS = ("run", "solver", "model", "data", "depth", "metric", "val", "test", "steps", "wall_s", "status")
+
+
+def sweep_table(sweep_dir: Path) -> tuple[str, list[dict[str, Any]]]:
+    """A Markdown table of every run's ``summary.json`` under ``sweep_dir`` (one row per run), and the rows."""
+    rows = []
+    for path in sorted(Path(sweep_dir).glob("*/summary.json"), key=lambda p: _job_number(p.parent.name)):
+        summary = json.loads(path.read_text())
+        rows.append({"run": path.parent.name, **{k: summary.get(k) for k in SWEEP_COLUMNS[1:]}})
+    lines = ["| " + " | ".join(SWEEP_COLUMNS) + " |", "|" + "---|" * len(SWEEP_COLUMNS)]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(row[k]) for k in SWEEP_COLUMNS) + " |")
+    return "\n".join(lines) + "\n", rows
+
+
+def _job_number(name: str) -> int:
+    head = name.split("_", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return "-" if value is None else str(value)
+
+
+class SweepSummary(Callback):
+    """At the end of a multirun: one table of the runs' summaries, printed and written beside them
+    (``summary.md`` and ``summary.json`` in the sweep directory)."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.is_dir():
+            return
+        markdown, rows = sweep_table(sweep_dir)
+        (sweep_dir / "summary.md").write_text(markdown)
+        (sweep_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+        print(f"\n{markdown}\nsweep summary: {sweep_dir / 'summary.md'}")
+
+
+@hydra.main(version_base="1.3", config_path="pkg://" + CONFIG_MODULE, config_name="train")
 def _main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
@@ -123,12 +309,14 @@ def _main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """Console-script entry: check group choices, then hand over to Hydra."""
+    """Console-script entry: check the command line (one line and exit 2 on bad input), then hand over to Hydra."""
     try:
-        check_group_choices(sys.argv[1:])
+        check_command_line(sys.argv[1:])
     except UsageError as error:
         print(f"odeformer-train: error: {error}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        GlobalHydra.instance().clear()
     _main()
 
 

@@ -247,9 +247,7 @@ def _check_dt(dt: Any) -> None:
         raise ValueError(f"dt must be positive and finite, got {value}.")
 
 
-def _per_step(
-    stepper: AbstractStepper | Sequence[AbstractStepper], fields: Sequence[Any]
-) -> Sequence[AbstractStepper]:
+def _per_step(stepper: AbstractStepper | Sequence[AbstractStepper], fields: Sequence[Any]) -> Sequence[AbstractStepper]:
     if not isinstance(fields, (list, tuple, nn.ModuleList)):
         raise TypeError(
             f"fields must be a list of callables, one per step, got {type(fields).__name__}; "

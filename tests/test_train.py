@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
+from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import odeformer.runs as runs
 import odeformer.train as entry
 from helpers import cli
 from odeformer import PRESETS
+from odeformer.batches import EpochSampler, WindowSampler
+from odeformer.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from odeformer.continuous import ContinuousBackbone
 from odeformer.data import load
-from odeformer.trainer import CheckpointError, EpochSampler, WindowSampler, load_checkpoint, save_checkpoint
+from solvers import STEPPERS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2"]
@@ -42,16 +43,7 @@ def _error_line(process):
 
 
 def _compose(overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
-
-
-def _model_for(cfg, data):
-    name = cfg.model._target_.rsplit(".", 1)[-1]
-    sizes = {key: data.meta[key] for key in runs.SIZES[name]}
-    solver = OmegaConf.to_container(cfg.solver)
-    preset = instantiate(cfg.solver, _partial_=True)(**{k: v for k, v in solver.items() if k.startswith("options")})
-    return instantiate(cfg.model, _partial_=True)(solver=preset, **sizes)
+    return entry.compose(overrides)
 
 
 DATA_FOR_MODEL = {"vit": "image", "causal_lm": "text", "masked_lm": "sequence", "node_classifier": "graph"}
@@ -66,16 +58,17 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
             f"model={model}",
             "data=synthetic",
             f"data.options.task={DATA_FOR_MODEL[model]}",
+            "data.options.n=64",
             "model.depth=2",
             "model.dim=16",
             "model.heads=2",
         ]
     )
-    data = load("synthetic", None, task=DATA_FOR_MODEL[model], n=64)
-    net = _model_for(cfg, data)
-    if solver in PRESETS:
-        assert len(net.backbone.layers) == 2
-        assert type(net.backbone.layers[0].stepper) is PRESETS[solver].stepper
+    data, net, info = runs.build(OmegaConf.to_container(cfg, resolve=True))
+    if solver in PRESETS or solver in STEPPERS:
+        scheme = PRESETS[solver].stepper if solver in PRESETS else STEPPERS[solver]
+        assert len(net.backbone.layers) == 2 and info["solver"] == solver
+        assert type(net.backbone.layers[0].stepper) is scheme
     else:  # a continuous solver: one weight-tied block, recorded at depth + 1 times
         assert isinstance(net.backbone, ContinuousBackbone) and net.backbone.preset.name == solver
         assert len(net.trajectory(*_inputs(data))) == 3 and net.solver_stats()["nfe"] > 0
@@ -112,7 +105,7 @@ def test_every_train_option_composes(train):
 
 
 def test_slurm_launcher_config_composes():
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+    with initialize_config_module(config_module=entry.CONFIG_MODULE, version_base="1.3"):
         cfg = compose(config_name="train", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
     assert cfg.hydra.launcher.timeout_min == 120
     assert "SlurmLauncher" in cfg.hydra.launcher._target_

@@ -1,0 +1,162 @@
+"""What each kind of data trains on: its sampler, its loss on a batch, its metric on a split.
+
+``image`` and ``sequence`` data are labelled items (cross-entropy, accuracy); ``text`` is next-character prediction
+on random windows of a stream (the metric is the loss in nats per token); ``graph`` is transductive node
+classification on one graph (full batch, the loss on the training nodes). :func:`make_objective` picks one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .batches import EpochSampler, WindowSampler
+from .data import TaskData
+
+
+class Objective:
+    """Per data kind: the training sampler, the loss on a batch, and the evaluation of a split."""
+
+    metric = "accuracy"
+    higher_is_better = True
+
+    def __init__(self, data: TaskData, batch_size: int, seed: int, device: torch.device):
+        self.data, self.batch_size, self.device = data, batch_size, device
+
+    def network(self, model: nn.Module) -> nn.Module:
+        """The module whose forward maps a batch's inputs to logits (what DDP and torch.compile wrap)."""
+        return model
+
+    def batch(self, rank: int, world: int) -> Any:
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: Any) -> Tensor:
+        raise NotImplementedError
+
+    def evaluate(self, model: nn.Module, split: str, max_batches: int) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class _Labelled(Objective):
+    """Image and sequence classification: ``(inputs, labels)`` tensors per split."""
+
+    def __init__(self, data, batch_size, seed, device):
+        super().__init__(data, batch_size, seed, device)
+        self.sampler = EpochSampler(len(data.splits["train"][1]), batch_size, seed)
+
+    def batch(self, rank, world):
+        index = next(self.sampler)[rank::world]
+        inputs, labels = self.data.splits["train"]
+        return inputs[index].to(self.device), labels[index].to(self.device)
+
+    def loss(self, model, batch):
+        inputs, labels = batch
+        return F.cross_entropy(model(inputs).float(), labels)
+
+    @torch.no_grad()
+    def evaluate(self, model, split, max_batches):
+        inputs, labels = self.data.splits[split]
+        total_loss, correct, count = 0.0, 0, 0
+        for b, start in enumerate(range(0, len(labels), self.batch_size)):
+            if max_batches and b >= max_batches:
+                break
+            x = inputs[start : start + self.batch_size].to(self.device)
+            y = labels[start : start + self.batch_size].to(self.device)
+            logits = model(x).float()
+            total_loss += float(F.cross_entropy(logits, y, reduction="sum"))
+            correct += int((logits.argmax(-1) == y).sum())
+            count += len(y)
+        return {"loss": total_loss / max(count, 1), "accuracy": correct / max(count, 1)}
+
+
+class ImageObjective(_Labelled):
+    pass
+
+
+class _Classify(nn.Module):
+    """``MaskedLM.classify`` as a forward, so DDP and torch.compile see the call that produces the loss."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.model.classify(tokens)
+
+
+class SequenceObjective(_Labelled):
+    def network(self, model):
+        return _Classify(model)
+
+
+class TextObjective(Objective):
+    """Next-character prediction on random windows; the metric is the loss (nats per token)."""
+
+    metric = "loss"
+    higher_is_better = False
+
+    def __init__(self, data, batch_size, seed, device, context: int):
+        super().__init__(data, batch_size, seed, device)
+        self.context = context
+        self.sampler = WindowSampler(len(data.splits["train"][0]), context, batch_size, seed)
+
+    def _windows(self, stream: Tensor, starts: Tensor) -> tuple[Tensor, Tensor]:
+        offsets = starts[:, None] + torch.arange(self.context + 1)
+        chunk = stream[offsets].to(self.device)  # (B, T + 1)
+        return chunk[:, :-1], chunk[:, 1:]
+
+    def batch(self, rank, world):
+        return self._windows(self.data.splits["train"][0], next(self.sampler)[rank::world])
+
+    def loss(self, model, batch):
+        inputs, targets = batch
+        return F.cross_entropy(model(inputs).float().flatten(0, 1), targets.flatten())
+
+    @torch.no_grad()
+    def evaluate(self, model, split, max_batches):
+        stream = self.data.splits[split][0]
+        windows = (max_batches or 20) * self.batch_size
+        starts = torch.linspace(0, len(stream) - self.context - 2, windows).long().unique()
+        total, count = 0.0, 0
+        for chunk in starts.split(self.batch_size):
+            inputs, targets = self._windows(stream, chunk)
+            total += float(F.cross_entropy(model(inputs).float().flatten(0, 1), targets.flatten(), reduction="sum"))
+            count += targets.numel()
+        return {"loss": total / count}
+
+
+class GraphObjective(Objective):
+    """Transductive node classification: full-batch on the one graph, loss on the training nodes."""
+
+    def __init__(self, data, batch_size, seed, device):
+        super().__init__(data, batch_size, seed, device)
+        self.features, self.edges, self.labels = (t.to(device) for t in data.graph)
+        self.index = {split: data.splits[split][0].to(device) for split in data.splits}
+
+    def batch(self, rank, world):
+        return self.index["train"]
+
+    def loss(self, model, batch):
+        return F.cross_entropy(model(self.features, self.edges)[batch].float(), self.labels[batch])
+
+    @torch.no_grad()
+    def evaluate(self, model, split, max_batches):
+        index = self.index[split]
+        logits = model(self.features, self.edges)[index].float()
+        return {
+            "loss": float(F.cross_entropy(logits, self.labels[index])),
+            "accuracy": float((logits.argmax(-1) == self.labels[index]).float().mean()),
+        }
+
+
+def make_objective(data: TaskData, model: nn.Module, batch_size: int, seed: int, device: torch.device) -> Objective:
+    if data.kind == "image":
+        return ImageObjective(data, batch_size, seed, device)
+    if data.kind == "sequence":
+        return SequenceObjective(data, batch_size, seed, device)
+    if data.kind == "text":
+        return TextObjective(data, batch_size, seed, device, context=model.max_len)
+    return GraphObjective(data, batch_size, seed, device)
