@@ -116,7 +116,7 @@ def dest(tmp_path):
 def _run(capsys, sources, *args):
     """``odeformer-data args`` in process; returns ``(exit code, stdout, stderr)``."""
     try:
-        code = main([*args, "--quiet", "--timeout", "5"], sources=sources)
+        code = main(["--quiet", "--timeout", "5", *args], sources=sources)
     except SystemExit as exit_:  # argparse errors
         code = exit_.code
     out, err = capsys.readouterr()
@@ -184,6 +184,8 @@ def test_no_root_is_one_line_naming_odeformer_data(capsys, sources):
     )
     code, _, err = _run(capsys, sources, "--list")
     assert code == 2 and "ODEFORMER_DATA" in err.splitlines()[-1]
+    code, _, err = _run(capsys, sources, "--root", "somewhere", "--timeout", "0")
+    assert code == 2 and err.splitlines()[-1].endswith("--timeout must be a positive number of seconds, got 0.0.")
 
 
 def test_wrong_checksum_is_one_line_and_leaves_nothing(capsys, sources, server, dest):

@@ -332,6 +332,8 @@ def main(argv: Sequence[str] | None = None, sources: Sources | None = None) -> i
     try:
         names = select(args.names, sources)
         root = data_root(args.root)
+        if not args.timeout > 0:
+            raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}.")
     except ValueError as error:
         parser.error(str(error))
     if args.list:
