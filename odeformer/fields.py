@@ -21,6 +21,7 @@ fails on CPU). They agree to 1e-5 in float32.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -186,11 +187,28 @@ class SimpleAttentionField(nn.Module):
         return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v
 
 
+class JointIdentity(nn.Module):
+    """The identity on a state and its velocity (the FFN's norm in the post-norm layout, where none precedes it)."""
+
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+
+    def position(self, x: Tensor) -> Tensor:
+        return x
+
+    def forward(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return x, v
+
+    def stacked(self, x: Tensor, v: Tensor) -> Tensor:
+        return torch.stack((x, v))
+
+
 class FeedForward(nn.Module):
     """The FFN sublayer as a per-token field ``f(x) = MLP(LN(x))``, with its chain-rule path for ``(x, v)``.
 
     ``forward(t, x)`` is the field; ``joint(x, v)`` returns ``(f(x), J_f(x) v)`` through :class:`JointLayerNorm`
-    (``ln_mode`` ``"paper"`` or ``"exact"``) and :class:`JointMLP`.
+    (``ln_mode`` ``"paper"`` or ``"exact"``) and :class:`JointMLP`. ``norm_layer(dim)`` replaces the LayerNorm
+    (:class:`JointIdentity` in the post-norm layout: ``f(x) = MLP(x)``).
     """
 
     def __init__(
@@ -200,9 +218,10 @@ class FeedForward(nn.Module):
         activation: str = "gelu",
         ln_mode: str = "paper",
         dropout: float = 0.0,
+        norm_layer: Callable[[int], nn.Module] | None = None,
     ):
         super().__init__()
-        self.norm = JointLayerNorm(dim, mode=ln_mode)
+        self.norm = JointLayerNorm(dim, mode=ln_mode) if norm_layer is None else norm_layer(dim)
         self.mlp = JointMLP(dim, hidden or 4 * dim, activation, dropout)
 
     def forward(self, t, x: Tensor) -> Tensor:

@@ -29,7 +29,8 @@ from solvers import PhaseState
 
 from .blocks import JointDropout, Layer, Preset, StateMap, resolve
 from .continuous import ContinuousBackbone, ContinuousPreset
-from .fields import AttentionField, FeedForward
+from .fields import AttentionField, FeedForward, JointIdentity
+from .joint import JointLayerNorm
 
 Solver = str | Preset | Sequence[str | Preset] | Callable[[int], str | Preset]
 """A solver name or :class:`Preset` for every layer, a sequence with one per layer, or ``layer_index -> preset``."""
@@ -81,6 +82,7 @@ class Backbone(nn.Module):
         tie_weights: bool = False,
         checkpoint: bool = False,
         make_norm: Callable[[], nn.Module] | None = None,
+        norm_eps: float = 1e-5,
     ):
         super().__init__()
         presets = schedule(solver, depth)
@@ -88,7 +90,7 @@ class Backbone(nn.Module):
         if tie_weights:  # one set of fields for every layer (each layer still has its own stepper)
             make_attention, make_ffn, make_norm = _shared(make_attention), _shared(make_ffn), _shared(make_norm)
         self.layers = nn.ModuleList(self._layer(p, dim, make_attention, make_ffn, make_norm, dt, form) for p in presets)
-        self.norm = nn.LayerNorm(dim) if final_norm else nn.Identity()
+        self.norm = nn.LayerNorm(dim, eps=norm_eps) if final_norm else nn.Identity()
         memory = {p.memory for p in presets}
         if len(memory) > 1:
             raise ValueError(
@@ -192,13 +194,27 @@ def backbone(
     form: str | None = None,
     tie_weights: bool = False,
     checkpoint: bool = False,
+    make_norm: Callable[[], nn.Module] | None = None,
+    final_norm: bool = True,
+    norm_eps: float = 1e-5,
 ) -> nn.Module:
     """A discrete :class:`Backbone`, or a :class:`~odeformer.continuous.ContinuousBackbone` when ``solver`` is a
     :class:`~odeformer.continuous.ContinuousPreset` (adaptive solvers; weights are tied by construction)."""
     if isinstance(solver, ContinuousPreset):
         return ContinuousBackbone(depth, dim, solver, make_attention, make_ffn, form=form)
     return Backbone(
-        depth, dim, solver, make_attention, make_ffn, dt=dt, form=form, tie_weights=tie_weights, checkpoint=checkpoint
+        depth,
+        dim,
+        solver,
+        make_attention,
+        make_ffn,
+        dt=dt,
+        form=form,
+        tie_weights=tie_weights,
+        checkpoint=checkpoint,
+        make_norm=make_norm,
+        final_norm=final_norm,
+        norm_eps=norm_eps,
     )
 
 
@@ -216,18 +232,48 @@ def transformer(
     dropout: float = 0.0,
     tie_weights: bool = False,
     checkpoint: bool = False,
+    norm: str = "pre",
+    norm_eps: float | None = None,
+    qkv_bias: bool = True,
 ) -> nn.Module:
     """The standard backbone: softmax attention (:class:`~odeformer.fields.AttentionField`) and an FFN per layer
-    (or one weight-tied block for a continuous ``solver``)."""
+    (or one weight-tied block for a continuous ``solver``).
+
+    ``norm="pre"``: each field normalises its input (``Attn(LN x)``, ``MLP(LN x)``) and a LayerNorm follows the last
+    layer; ``norm="post"``: the fields read the state as it is (``Attn(x)``, ``MLP(x)``) and a joint LayerNorm
+    (``ln_mode`` for the velocity) follows every sublayer, as in BERT. ``norm_eps`` sets every LayerNorm's epsilon
+    (``None``: 1e-5, and 1e-6 for the FFN's joint LayerNorm).
+    """
     if not isinstance(dim, int) or not isinstance(heads, int) or heads < 1 or dim % heads:
         raise ValueError(f"dim must be divisible by heads: got dim={dim}, heads={heads}.")
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {norm!r}.")
+    eps, ffn_eps = (1e-5, 1e-6) if norm_eps is None else (norm_eps, norm_eps)
+    joint_norm = partial(JointLayerNorm, mode=ln_mode, eps=ffn_eps)
+    post = norm == "post"
+    if post and isinstance(solver, ContinuousPreset):
+        raise ValueError("norm='post' applies a LayerNorm after each layer's sublayers; continuous solvers have none.")
     return backbone(
         depth,
         dim,
         solver,
-        make_attention=partial(AttentionField, dim, heads, mask=mask, impl=impl, dropout=dropout),
-        make_ffn=partial(FeedForward, dim, int(mlp_ratio * dim), activation, ln_mode, dropout),
+        make_attention=partial(
+            AttentionField,
+            dim,
+            heads,
+            mask=mask,
+            impl=impl,
+            dropout=dropout,
+            qkv_bias=qkv_bias,
+            norm_layer=nn.Identity if post else partial(nn.LayerNorm, eps=eps),
+        ),
+        make_ffn=partial(
+            FeedForward, dim, int(mlp_ratio * dim), activation, ln_mode, dropout, JointIdentity if post else joint_norm
+        ),
         dt=dt,
         tie_weights=tie_weights,
         checkpoint=checkpoint,
+        make_norm=partial(joint_norm, dim) if post else None,
+        final_norm=not post,
+        norm_eps=eps,
     )
