@@ -1,15 +1,22 @@
 """Per-layer measures of over-smoothing and of depth dynamics; tested functions, no plotting.
 
-Token states ``h`` have shape ``(B, N, D)`` (a batch of ``N`` tokens); every measure returns one value per sample
-``(B,)`` unless it says otherwise:
+Token states ``h`` have shape ``(B, N, D)`` (a batch of ``N`` tokens ``h_1 … h_N`` in ``R^D``); every measure returns
+one value per sample ``(B,)`` unless it says otherwise:
 
 - :func:`token_cosine`: mean pairwise cosine similarity between distinct tokens (1 when all tokens point the same way).
-- :func:`dirichlet_energy`: ``(1/N²) Σ_{j,k} ‖h_j - h_k‖²`` on the complete graph, or ``(1/N) Σ_{(j,k) ∈ E} ‖h_j -
-  h_k‖²`` over the directed edges of a given graph (each undirected edge counted both ways).
+- :func:`dirichlet_energy`: the raw energy ``E(h) = (1/N²) Σ_{j,k} ‖h_j - h_k‖²`` on the complete graph, or
+  ``(1/N) Σ_{(j,k) ∈ E} ‖h_j - h_k‖²`` over the directed edges of a given graph (each undirected edge counted both
+  ways). It scales as ``c²`` under ``h -> c h``: it grows when token norms grow, even while directions collapse.
+- :func:`normalised_dirichlet_energy`: the scale-free energy ``E(h) / ((1/N) Σ_i ‖h_i‖²)`` (Cai & Wang 2020; Rusch,
+  Bronstein & Mishra 2023): invariant to ``h -> c h``, 0 iff the tokens are equal (along every edge), at most 2 on
+  the complete graph, where it equals ``2 · rank_collapse(h)²``.
+- :func:`feature_variance`: the variance of each channel across tokens, averaged over channels,
+  ``(1/D) Σ_c (1/N) Σ_i (h_ic - mean_i h_ic)²`` (node-feature variance); it equals ``E(h) / (2D)``.
 - :func:`rank_collapse`: ``‖X - 1 mean(X)ᵀ‖_F / ‖X‖_F``, 0 when every token equals the mean token.
 - :func:`wave_energy`: ``(1/N) [½ Σ_j ‖(h'_j - h_j)/dt‖² + ¼ Σ_{j,k} A_jk ‖h_j - h_k‖²]`` between consecutive layers
-  ``h -> h'``: kinetic plus the attention-weighted potential whose gradient is the wave force ``(A - I) h`` (for
-  symmetric ``A``).
+  ``h -> h'``: the kinetic energy of the difference quotient ``(h' - h)/dt`` (the only velocity a first-order run
+  has; a second-order run's carried velocity is not used) plus the attention-weighted potential whose gradient is the
+  wave force ``(A - I) h`` (for symmetric ``A``).
 - :func:`spectral_gap`: ``1 - |λ₂(A)|`` of row-stochastic attention matrices ``(..., N, N)``: how fast diffusion by
   ``A`` mixes; 0 means some direction is never smoothed.
 
@@ -48,10 +55,43 @@ def dirichlet_energy(h: Tensor, edge_index: Tensor | None = None) -> Tensor:
     h = _tokens(h)
     n = h.shape[1]
     if edge_index is None:
-        # (1/N²) Σ_jk ‖h_j - h_k‖² = 2 (mean ‖h_j‖² - ‖mean h‖²)
-        return 2 * (h.square().sum(-1).mean(-1) - h.mean(1).square().sum(-1))
+        # (1/N²) Σ_jk ‖h_j - h_k‖² = (2/N) Σ_j ‖h_j - mean h‖²; the centred form never rounds below 0
+        return 2 * (h - h.mean(1, keepdim=True)).square().sum(-1).mean(-1)
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}.")
+    if edge_index.numel() and (edge_index.min() < 0 or edge_index.max() >= n):
+        raise ValueError(f"edge_index must hold token ids in [0, {n}), got [{edge_index.min()}, {edge_index.max()}].")
     difference = h[:, edge_index[0]] - h[:, edge_index[1]]  # (B, E, D)
     return difference.square().sum((-1, -2)) / n
+
+
+def normalised_dirichlet_energy(h: Tensor, edge_index: Tensor | None = None) -> Tensor:
+    """The scale-free Dirichlet energy ``E(h) / ((1/N) Σ_i ‖h_i‖²)``, ``E`` as in :func:`dirichlet_energy`.
+
+    - Invariant to ``h -> c h`` for every ``c ≠ 0`` (numerator and denominator both scale by ``c²``).
+    - Complete graph: ``E(h) = (2/N) Σ_i ‖h_i - h̄‖²``, so the ratio is ``2 (1 - ‖h̄‖² / mean_i ‖h_i‖²)
+      = 2 · rank_collapse(h)²`` (``h̄`` the mean token): 0 iff all tokens are equal, at most 2, and 2 exactly when
+      the mean token is 0.
+    - Graph ``(2, E)``: ``Σ_{(j,k) ∈ E} ‖h_j - h_k‖² / Σ_i ‖h_i‖²``: 0 iff the tokens are equal along every edge, at
+      most ``2 max_i (out_i + in_i)`` (``out_i``, ``in_i`` the edges leaving and entering ``i``; from
+      ``‖a - b‖² ≤ 2‖a‖² + 2‖b‖²``), attained by ``h_1 = -h_2`` on one edge counted both ways.
+
+    When every token is 0 (all equal, norm 0) the value is defined as 0.
+    """
+    energy = dirichlet_energy(h, edge_index)
+    scale = _tokens(h).square().sum(-1).mean(-1)  # (B,): (1/N) Σ_i ‖h_i‖²
+    return energy / torch.where(scale > 0, scale, 1.0)  # scale 0: every token is 0, and so is the energy
+
+
+def feature_variance(h: Tensor) -> Tensor:
+    """Node-feature variance: the population variance of each channel across the ``N`` tokens, averaged over the
+    ``D`` channels, ``(1/D) Σ_c (1/N) Σ_i (h_ic - mean_i h_ic)²``.
+
+    It is 0 iff all tokens are equal, unchanged by adding one vector to every token, scales as ``c²`` under
+    ``h -> c h``, and equals ``dirichlet_energy(h) / (2D)`` on the complete graph.
+    """
+    h = _tokens(h)
+    return (h - h.mean(1, keepdim=True)).square().mean((1, 2))
 
 
 def rank_collapse(h: Tensor) -> Tensor:
@@ -88,7 +128,16 @@ def gap_from_eigenvalues(eigenvalues: Tensor) -> Tensor:
     return 1 - moduli[..., 1]
 
 
-MEASURES = ("cosine", "dirichlet", "rank_collapse", "spectral_gap", "wave_energy")
+MEASURES = (
+    "cosine",
+    "dirichlet",
+    "dirichlet_normalised",
+    "feature_variance",
+    "rank_collapse",
+    "spectral_gap",
+    "wave_energy",
+)
+PHASE_CHANNELS = 4  # the phase portrait follows channels 0 .. PHASE_CHANNELS - 1 of sample 0, token 0
 
 
 @torch.no_grad()
@@ -96,23 +145,30 @@ def layer_measures(
     model: Any, *inputs: Any, drop_first: bool = False, edge_index: Tensor | None = None, **context: Any
 ) -> dict[str, Any]:
     """Every measure at every layer of ``model`` (a task model with a ``backbone``, discrete or continuous: then at
-    its ``depth`` recorded times) on one batch ``inputs``.
+    its ``depth`` recorded times) on one batch ``inputs``; each value is the batch mean.
 
-    Returns ``{"depth": [0..L], "dt": [...], "cosine": [...], "dirichlet": [...], "rank_collapse": [...],
-    "spectral_gap": [...] (L values, per layer input), "wave_energy": [...] (L values), "graph_dirichlet": [...]
-    (with ``edge_index``)}``, each value the batch mean, plus ``"phase"``: per layer ``(x, v)`` of the first sample's
-    first token for the first channels when the layers carry a velocity.
+    Returns ``{"depth": [0..L], "dt": [...], "second_order": bool}`` (whether the layers carry a velocity) and, with
+    one value per state ``x_0 .. x_L`` (``x_0`` the backbone input): ``"cosine"``, ``"dirichlet"`` (raw),
+    ``"dirichlet_normalised"`` (scale-free), ``"feature_variance"``, ``"rank_collapse"``, and with ``edge_index``
+    ``"graph_dirichlet"``, ``"graph_dirichlet_normalised"``; with one value per layer ``l = 1..L``:
+    ``"spectral_gap"`` (layer ``l``'s attention at its input ``x_{l-1}``) and ``"wave_energy"`` (from ``x_{l-1}``
+    to ``x_l``). When the layers carry a velocity, ``"phase"``: per state ``(x, v)`` of ``"phase_token"`` (sample
+    0, token 0) in channels ``"phase_channels"`` (``None`` for the input ``x_0``, whose velocity is 0).
     """
     model.eval()
     states = model.trajectory(*inputs)
     xs = [s.x if isinstance(s, PhaseState) else s for s in states]
     steps = _steps(model.backbone, len(xs) - 1)
-    out: dict[str, Any] = {"depth": list(range(len(xs))), "dt": [dt for _, dt in steps]}
+    second_order = any(isinstance(s, PhaseState) for s in states)
+    out: dict[str, Any] = {"depth": list(range(len(xs))), "dt": [dt for _, dt in steps], "second_order": second_order}
     out["cosine"] = [float(token_cosine(x, drop_first).mean()) for x in xs]
     out["dirichlet"] = [float(dirichlet_energy(x).mean()) for x in xs]
+    out["dirichlet_normalised"] = [float(normalised_dirichlet_energy(x).mean()) for x in xs]
+    out["feature_variance"] = [float(feature_variance(x).mean()) for x in xs]
     out["rank_collapse"] = [float(rank_collapse(x).mean()) for x in xs]
     if edge_index is not None:
         out["graph_dirichlet"] = [float(dirichlet_energy(x, edge_index).mean()) for x in xs]
+        out["graph_dirichlet_normalised"] = [float(normalised_dirichlet_energy(x, edge_index).mean()) for x in xs]
     gaps, energies = [], []
     for (field, dt), x, x_next in zip(steps, xs, xs[1:]):
         inner = getattr(field, "attention", field)  # graph fields wrap an attention module
@@ -122,9 +178,14 @@ def layer_measures(
         gaps.append(float(gap.mean()))
         energies.append(float(wave_energy(x, x_next, dt, attention).mean()))
     out["spectral_gap"], out["wave_energy"] = gaps, energies
-    if any(isinstance(s, PhaseState) for s in states):
+    if second_order:
+        channels = min(PHASE_CHANNELS, xs[0].shape[-1])
+        out["phase_token"] = {"sample": 0, "token": 0}
+        out["phase_channels"] = list(range(channels))
         out["phase"] = [
-            {"x": s.x[0, 0, :4].tolist(), "v": s.v[0, 0, :4].tolist()} if isinstance(s, PhaseState) else None
+            {"x": s.x[0, 0, :channels].tolist(), "v": s.v[0, 0, :channels].tolist()}
+            if isinstance(s, PhaseState)
+            else None
             for s in states
         ]
     return out

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 import odeformer
 from odeformer.diagnostics import (
     dirichlet_energy,
+    feature_variance,
     layer_measures,
+    normalised_dirichlet_energy,
     rank_collapse,
     spectral_gap,
     token_cosine,
@@ -30,6 +32,8 @@ def test_identical_tokens(seed, n):
     h = token.expand(-1, n, -1)
     torch.testing.assert_close(token_cosine(h), torch.ones(2, dtype=torch.float64))
     assert torch.all(dirichlet_energy(h).abs() < 1e-12)
+    assert torch.all(normalised_dirichlet_energy(h).abs() < 1e-12)
+    assert torch.all(feature_variance(h).abs() < 1e-12)
     assert torch.all(rank_collapse(h) < 1e-12)
 
 
@@ -41,6 +45,11 @@ def test_two_tokens_by_hand():
     assert float(dirichlet_energy(h, torch.tensor([[0], [1]]))) == pytest.approx(5 / 2)
     # mean (0.5, 1); deviations (0.5, -1), (-0.5, 1): ‖·‖_F² = 2.5, ‖X‖_F² = 5
     assert float(rank_collapse(h)) == pytest.approx(math.sqrt(0.5))
+    # mean squared norm (1 + 4) / 2 = 2.5, so the scale-free energy is 2.5 / 2.5
+    assert float(normalised_dirichlet_energy(h)) == pytest.approx(1.0)
+    assert float(normalised_dirichlet_energy(h, torch.tensor([[0], [1]]))) == pytest.approx(1.0)
+    # channel 0 holds (1, 0): variance 1/4; channel 1 holds (0, 2): variance 1; mean 5/8
+    assert float(feature_variance(h)) == pytest.approx(0.625)
     A = torch.tensor([[[0.5, 0.5], [0.5, 0.5]]], dtype=torch.float64)
     assert float(spectral_gap(A)) == pytest.approx(1.0)
     assert float(spectral_gap(torch.eye(2, dtype=torch.float64)[None])) == pytest.approx(0.0)
@@ -53,7 +62,7 @@ def test_two_tokens_by_hand():
 def test_measures_are_invariant_to_token_permutation(seed):
     h = _h(seed)
     perm = torch.randperm(6, generator=torch.Generator().manual_seed(seed))
-    for measure in (token_cosine, dirichlet_energy, rank_collapse):
+    for measure in (token_cosine, dirichlet_energy, normalised_dirichlet_energy, feature_variance, rank_collapse):
         torch.testing.assert_close(measure(h[:, perm]), measure(h))
     A = torch.softmax(_h(seed + 1, N=6, D=6), -1)
     torch.testing.assert_close(spectral_gap(A[:, perm][:, :, perm]), spectral_gap(A), rtol=1e-8, atol=1e-8)
@@ -61,6 +70,86 @@ def test_measures_are_invariant_to_token_permutation(seed):
     torch.testing.assert_close(
         wave_energy(h[:, perm], h2[:, perm], 0.3, A[:, perm][:, :, perm]), wave_energy(h, h2, 0.3, A)
     )
+
+
+def _edges(seed, n, count=12):
+    return torch.randint(0, n, (2, count), generator=torch.Generator().manual_seed(seed))
+
+
+magnitudes = st.floats(-3.0, 3.0).map(lambda e: 10.0**e)
+
+
+@given(seed=seeds, c=magnitudes, negative=st.booleans())
+def test_normalised_dirichlet_is_invariant_to_scaling_while_the_raw_energy_scales_by_c_squared(seed, c, negative):
+    c = -c if negative else c
+    h, edges = _h(seed), _edges(seed, 6)
+    for graph in (None, edges):
+        torch.testing.assert_close(normalised_dirichlet_energy(c * h, graph), normalised_dirichlet_energy(h, graph))
+        torch.testing.assert_close(dirichlet_energy(c * h, graph), c**2 * dirichlet_energy(h, graph))
+    torch.testing.assert_close(feature_variance(c * h), c**2 * feature_variance(h))
+
+
+@given(seed=seeds, n=st.integers(2, 9), j=st.integers(0, 8), eps=magnitudes)
+def test_normalised_dirichlet_is_zero_iff_all_tokens_are_equal(seed, n, j, eps):
+    h = _h(seed, N=1).expand(-1, n, -1).clone()
+    assert torch.all(normalised_dirichlet_energy(h) < 1e-12)
+    assert torch.equal(normalised_dirichlet_energy(torch.zeros_like(h)), torch.zeros(2, dtype=torch.float64))
+    h[:, j % n, 0] += eps * 1e-3  # one token moves: no longer all equal
+    assert torch.all(normalised_dirichlet_energy(h) > 0) and torch.all(feature_variance(h) > 0)
+
+
+def test_normalised_graph_dirichlet_is_zero_iff_tokens_agree_along_every_edge():
+    h = torch.tensor([[[1.0, 2.0], [1.0, 2.0], [-3.0, 0.5], [-3.0, 0.5]]], dtype=torch.float64)
+    components = torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]])  # edges 0-1 and 2-3, both ways
+    assert float(normalised_dirichlet_energy(h, components)) == 0.0
+    assert float(normalised_dirichlet_energy(h)) > 0  # the complete graph links the two groups
+    assert float(normalised_dirichlet_energy(h, torch.tensor([[0, 1], [1, 2]]))) > 0
+
+
+@given(seed=seeds, n=st.integers(2, 9))
+def test_normalised_dirichlet_equals_the_raw_energy_at_unit_mean_squared_norm(seed, n):
+    h = _h(seed, N=n)
+    h = h / h.square().sum(-1).mean(-1).sqrt()[:, None, None]  # (1/N) Σ ‖h_i‖² = 1 per sample
+    for graph in (None, _edges(seed, n)):
+        torch.testing.assert_close(normalised_dirichlet_energy(h, graph), dirichlet_energy(h, graph))
+
+
+@given(seed=seeds, n=st.integers(2, 9), offset=st.floats(-5.0, 5.0))
+def test_normalised_dirichlet_on_the_complete_graph_is_at_most_two_and_two_at_zero_mean(seed, n, offset):
+    h = _h(seed, N=n) + offset
+    value = normalised_dirichlet_energy(h)
+    assert torch.all(value <= 2 * (1 + 1e-12))
+    torch.testing.assert_close(value, 2 * rank_collapse(h) ** 2)
+    centred = h - h.mean(1, keepdim=True)
+    torch.testing.assert_close(normalised_dirichlet_energy(centred), torch.full((2,), 2.0, dtype=torch.float64))
+
+
+@given(seed=seeds, n=st.integers(2, 9), count=st.integers(1, 20))
+def test_normalised_graph_dirichlet_is_at_most_twice_the_largest_degree(seed, n, count):
+    edges = _edges(seed, n, count)
+    degree = torch.bincount(edges.flatten(), minlength=n).max()  # out_i + in_i
+    assert torch.all(normalised_dirichlet_energy(_h(seed, N=n), edges) <= 2 * degree * (1 + 1e-12))
+    opposite = torch.tensor([[[1.0, -2.0], [-1.0, 2.0]]], dtype=torch.float64)
+    assert float(normalised_dirichlet_energy(opposite, torch.tensor([[0, 1], [1, 0]]))) == pytest.approx(4.0)
+
+
+@given(seed=seeds, n=st.integers(1, 9), d=st.integers(1, 6))
+def test_feature_variance_is_the_mean_over_channels_of_the_variance_across_tokens(seed, n, d):
+    h = _h(seed, N=n, D=d)
+    per_channel = torch.stack([h[b, :, c].var(correction=0) for b in range(2) for c in range(d)]).view(2, d)
+    torch.testing.assert_close(feature_variance(h), per_channel.mean(-1))
+    torch.testing.assert_close(feature_variance(h), dirichlet_energy(h) / (2 * d))
+    shift = _h(seed + 1, N=1, D=d)
+    torch.testing.assert_close(feature_variance(h + shift), feature_variance(h))
+
+
+def test_bad_shapes_are_one_line_errors():
+    with pytest.raises(ValueError, match=r"token states must have shape \(B, N, D\)"):
+        normalised_dirichlet_energy(torch.zeros(3, 4))
+    with pytest.raises(ValueError, match=r"edge_index must have shape \(2, E\)"):
+        dirichlet_energy(torch.zeros(1, 3, 2), torch.zeros(3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"token ids in \[0, 3\)"):
+        normalised_dirichlet_energy(torch.zeros(1, 3, 2), torch.tensor([[0], [3]]))
 
 
 def _doubly_stochastic(seed, n):
@@ -94,11 +183,18 @@ def test_layer_measures_on_a_model(solver):
     model = odeformer.ViT(depth=3, dim=16, heads=2, solver=solver)
     out = layer_measures(model, torch.randn(4, 1, 8, 8), drop_first=True)
     assert out["depth"] == [0, 1, 2, 3]
-    for key in ("cosine", "dirichlet", "rank_collapse"):
+    for key in ("cosine", "dirichlet", "dirichlet_normalised", "feature_variance", "rank_collapse"):
         assert len(out[key]) == 4 and all(math.isfinite(v) for v in out[key])
+    assert all(0 < e <= 2 for e in out["dirichlet_normalised"])
+    for raw, variance in zip(out["dirichlet"], out["feature_variance"]):
+        assert variance == pytest.approx(raw / (2 * 16), rel=1e-5)  # dim 16
     assert len(out["spectral_gap"]) == 3 and all(0 <= g <= 1 for g in out["spectral_gap"])
     assert len(out["wave_energy"]) == 3
+    assert out["second_order"] == (solver == "full_wave")
     assert ("phase" in out) == (solver == "full_wave")
+    if solver == "full_wave":
+        assert out["phase_token"] == {"sample": 0, "token": 0} and out["phase_channels"] == [0, 1, 2, 3]
+        assert out["phase"][0] is None and all(len(p["x"]) == len(p["v"]) == 4 for p in out["phase"][1:])
 
 
 def test_layer_measures_on_a_graph():
@@ -106,4 +202,6 @@ def test_layer_measures_on_a_graph():
     model = odeformer.NodeClassifier(5, 3, depth=2, dim=8)
     edges = torch.randint(0, 9, (2, 20))
     out = layer_measures(model, torch.randn(9, 5), edges, edge_index=edges)
-    assert len(out["graph_dirichlet"]) == 3
+    assert len(out["graph_dirichlet"]) == len(out["graph_dirichlet_normalised"]) == 3
+    degree = int(torch.bincount(edges.flatten(), minlength=9).max())
+    assert all(0 <= e <= 2 * degree for e in out["graph_dirichlet_normalised"])
