@@ -12,17 +12,28 @@ velocity is a tangent vector at ``x`` and is carried by the map's Jacobian. Each
   the state's pre-activation.
 - :class:`JointJVP`: any module, velocity by ``torch.func.jvp``: the oracle for the tests and the fallback for modules
   without a hand-written rule.
+
+Derivatives of these layers. Outside function transforms, LayerNorm and the hidden layer run as fused autograd
+Functions with hand-written first-order backward passes. Differentiating those backward passes again
+(``create_graph=True``: Hessian-vector products, gradient penalties) recomputes the layer from its plain formula and
+lets autograd differentiate that, so second and higher derivatives are exact. Under a ``torch.func`` transform
+(``jvp``, ``vmap``, ``grad``, ``jacrev``, ``jacfwd``, ``hessian``, nested in any order) or a forward-mode AD level
+(``torch.autograd.forward_ad.dual_level``) the modules run the same maths in ordinary differentiable operations
+instead of the Functions, so every transform composes with them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd import forward_ad
+from torch.overrides import TorchFunctionMode
 
 from ._amp import AutocastState
 
@@ -132,6 +143,72 @@ def activation(name: str) -> Activation:
     return ACTIVATIONS[name]
 
 
+def _transformed() -> bool:
+    """Whether a ``torch.func`` transform or a forward-mode AD level is active: then the joint modules run their plain
+    formulas (the fused Functions have first-order reverse-mode rules only). A flag read, no tensor work."""
+    return torch._C._are_functorch_transforms_active() or forward_ad._current_level >= 0
+
+
+def _normalise(x: Tensor, dims: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor]:
+    """``(x̂, 1/s)`` over ``dims`` in ordinary operations: ``x̂ = (x - mean x) / s``, ``s = sqrt(var x + eps)``
+    (biased variance), differentiable to every order in every mode (``torch.native_layer_norm``'s saved mean and
+    ``1/s`` carry no derivative of their own, which the derivatives of its JVP need)."""
+    mean = x.mean(dims, keepdim=True)
+    centred = x - mean
+    inv_std = torch.rsqrt((centred * centred).mean(dims, keepdim=True) + eps)
+    return centred * inv_std, inv_std
+
+
+def _layer_norm(
+    input: Tensor,
+    normalized_shape: tuple[int, ...] | list[int] | int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+    cudnn_enable: bool = True,  # torch.layer_norm's signature; unused
+) -> Tensor:
+    """``F.layer_norm`` written out: ``γ ⊙ (x - mean x) / sqrt(var x + eps) + β`` over the last
+    ``len(normalized_shape)`` dimensions."""
+    count = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
+    out, _ = _normalise(input, tuple(range(-count, 0)), eps)
+    if weight is not None:
+        out = out * weight
+    return out if bias is None else out + bias
+
+
+def _batch_statistics(func: Callable, args: tuple, kwargs: dict) -> bool:
+    """Whether a call of ``F.batch_norm`` / ``F.instance_norm`` normalises by the batch's statistics (the flag is the
+    sixth argument of both: ``training``, default False; ``use_input_stats``, default True)."""
+    flag, default = ("training", False) if func is F.batch_norm else ("use_input_stats", True)
+    return bool(kwargs[flag] if flag in kwargs else args[5] if len(args) > 5 else default)
+
+
+class _DifferentiableNorms(TorchFunctionMode):
+    """While active, ``F.layer_norm`` and ``torch.layer_norm`` run :func:`_layer_norm`, whose JVP autograd can
+    differentiate; normalisation by batch statistics (``F.batch_norm`` in training mode, ``F.instance_norm``), whose
+    JVP has the same defect and no written-out form here, is refused with an error instead of wrong gradients."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.layer_norm or func is torch.layer_norm:
+            return _layer_norm(*args, **kwargs)
+        if (func is F.batch_norm or func is F.instance_norm) and _batch_statistics(func, args, kwargs):
+            raise NotImplementedError(
+                f"JointJVP cannot differentiate {func.__name__} with batch statistics (PyTorch's JVP of it has no "
+                "correct gradient); use running statistics (module.eval()) or a per-token norm (LayerNorm, "
+                "GroupNorm, RMSNorm)."
+            )
+        return func(*args, **kwargs)
+
+
+def _vjp_with_graph(fn: Callable[..., Tensor | tuple[Tensor, ...]], inputs: tuple, grads) -> list[Tensor | None]:
+    """``fn``'s vector-Jacobian product at ``inputs`` along ``grads``, built with a graph: what a fused Function's
+    backward returns under ``create_graph=True``, so that its derivatives (double backward) are those of ``fn``."""
+    wanted = [t for t in inputs if t.requires_grad]
+    found = iter(torch.autograd.grad(fn(*inputs), wanted, grads, create_graph=True, allow_unused=True))
+    return [next(found) if t.requires_grad else None for t in inputs]
+
+
 class JointLayerNorm(nn.Module):
     """LayerNorm on the state; its velocity by the paper's rule (``mode="paper"``) or the exact JVP (``"exact"``).
 
@@ -154,6 +231,8 @@ class JointLayerNorm(nn.Module):
 
     def stacked(self, x: Tensor, v: Tensor) -> Tensor:
         """``(x_out, v_out)`` stacked as one ``(2, ..., D)`` tensor (what :meth:`JointMLP.stacked` takes)."""
+        if _transformed():
+            return _plain_joint_layer_norm(x, v, self.weight, self.bias, self.eps, self.mode == "exact")
         return _JointLayerNorm.apply(x, v, self.weight, self.bias, self.eps, self.mode == "exact")
 
 
@@ -162,6 +241,12 @@ def _velocity(x_hat: Tensor, inv_std: Tensor, v: Tensor, exact: bool) -> Tensor:
     if not exact:
         return v * inv_std
     return (v - v.mean(-1, keepdim=True) - x_hat * (x_hat * v).mean(-1, keepdim=True)) * inv_std
+
+
+def _plain_joint_layer_norm(x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, eps: float, exact: bool) -> Tensor:
+    """:class:`_JointLayerNorm`'s map, ``stack(γ ⊙ x̂ + β, γ ⊙ u)``, in ordinary differentiable operations."""
+    x_hat, inv_std = _normalise(x, (-1,), eps)
+    return torch.stack((x_hat * weight + bias, _velocity(x_hat, inv_std, v, exact) * weight))  # (2, ..., D)
 
 
 def _sum_leading(t: Tensor) -> Tensor:
@@ -175,7 +260,8 @@ class _JointLayerNorm(torch.autograd.Function):
     ``m = mean(x̂ ⊙ v)`` and ``1/s`` per row, the velocity adds: paper rule, ``∂/∂v = a / s`` and
     ``∂/∂x = -x̂ mean(a ⊙ v) / s²``; exact rule, ``∂/∂v = (a - mean a - x̂ mean(a ⊙ x̂)) / s`` and ``∂/∂x =
     -x̂ mean(a ⊙ u) / s - m a / s² + m mean(a) / s² + m x̂ mean(a ⊙ x̂) / s² - u mean(a ⊙ x̂) / s``. Tested against
-    autograd of the plain formulas.
+    autograd of the plain formulas. Under ``create_graph=True`` the backward pass is autograd's through the plain
+    formula (:func:`_plain_joint_layer_norm`), so that double backward is exact.
     """
 
     @staticmethod
@@ -185,13 +271,16 @@ class _JointLayerNorm(torch.autograd.Function):
         x_hat = (x - mean) * inv_std if exact else None
         u = _velocity(x_hat, inv_std, v, exact)
         ctx.save_for_backward(x, v, mean, inv_std, weight, bias)
-        ctx.exact = exact
+        ctx.eps, ctx.exact = eps, exact
         return torch.stack((out_x, u * weight))
 
     @staticmethod
     def backward(ctx, grad_out):
-        grad_x, grad_v = grad_out.unbind(0)
         x, v, mean, inv_std, weight, bias = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: a backward pass that can itself be differentiated
+            plain = partial(_plain_joint_layer_norm, eps=ctx.eps, exact=ctx.exact)
+            return (*_vjp_with_graph(plain, (x, v, weight, bias), grad_out), None, None)
+        grad_x, grad_v = grad_out.unbind(0)
         dx, grad_weight, grad_bias = torch.ops.aten.native_layer_norm_backward(
             grad_x, x, (x.shape[-1],), mean, inv_std, weight, bias, [True, True, True]
         )
@@ -241,6 +330,8 @@ class JointMLP(nn.Module):
             h_x, h_v = self._dropout(self.act.phi(pre_x), self.act.prime_times(pre[1], pre_x))
             out = F.linear(torch.stack((h_x, h_v)), self.fc2.weight)
             return self._dropout(out[0] + self.fc2.bias, out[1])
+        if _transformed():
+            return _plain_joint_hidden(pre, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.act)
         return _JointHidden.apply(pre, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.act)
 
     def _dropout(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -252,13 +343,24 @@ class JointMLP(nn.Module):
         return x * keep, v * keep
 
 
+def _plain_joint_hidden(
+    pre: Tensor, bias1: Tensor, weight: Tensor, bias2: Tensor, act: Activation
+) -> tuple[Tensor, Tensor]:
+    """:class:`_JointHidden`'s map, ``(φ(p_x) W₂ᵀ + b₂, (φ'(p_x) ⊙ p_v) W₂ᵀ)``, in ordinary differentiable operations
+    (``φ'`` written out, so that it has derivatives of every order in every mode)."""
+    pre_x = pre[0] + bias1
+    out = F.linear(torch.stack((act.phi(pre_x), act.prime(pre_x) * pre[1])), weight)  # (2, ..., D)
+    return out[0] + bias2, out[1]
+
+
 class _JointHidden(torch.autograd.Function):
     """``pre = stack(x W₁ᵀ, v W₁ᵀ) -> (φ(p_x) W₂ᵀ + b₂, (φ'(p_x) ⊙ p_v) W₂ᵀ)`` with ``p_x = pre[0] + b₁``, saving
     only ``pre``.
 
     Left to autograd, the chain ``φ'(p_x) ⊙ p_v`` saves every intermediate of ``φ'`` and both hidden activations;
     here the backward pass recomputes them (elementwise, with the fused ``g ⊙ φ'`` kernels) instead, which keeps Full
-    Wave's memory near diffusion's, and the gradient for ``pre`` comes back as one tensor.
+    Wave's memory near diffusion's, and the gradient for ``pre`` comes back as one tensor. Under ``create_graph=True``
+    the backward pass is autograd's through :func:`_plain_joint_hidden`, so that double backward is exact.
     """
 
     @staticmethod
@@ -266,7 +368,7 @@ class _JointHidden(torch.autograd.Function):
         pre_x = pre[0] + bias1
         hidden = torch.stack((act.phi(pre_x), act.prime_times(pre[1], pre_x)))  # (2, ..., H)
         out = F.linear(hidden, weight)  # (2, ..., D)
-        ctx.save_for_backward(pre, bias1, weight)
+        ctx.save_for_backward(pre, bias1, weight, bias2)
         ctx.act = act
         ctx.autocast = AutocastState.capture(pre)
         return out[0] + bias2, out[1]
@@ -274,13 +376,17 @@ class _JointHidden(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_x: Tensor, grad_v: Tensor):
         with ctx.autocast():  # under bf16 autocast the products mix dtypes, as in the forward pass
+            if torch.is_grad_enabled():  # create_graph: a backward pass that can itself be differentiated
+                pre, bias1, weight, bias2 = ctx.saved_tensors
+                plain = partial(_plain_joint_hidden, act=ctx.act)
+                return (*_vjp_with_graph(plain, (pre, bias1, weight, bias2), (grad_x, grad_v)), None)
             return _JointHidden._backward(ctx, grad_x, grad_v)
 
     @staticmethod
     def _backward(ctx, grad_x: Tensor, grad_v: Tensor):
         # φ' and φ'' once (they share subexpressions); in place where the buffers are ours, so that few hidden-size
         # tensors are alive at once.
-        pre, bias1, weight = ctx.saved_tensors
+        pre, bias1, weight, _ = ctx.saved_tensors
         act = ctx.act
         pre_x, pre_v = pre[0] + bias1, pre[1]
         width = pre.shape[-1]
@@ -298,7 +404,15 @@ class _JointHidden(torch.autograd.Function):
 
 
 class JointJVP(nn.Module):
-    """Carry the velocity through any module by forward-mode AD: ``(module(x), J_module(x) v)``."""
+    """Carry the velocity through any module by forward-mode AD: ``(module(x), J_module(x) v)``.
+
+    The module runs with ``F.layer_norm`` (so ``nn.LayerNorm``) written out in ordinary operations: PyTorch's JVP of
+    its fused LayerNorm is right, but the derivatives of that JVP with respect to ``x`` (reverse or forward mode) are
+    not, because the fused kernel's saved mean and variance carry no derivative; training differentiates the
+    velocity. Normalisation by batch
+    statistics (``BatchNorm`` in training mode, ``InstanceNorm``) has the same defect and raises
+    ``NotImplementedError``.
+    """
 
     def __init__(self, module: nn.Module):
         super().__init__()
@@ -308,7 +422,8 @@ class JointJVP(nn.Module):
         return self.module(x)
 
     def forward(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        return torch.func.jvp(self.module, (x,), (v,))
+        with _DifferentiableNorms():
+            return torch.func.jvp(self.module, (x,), (v,))
 
 
 class JointSequential(nn.Sequential):

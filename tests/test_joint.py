@@ -1,12 +1,23 @@
 """Chain-rule layers: exact modes equal torch.func.jvp, the paper's LayerNorm rule is the frozen-statistics JVP,
-composition commutes with the joint map, and central finite differences agree."""
+composition commutes with the joint map, and central finite differences agree; JointJVP's gradients are right; double
+backward through the fused Functions is that of their plain formulas; torch.func transforms compose with the layers."""
+
+from functools import partial
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from odeformer.joint import ACTIVATIONS, JointJVP, JointLayerNorm, JointMLP, JointSequential
+from odeformer.joint import (
+    ACTIVATIONS,
+    JointJVP,
+    JointLayerNorm,
+    JointMLP,
+    JointSequential,
+    _JointHidden,
+    _JointLayerNorm,
+)
 
 seeds = st.integers(0, 2**31 - 1)
 shapes = st.tuples(st.integers(1, 3), st.integers(1, 5), st.integers(2, 12))  # (B, N, D)
@@ -218,3 +229,203 @@ def test_joint_layer_norm_gradcheck(mode):
     assert torch.autograd.gradcheck(
         lambda x, v, w, b: ln.__class__.forward(ln, x, v), (x.requires_grad_(), v.requires_grad_(), ln.weight, ln.bias)
     )
+
+
+# The fallback's gradients. torch.func.jvp through PyTorch's fused LayerNorm gives the right velocity but a wrong
+# gradient of it with respect to x; JointJVP must be right in value and in every gradient.
+
+MODULE_ACTIVATIONS = {
+    "gelu": torch.nn.GELU(),
+    "gelu_tanh": torch.nn.GELU("tanh"),
+    "relu": torch.nn.ReLU(),
+    "silu": torch.nn.SiLU(),
+}
+
+
+class _Call(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def _fallback_modules(d: int, n: int) -> dict:
+    """Modules whose gradients through JointJVP are checked: every way to reach LayerNorm, and the per-token norms
+    the batch-statistics error recommends."""
+    nn = torch.nn
+    return {
+        "layer_norm_mlp": nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d)),
+        "layer_norm_without_affine": nn.Sequential(nn.LayerNorm(d, elementwise_affine=False), nn.Tanh()),
+        "layer_norm_over_two_dims": nn.Sequential(nn.LayerNorm((n, d)), nn.SiLU()),
+        "torch_layer_norm": nn.Sequential(nn.Linear(d, d), _Call(lambda x: torch.layer_norm(x, (d,), eps=1e-3))),
+        "group_norm": nn.Sequential(nn.GroupNorm(1, n), nn.Tanh()),
+        "rms_norm": nn.Sequential(nn.RMSNorm(d), nn.Tanh()),
+        "batch_norm_eval": nn.Sequential(nn.BatchNorm1d(n), nn.Tanh()).eval(),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_fallback_modules(4, 3)))
+def test_jvp_fallback_gradients_match_finite_differences(name):
+    """gradcheck of (x_out, v_out) with respect to x, v and every parameter (BatchNorm: running statistics)."""
+    g, x, v = _draw(11, (2, 3, 4), 2.0)
+    module = _randomise(_fallback_modules(4, 3)[name].double(), g)
+    joint = JointJVP(module)
+    params = list(module.parameters())
+    x, v = x.requires_grad_(), v.requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, v, *p: joint(x, v), (x, v, *params))
+
+
+@given(seed=seeds, shape=shapes, scale=scales, name=st.sampled_from(sorted(MODULE_ACTIVATIONS)))
+def test_jvp_fallback_equals_the_fused_exact_path(seed, shape, scale, name):
+    """JointJVP(LayerNorm, MLP) and JointLayerNorm(exact) + JointMLP with the same weights: values and the gradients
+    of both outputs with respect to x, v and every parameter."""
+    g, x, v = _draw(seed, shape, scale)
+    d = shape[-1]
+    fused = _randomise(JointSequential(JointLayerNorm(d, "exact"), JointMLP(d, 2 * d + 1, name)).double(), g)
+    ln, mlp = fused
+    nn = torch.nn
+    module = nn.Sequential(nn.LayerNorm(d, eps=ln.eps), mlp.fc1, MODULE_ACTIVATIONS[name], mlp.fc2)
+    module[0].weight, module[0].bias = ln.weight, ln.bias  # shared: the same Parameters in both
+    fallback = JointJVP(module)
+    x, v = x.requires_grad_(), v.requires_grad_()
+    inputs = [x, v, *fused.parameters()]
+    assert len(inputs) == 2 + len(list(fallback.parameters()))
+    weights = (torch.randn(shape, generator=g, dtype=x.dtype), torch.randn(shape, generator=g, dtype=x.dtype))
+    out, ref = fallback(x, v), fused(x, v)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    grads = torch.autograd.grad(out, inputs, weights)
+    reference = torch.autograd.grad(ref, inputs, weights)
+    for a, b in zip(grads, reference):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * (1 + b.abs().max().item()))
+
+
+@pytest.mark.parametrize(
+    "module",
+    [torch.nn.BatchNorm1d(3, track_running_stats=False), torch.nn.InstanceNorm1d(3, affine=True)],
+    ids=["batch_norm", "instance_norm"],
+)
+def test_jvp_fallback_refuses_batch_statistics(module):
+    """(BatchNorm with running statistics in training mode already fails in torch.func: it counts batches in place.)"""
+    x, v = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(2, 3, 4, dtype=torch.float64)
+    with pytest.raises(NotImplementedError, match="JointJVP cannot differentiate .*_norm with batch statistics.*eval"):
+        JointJVP(module.double().train())(x, v)
+
+
+# Double backward through the fused Functions: exact, as autograd through the plain formulas gives it.
+
+
+def _layer_norm_formula(x, v, w, b, eps, mode):
+    mean = x.mean(-1, keepdim=True)
+    inv_std = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    x_hat = (x - mean) * inv_std
+    if mode == "paper":
+        u = v * inv_std
+    else:
+        u = (v - v.mean(-1, keepdim=True) - x_hat * (x_hat * v).mean(-1, keepdim=True)) * inv_std
+    return torch.stack((x_hat * w + b, u * w))
+
+
+def _hidden_formula(name):
+    phi, phi_prime = ACTIVATIONS[name].phi, ACTIVATIONS[name].prime
+
+    def formula(pre, b1, w2, b2):
+        pre_x = pre[0] + b1
+        return phi(pre_x) @ w2.T + b2, (phi_prime(pre_x) * pre[1]) @ w2.T
+
+    return formula
+
+
+def _hessian_vector_products(f, inputs, weights, directions):
+    """``∂/∂θ ⟨∇_θ ⟨weights, f(θ)⟩, directions⟩`` for every input θ, by double backward."""
+    first = torch.autograd.grad(f(*inputs), inputs, weights, create_graph=True)
+    inner = sum((a * u).sum() for a, u in zip(first, directions))
+    return torch.autograd.grad(inner, inputs, allow_unused=True)
+
+
+def _fused_layer_norm(eps, mode):
+    return lambda x, v, w, b: _JointLayerNorm.apply(x, v, w, b, eps, mode == "exact")
+
+
+def _fused_hidden(act):
+    return lambda pre, b1, w2, b2: _JointHidden.apply(pre, b1, w2, b2, act)
+
+
+def _fused_functions():
+    """(name, fused, formula, inputs): every custom autograd Function of odeformer.joint with its plain formula."""
+    g, x, v = _draw(5, (2, 3, 5), 2.0)
+    cases = []
+    for mode in ("paper", "exact"):
+        ln = _randomise(JointLayerNorm(5, mode).double(), g)
+        formula = partial(_layer_norm_formula, eps=ln.eps, mode=mode)
+        inputs = [x.clone(), v.clone(), ln.weight.detach().clone(), ln.bias.detach().clone()]
+        cases.append((f"layer_norm_{mode}", _fused_layer_norm(ln.eps, mode), formula, inputs))
+    for name in sorted(ACTIVATIONS):
+        mlp = _randomise(JointMLP(5, 7, name).double(), g)
+        pre = torch.nn.functional.linear(torch.stack((x, v)), mlp.fc1.weight).detach()  # (2, B, N, H)
+        inputs = [pre, *(p.detach().clone() for p in (mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias))]
+        cases.append((f"hidden_{name}", _fused_hidden(mlp.act), _hidden_formula(name), inputs))
+    return cases
+
+
+@pytest.mark.parametrize("case", _fused_functions(), ids=lambda case: case[0])
+def test_fused_double_backward_is_that_of_the_plain_formula(case):
+    name, fused, formula, inputs = case
+    inputs = [t.requires_grad_() for t in inputs]
+    g = torch.Generator().manual_seed(9)
+    out = formula(*inputs)
+    weights = [torch.randn(o.shape, generator=g, dtype=o.dtype) for o in (out if isinstance(out, tuple) else (out,))]
+    weights = weights if isinstance(out, tuple) else weights[0]
+    directions = [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in inputs]
+    got = _hessian_vector_products(fused, inputs, weights, directions)
+    expected = _hessian_vector_products(formula, inputs, weights, directions)
+    for a, b in zip(got, expected):
+        if b is None:
+            assert a is None or torch.count_nonzero(a) == 0
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10 * (1 + b.abs().max().item()))
+    if "relu" not in name:  # relu's kink defeats finite differences
+        assert torch.autograd.gradgradcheck(fused, inputs)
+
+
+# torch.func transforms and forward-mode AD run the plain formulas; outside them the fused Functions stay in use.
+
+
+def _chain(d, mode, name, g):
+    return _randomise(JointSequential(JointLayerNorm(d, mode), JointMLP(d, 2 * d, name)).double(), g)
+
+
+def test_outside_transforms_the_fused_functions_run():
+    g, x, v = _draw(0, (2, 3, 4), 1.0)
+    ln, mlp = _chain(4, "exact", "gelu", g)
+    x = x.requires_grad_()
+    assert type(ln.stacked(x, v).grad_fn).__name__ == "_JointLayerNormBackward"
+    assert type(mlp(x, v)[1].grad_fn).__name__ == "_JointHiddenBackward"
+
+
+@pytest.mark.parametrize("mode", ["paper", "exact"])
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_joint_modules_compose_with_torch_func(mode, name):
+    """jvp and jacrev equal central differences; vmap equals the batched call; forward-mode AD equals jvp."""
+    g, x, v = _draw(4, (2, 3, 4), 1.5)
+    chain = _chain(4, mode, name, g)
+    dx, dv = torch.randn(x.shape, generator=g, dtype=x.dtype), torch.randn(v.shape, generator=g, dtype=v.dtype)
+
+    def f(x, v):
+        return torch.stack(chain(x, v))  # (2, B, N, D)
+
+    h = 1e-6
+    with torch.no_grad():
+        fd = (f(x + h * dx, v + h * dv) - f(x - h * dx, v - h * dv)) / (2 * h)
+    out, tangent = torch.func.jvp(f, (x, v), (dx, dv))
+    torch.testing.assert_close(out, f(x, v), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(tangent, fd, rtol=1e-6, atol=1e-7 * (1 + fd.abs().max().item()))
+    jx, jv = torch.func.jacrev(f, argnums=(0, 1))(x, v)  # each (2, B, N, D, B, N, D)
+    product = (jx * dx).sum((-3, -2, -1)) + (jv * dv).sum((-3, -2, -1))
+    torch.testing.assert_close(product, tangent, rtol=1e-10, atol=1e-10 * (1 + fd.abs().max().item()))
+    torch.testing.assert_close(torch.func.vmap(f, out_dims=1)(x, v), f(x, v), rtol=1e-12, atol=1e-12)
+    with torch.autograd.forward_ad.dual_level():
+        dual = f(torch.autograd.forward_ad.make_dual(x, dx), torch.autograd.forward_ad.make_dual(v, dv))
+        torch.testing.assert_close(torch.autograd.forward_ad.unpack_dual(dual).tangent, tangent, rtol=1e-12, atol=1e-12)
