@@ -8,6 +8,7 @@ A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"
 
 from .blocks import PRESETS, Layer, Preset, derive, preset, solver_names
 from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
+from .hf import from_hf
 from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
 from .model import Backbone, schedule, transformer
 from .tasks import CausalLM, MaskedLM, NodeClassifier, ViT
@@ -31,6 +32,7 @@ __all__ = [
     "SimpleAttentionField",
     "ViT",
     "derive",
+    "from_hf",
     "graph_mask",
     "preset",
     "schedule",

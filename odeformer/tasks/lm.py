@@ -45,9 +45,13 @@ class CausalLM(TaskModel):
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.head.weight = self.embed.tokens.weight
 
-    def forward(self, tokens: Tensor, record: list | None = None) -> Tensor:
+    def encode(self, tokens: Tensor, record: list | None = None) -> Tensor:
+        """Contextual features ``(B, T, D)`` (after the final norm), before the head."""
         check_tokens(tokens, self.vocab_size, self.max_len, "CausalLM")
-        return self.head(self.backbone(self.embed(tokens), record=record))
+        return self.backbone(self.embed(tokens), record=record)
+
+    def forward(self, tokens: Tensor, record: list | None = None) -> Tensor:
+        return self.head(self.encode(tokens, record))
 
 
 class MaskedLM(TaskModel):
@@ -55,6 +59,9 @@ class MaskedLM(TaskModel):
     logits ``(B, num_classes)`` by mean pooling over real tokens (or the first token, ``pool="first"``).
 
     Padding: ``padding_mask`` (B, T) with ``True`` on real tokens; by default every token ``!= pad_id``.
+
+    ``embed_norm`` (default: on when ``norm="post"``) adds a LayerNorm on the embeddings, ``LN(E_tok + E_pos)``, as
+    BERT has; its epsilon is the backbone's post-norm epsilon (``norm_eps``, default 1e-6).
     """
 
     def __init__(
@@ -69,6 +76,7 @@ class MaskedLM(TaskModel):
         num_classes: int | None = None,
         pad_id: int = 0,
         pool: str = "mean",
+        embed_norm: bool | None = None,
         **backbone_options,
     ):
         super().__init__()
@@ -76,6 +84,10 @@ class MaskedLM(TaskModel):
             raise ValueError(f"pool must be 'mean' or 'first', got {pool!r}.")
         self.vocab_size, self.max_len, self.pad_id, self.pool = vocab_size, max_len, pad_id, pool
         self.embed = _Embedding(vocab_size, max_len, dim)
+        if embed_norm is None:
+            embed_norm = backbone_options.get("norm") == "post"
+        eps = backbone_options.get("norm_eps")
+        self.embed_norm = nn.LayerNorm(dim, eps=1e-6 if eps is None else eps) if embed_norm else nn.Identity()
         self.backbone = transformer(depth, dim, heads, solver, dt, mask="full", **backbone_options)
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.head.weight = self.embed.tokens.weight
@@ -91,7 +103,7 @@ class MaskedLM(TaskModel):
                 f"padding_mask must have the tokens' shape {tuple(tokens.shape)}, got {tuple(padding_mask.shape)}."
             )
         keys = padding_mask[:, None, None, :]  # (B, 1, 1, T): queries see real tokens only
-        return self.backbone(self.embed(tokens), record=record, attn_mask=keys)
+        return self.backbone(self.embed_norm(self.embed(tokens)), record=record, attn_mask=keys)
 
     def forward(self, tokens: Tensor, padding_mask: Tensor | None = None, record: list | None = None) -> Tensor:
         return self.head(self.encode(tokens, padding_mask, record))
