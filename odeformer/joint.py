@@ -203,10 +203,16 @@ class _DifferentiableNorms(TorchFunctionMode):
 
 def _vjp_with_graph(fn: Callable[..., Tensor | tuple[Tensor, ...]], inputs: tuple, grads) -> list[Tensor | None]:
     """``fn``'s vector-Jacobian product at ``inputs`` along ``grads``, built with a graph: what a fused Function's
-    backward returns under ``create_graph=True``, so that its derivatives (double backward) are those of ``fn``."""
-    wanted = [t for t in inputs if t.requires_grad]
-    found = iter(torch.autograd.grad(fn(*inputs), wanted, grads, create_graph=True, allow_unused=True))
-    return [next(found) if t.requires_grad else None for t in inputs]
+    backward returns under ``create_graph=True``, so that its derivatives (double backward) are those of ``fn``.
+
+    ``fn`` runs on aliases (views) of the inputs: asked for the inputs themselves, autograd would also follow paths
+    from one input into another it was computed from (a velocity built from the state), adding derivatives that are
+    not partial ones; the aliases stop there and still connect every result to the outer graph.
+    """
+    aliases = [t.view_as(t) if t.requires_grad else t for t in inputs]
+    wanted = [a for a in aliases if a.requires_grad]
+    found = iter(torch.autograd.grad(fn(*aliases), wanted, grads, create_graph=True, allow_unused=True))
+    return [next(found) if a.requires_grad else None for a in aliases]
 
 
 class JointLayerNorm(nn.Module):

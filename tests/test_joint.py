@@ -370,10 +370,26 @@ def _fused_functions():
     return cases
 
 
+def _entangled(f):
+    """``f`` of inputs each built from the ones before it, ``t_i ↦ t_i · (1 + tanh(0.1 Σ_{j<i} t_j))``, as inside a
+    model, where the velocity is built from the state: a partial derivative must not leak into earlier inputs."""
+
+    def g(*inputs):
+        built = [inputs[0]]
+        for t in inputs[1:]:
+            built.append(t * (1 + torch.tanh(0.1 * sum(u.sum() for u in built))))
+        return f(*built)
+
+    return g
+
+
+@pytest.mark.parametrize("entangled", [False, True], ids=["independent_inputs", "inputs_sharing_history"])
 @pytest.mark.parametrize("case", _fused_functions(), ids=lambda case: case[0])
-def test_fused_double_backward_is_that_of_the_plain_formula(case):
+def test_fused_double_backward_is_that_of_the_plain_formula(case, entangled):
     name, fused, formula, inputs = case
-    inputs = [t.requires_grad_() for t in inputs]
+    if entangled:
+        fused, formula = _entangled(fused), _entangled(formula)
+    inputs = [t.detach().clone().requires_grad_() for t in inputs]
     g = torch.Generator().manual_seed(9)
     out = formula(*inputs)
     weights = [torch.randn(o.shape, generator=g, dtype=o.dtype) for o in (out if isinstance(out, tuple) else (out,))]
