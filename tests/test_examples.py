@@ -1,6 +1,8 @@
 import importlib.util
 import pathlib
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -32,3 +34,14 @@ def test_continuous_vit_example_runs(capsys):
     continuous = results["continuous dopri5"]
     assert continuous["nfe"] and all(n >= 6 for _, n in continuous["nfe"])
     assert "NFE per forward" in capsys.readouterr().out
+
+
+def test_hf_finetune_example_runs(capsys):
+    pytest.importorskip("transformers")
+    spec = importlib.util.spec_from_file_location("hf_finetune", ROOT / "examples" / "hf_finetune.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = module.main(["--steps", "6"])
+    assert results["initial_gap"] < 1e-5  # the diffusion copy computes the HF model
+    assert all(0.0 <= results[s]["accuracy"] <= 1.0 for s in ("diffusion", "full_wave"))
+    assert "full_wave    test accuracy" in capsys.readouterr().out

@@ -233,7 +233,8 @@ def test_full_wave_joint_layer_norm_and_mlp_read_the_hf_parameters():
     vit, gpt, bert = _hf_models().values()
     model = odeformer.from_hf(vit, solver="full_wave")
     assert model.backbone.layers[0].stepper.second_order and model.backbone.layers[0].dt == 0.5
-    for layer, block in zip(model.backbone.layers, vit.vit.layers if hasattr(vit.vit, "layers") else vit.vit.encoder.layer):
+    blocks = vit.vit.layers if hasattr(vit.vit, "layers") else vit.vit.encoder.layer  # transformers 5 / 4
+    for layer, block in zip(model.backbone.layers, blocks):
         assert isinstance(layer.ffn.norm, JointLayerNorm)
         assert torch.equal(layer.ffn.norm.weight, block.layernorm_after.weight)
         assert torch.equal(layer.ffn.norm.bias, block.layernorm_after.bias)
@@ -282,6 +283,29 @@ def test_the_copy_takes_the_hf_models_mode_and_dtype():
     hf.train()
     model = odeformer.from_hf(hf)
     assert model.training and all(p.dtype == torch.float64 for p in model.parameters())
+
+
+def test_a_saved_checkpoint_loads_with_from_pretrained_and_converts(tmp_path):
+    """The README's recipe, on a checkpoint written here (no download)."""
+    _hf_models()["vit"].save_pretrained(tmp_path)
+    hf = transformers.ViTForImageClassification.from_pretrained(tmp_path).eval()
+    model = odeformer.from_hf(hf, solver="full_wave")
+    images = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(0), dtype=hf.dtype)
+    with torch.no_grad():
+        assert _max_error(odeformer.from_hf(hf)(images), hf(images).logits) < 1e-5
+    assert model(images).shape == (2, hf.config.num_labels)
+
+
+def test_masked_lm_normalises_its_embeddings_in_the_post_norm_layout():
+    post = odeformer.MaskedLM(37, 12, depth=1, dim=8, heads=2, norm="post", norm_eps=1e-9)
+    assert isinstance(post.embed_norm, torch.nn.LayerNorm) and post.embed_norm.eps == 1e-9
+    assert isinstance(odeformer.MaskedLM(37, 12, depth=1, dim=8, heads=2).embed_norm, torch.nn.Identity)
+    tokens = torch.randint(1, 37, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        post.embed_norm.bias.fill_(3.0)  # the backbone reads LN(E_tok + E_pos): a shifted bias changes the output
+        before = post.encode(tokens)
+        post.embed_norm.bias.fill_(-3.0)
+        assert _max_error(post.encode(tokens), before) > 1e-3
 
 
 def test_bert_without_a_mask_treats_the_pad_token_as_padding():
