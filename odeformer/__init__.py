@@ -6,7 +6,7 @@ A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"
 :class:`NodeClassifier`).
 """
 
-from .blocks import PRESETS, Layer, Preset, derive, preset, solver_names
+from .blocks import PRESETS, Layer, Preset, check_preset, derive, preset, solver_names
 from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
 from .hf import from_hf
 from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
@@ -31,6 +31,7 @@ __all__ = [
     "Preset",
     "SimpleAttentionField",
     "ViT",
+    "check_preset",
     "derive",
     "from_hf",
     "graph_mask",

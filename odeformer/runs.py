@@ -13,8 +13,8 @@ from typing import Any
 
 from torch import nn
 
-from .data import TaskData, load
 from .checkpoints import load_checkpoint
+from .data import TaskData, load
 
 # what each model trains on, and the sizes it takes from the dataset
 KINDS = {"ViT": "image", "CausalLM": "text", "MaskedLM": "sequence", "NodeClassifier": "graph"}

@@ -15,9 +15,9 @@ from ._heun import Heun
 from ._leapfrog import Leapfrog
 from ._light_wave import LightWave
 from ._mix import Mix
+from ._reversible import integrate_reversible
 from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
-from ._reversible import integrate_reversible
 from ._semi_implicit_euler import SemiImplicitEuler
 from ._splitting import Block, Split, Whole
 from ._velocity_verlet import VelocityVerlet

@@ -12,8 +12,8 @@ Options for transplanting the official code's mix, whose diffusion half is the p
 rather than a small step of the wave's force ``a(x) = Attn(LN x) - x``: ``diffusion_shift`` gives the diffusion part
 the field ``a(x) + shift x`` (``shift = 1``: the residual field ``Attn(LN x)``) and ``diffusion_dt`` a fixed step
 of its own (``1``: the unit residual step). With ``diffusion_dt`` set the diffusion step no longer shrinks with
-``dt``, so the scheme has no small-step limit and its declared order applies only to the default
-(``diffusion_dt=None``). Both parts must be one-step schemes (not ``multistep``).
+``dt``, so the scheme has no small-step limit: such an instance declares order 0 (the default,
+``diffusion_dt=None``, order 1). Both parts must be one-step schemes (not ``multistep``).
 Both evaluate the field at ``(t, x)``; that evaluation is made once and shared, so the default pair costs one
 evaluation per step and a custom pair one fewer than its two parts together (every registered stepper begins by
 evaluating at ``(t, x)``). Neither symplectic nor reversible. Reference: the Wavy Transformer paper's mixed residual
@@ -84,6 +84,8 @@ class Mix(AbstractStepper):
         self.wave, self.diffusion = wave, diffusion
         register(self, "theta", sigmoid_gate(dim, theta0))
         self.evals_per_step = wave.evals_per_step + diffusion.evals_per_step - 1
+        if diffusion_dt is not None:
+            self.order = 0  # a diffusion step that does not shrink with dt: no small-step limit
 
     def lam(self) -> Tensor:
         """The gate ``sigmoid(theta)`` (a scalar, or one value per channel)."""

@@ -184,7 +184,9 @@ class Split(_BlockStepper):
                 f"a multistep stepper ({type(stepper).__name__}) cannot share its layer with the FFN as a force."
             )
         self.ffn, self.splitting, self.ffn_dt = ffn, splitting, ffn_dt
-        limit = 1 if splitting == "lie" else 2
+        # Strang needs one-step parts: a multistep scheme's history is not carried through the FFN's half steps to
+        # second order (checked: leapfrog under Strang converges with order 1)
+        limit = 1 if (splitting == "lie" or stepper.multistep) else 2
         self.order = 0 if (ffn_dt is not None or stepper.order == 0) else min(limit, stepper.order, ffn.order)
         self._orders = (stepper.order, min(stepper.order, ffn.order))  # without an FFN / with one
         self.symplectic = stepper.symplectic and ffn.second_order and ffn.symplectic
@@ -241,6 +243,11 @@ class Split(_BlockStepper):
         if block.ffn is None:
             return attention
         ffn = self.ffn.limit_field(block.ffn) if self.ffn.second_order else None
+
+        if not self.second_order and self.stepper.multistep:
+            # a first-order multistep scheme's history (heavy ball: x_n - x_{n-1}) records the whole layer's
+            # displacement, the FFN's included, so its limit acts on the block's summed field
+            return self.stepper.limit_field(lambda t, x: block.attention(t, x) + block.ffn(t, x))
 
         def limit(t, y):
             if ffn is not None:

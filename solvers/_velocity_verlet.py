@@ -2,11 +2,11 @@
 
 ``v_½ = v + dt/2 a(t, x)``, ``x_1 = x + dt v_½``, ``v_1 = v_½ + dt/2 a(t + dt, x_1)``.
 
-Order 2, symplectic and symmetric (``step(-dt)`` undoes ``step(dt)``, so it is reversible with that as its inverse). Evaluations: the force at the end of a step is
-the force at the start of the next, so when consecutive steps use the same field (weight tying; ``state`` remembers
-the field, time and position) a step costs one evaluation; the first step, and every step whose field differs from the
-previous one (one field per layer), costs two. Reference: Hairer, Lubich & Wanner, *Geometric Numerical Integration*,
-§I.1.4; Swope et al., J. Chem. Phys. 76 (1982).
+Order 2, symplectic and symmetric (``step(-dt)`` undoes ``step(dt)``, so it is reversible with that as its inverse).
+Evaluations: the force at the end of a step is the force at the start of the next, so when consecutive steps use the
+same field (weight tying; ``state`` remembers the field, time and position) a step costs one evaluation; the first
+step, and every step whose field differs from the previous one (one field per layer), costs two. Reference: Hairer,
+Lubich & Wanner, *Geometric Numerical Integration*, §I.1.4; Swope et al., J. Chem. Phys. 76 (1982).
 """
 
 from typing import Any, ClassVar, NamedTuple

@@ -46,6 +46,7 @@ hypothesis strategies over the same builders; hypothesis is needed only for thos
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Callable
@@ -208,6 +209,49 @@ def default_problems(stepper: AbstractStepper) -> list[Problem]:
     """The deterministic problems ``check_order`` uses: one linear, one nonlinear and time-dependent (``T = 0.5``)."""
     second = [oscillator_problem(seed=1, T=_ORDER_T), pendulum_problem(seed=2, T=_ORDER_T)]
     return second if stepper.second_order else [linear_problem(seed=0, T=_ORDER_T), *second]
+
+
+class _TanhMLP:
+    """``f(x) = tanh(x W₁) W₂`` per token, with its exact tangent ``joint(x, v) = (f(x), (tanh'(x W₁) ⊙ v W₁) W₂)``."""
+
+    def __init__(self, W1: Tensor, W2: Tensor):
+        self.W1, self.W2 = W1, W2
+
+    def __call__(self, t, x: Tensor) -> Tensor:
+        return torch.tanh(x @ self.W1) @ self.W2
+
+    def joint(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        h = torch.tanh(x @ self.W1)
+        return h @ self.W2, ((1 - h * h) * (v @ self.W1)) @ self.W2
+
+
+def block_problem(
+    seed: int = 0, second_order: bool = False, tokens: int = 3, dim: int = 2, T: float = 0.5, batch: int = 1
+) -> Problem:
+    """A small transformer-like layer as a :class:`~solvers.Block` of two fields, for checking block steppers.
+
+    ``attention(t, x) = softmax(x Q (x K)ᵀ) x V - x`` mixes the ``tokens`` (a Laplacian-like force, so a second-order
+    state sees a wave); ``ffn(t, x) = tanh(x W₁) W₂`` acts on each token. Both are smooth and autonomous, weights drawn
+    from ``seed`` at scale ``1/sqrt(dim)``; ``x0`` (and ``v0`` if ``second_order``) standard normal, ``(batch, tokens,
+    dim)``. The reference is the block stepper's ``limit_field`` (the block's ODE), integrated by classic RK4.
+    """
+    from ._splitting import Block
+
+    g = _generator(seed)
+    Q, K, V, W1, W2 = (torch.randn(dim, dim, generator=g, dtype=torch.float64) / dim**0.5 for _ in range(5))
+
+    def attention(t, x):
+        weights = torch.softmax((x @ Q) @ (x @ K).transpose(-2, -1), dim=-1)  # (B, N, N)
+        return weights @ (x @ V) - x
+
+    ffn = _TanhMLP(W1, W2)
+
+    x0 = torch.randn(batch, tokens, dim, generator=g, dtype=torch.float64)
+    v0 = torch.randn(batch, tokens, dim, generator=g, dtype=torch.float64) if second_order else None
+    kind = "second" if second_order else "first"
+    return Problem(
+        f"block(seed={seed}, {kind}-order, {tokens} tokens, dim={dim})", Block(attention, ffn), x0, v0, T, False
+    )
 
 
 # hypothesis strategies -----------------------------------------------------------------------------------------------
@@ -388,6 +432,17 @@ class OrderMeasurement:
         return f"slope {self.slope:.2f} {where} (error@dt: {pairs}; local slopes: {local})"
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """The kit's problems are tiny: one intra-op thread is faster, and immune to a busy machine's thread contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @torch.no_grad()
 def measure_order(stepper: AbstractStepper | type[AbstractStepper], problem: Problem) -> OrderMeasurement:
     """Slope of log error against log dt where the error is asymptotic: on the finest grids float64 can resolve.
@@ -400,6 +455,11 @@ def measure_order(stepper: AbstractStepper | type[AbstractStepper], problem: Pro
     times, so the scheme still shows its order.
     """
     stepper = _instance(stepper)
+    with _one_thread():
+        return _measure_over_horizons(stepper, problem)
+
+
+def _measure_over_horizons(stepper: AbstractStepper, problem: Problem) -> OrderMeasurement:
     measurement, name = _measure(stepper, problem), problem.name
     for _ in range(4):
         if len(measurement.errors) >= _GRIDS:
@@ -445,32 +505,70 @@ def _measure(stepper: AbstractStepper, problem: Problem) -> OrderMeasurement:
     return OrderMeasurement(problem.name, slope, tuple(dts), tuple(errors), local, steady)
 
 
+def _assert_order(name: str, order: int, m: OrderMeasurement, what: str = "") -> None:
+    """The failure messages of :func:`check_order` and :func:`check_layer`, with the numbers behind them."""
+    if math.isinf(m.slope):
+        raise AssertionError(
+            f"{name} declares {what}order {order} but its error is at the rounding floor on all but "
+            f"{len(m.errors)} grid(s) even over the longest horizon, so no order can be read: {m}. "
+            "Check it on a harder problem."
+        )
+    if not m.steady:
+        raise AssertionError(
+            f"{name} declares {what}order {order} but its error has not settled to one power of dt at the finest "
+            f"grids (dt down to {m.dts[-1]:.1e}): local slopes {m.local[-2]:.2f} then {m.local[-1]:.2f}; {m}."
+        )
+    if not abs(m.slope - order) <= ORDER_TOLERANCE:
+        raise AssertionError(
+            f"{name} declares {what}order {order} but its error falls like dt^{m.slope:.2f}: {m}. "
+            f"Fix the scheme or declare the order it has."
+        )
+
+
 def check_order(stepper: AbstractStepper | type[AbstractStepper], problem: Problem | None = None) -> list[float]:
     """Assert the error at the finest grids falls like ``dt**order`` (slope within 0.3, local slopes steady within
     0.1) on each problem (default: :func:`default_problems`); return the measured slopes."""
     stepper = _instance(stepper)
-    name, order = _name(stepper), stepper.order
     slopes = []
     for p in [problem] if problem is not None else default_problems(stepper):
         m = measure_order(stepper, p)
-        if math.isinf(m.slope):
-            raise AssertionError(
-                f"{name} declares order {order} but its error is at the rounding floor on all but "
-                f"{len(m.errors)} grid(s) even over the longest horizon, so no order can be read: {m}. "
-                "Check it on a harder problem."
-            )
-        if not m.steady:
-            raise AssertionError(
-                f"{name} declares order {order} but its error has not settled to one power of dt at the finest "
-                f"grids (dt down to {m.dts[-1]:.1e}): local slopes {m.local[-2]:.2f} then {m.local[-1]:.2f}; {m}."
-            )
-        if not abs(m.slope - order) <= ORDER_TOLERANCE:
-            raise AssertionError(
-                f"{name} declares order {order} but its error falls like dt^{m.slope:.2f}: {m}. "
-                f"Fix the scheme or declare the order it has."
-            )
+        _assert_order(_name(stepper), stepper.order, m)
         slopes.append(m.slope)
     return slopes
+
+
+def check_no_limit(stepper: AbstractStepper, field: Any) -> str:
+    """For a scheme declaring order 0 (no small-step limit: a fixed-size part that does not shrink with ``dt``):
+    assert ``limit_field`` says so (a ``ValueError``) rather than offering an ODE no order was measured against."""
+    try:
+        stepper.limit_field(field)
+    except ValueError as error:
+        return " ".join(str(error).split())
+    raise AssertionError(
+        f"{_name(stepper)} declares order 0 (no small-step limit) but limit_field returns a vector field; declare the "
+        "order it converges with, or raise ValueError there."
+    )
+
+
+def check_layer(stepper: AbstractStepper, problem: Problem | None = None) -> dict[str, Any]:
+    """Assert a block stepper (:class:`~solvers.Split`, :class:`~solvers.Whole` or one of your own, stepping on a
+    :class:`~solvers.Block`) converges to its block's ODE with the order it declares for that block.
+
+    The declared order is ``stepper.layer_order(block)`` if the stepper has that method (a split layer's order
+    depends on the block: with no FFN it is the stepper's, with maps after the sublayers 0), else ``stepper.order``.
+    It is measured as :func:`check_order` measures a scheme, against ``stepper.limit_field(block)``, on ``problem``
+    (default: :func:`block_problem` of the stepper's kind, weight-tied: the same block every step). Order 0 means no
+    small-step limit; then ``limit_field`` must raise ``ValueError`` and nothing is measured. Returns
+    ``{"declared": order, "slope": slope}`` (``slope`` None for order 0, with the reason).
+    """
+    problem = problem or block_problem(second_order=stepper.second_order)
+    block = problem.field
+    declared = stepper.layer_order(block) if hasattr(stepper, "layer_order") else stepper.order
+    if declared == 0:
+        return {"declared": 0, "slope": None, "reason": check_no_limit(stepper, block)}
+    m = measure_order(stepper, problem)
+    _assert_order(repr(stepper), declared, m, what="layer ")
+    return {"declared": declared, "slope": m.slope, "measurement": m}
 
 
 class RecordingField:
@@ -716,12 +814,17 @@ def check_stepper(stepper: AbstractStepper | type[AbstractStepper]) -> dict[str,
         ("multistep", bool),
     ):
         value = getattr(stepper, attr)
-        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 1)):
-            raise AssertionError(f"{name}.{attr} must be a {'positive int' if kind is int else 'bool'}, got {value!r}.")
+        least = 0 if attr == "order" else 1  # order 0: no small-step limit
+        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < least)):
+            wanted = "bool" if kind is bool else ("non-negative int" if least == 0 else "positive int")
+            raise AssertionError(f"{name}.{attr} must be a {wanted}, got {value!r}.")
     if stepper.symmetric and not stepper.reversible:
         raise AssertionError(f"{name} declares symmetric (step(-dt) undoes step(dt)) but not reversible.")
     check_evals(stepper)
-    report: dict[str, Any] = {"order": check_order(stepper)}
+    if stepper.order == 0:
+        report: dict[str, Any] = {"order": check_no_limit(stepper, default_problems(stepper)[0].field)}
+    else:
+        report = {"order": check_order(stepper)}
     if stepper.symplectic:
         report["symplectic"] = check_symplectic(stepper)
     if stepper.reversible:

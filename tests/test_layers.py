@@ -113,3 +113,56 @@ def test_every_registered_scheme_trains_as_a_solver(solver):
     model = ViT(depth=2, dim=16, heads=2, solver=solver)
     model(torch.randn(2, 1, 8, 8)).square().sum().backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+STRANG = [odeformer.preset(name, splitting="strang") for name in ("diffusion", "full_wave", "velocity_verlet")]
+
+
+@pytest.mark.parametrize(
+    "solver", [*odeformer.solver_names(), *STRANG], ids=lambda s: s if isinstance(s, str) else f"{s.name}-{s.splitting}"
+)
+def test_every_layer_converges_with_its_declared_order(solver):
+    """Measured on a weight-tied block of the library's own fields against the block's ODE: Lie 1, Strang 2 with
+    second-order parts, whole-block schemes their stepper's order, no small-step limit declared as 0."""
+    report = odeformer.check_preset(solver)
+    chosen = odeformer.blocks.resolve(solver)
+    expected = {"heun": 2, "rk4": 4, "rk4_38": 4, "mix": 0}.get(chosen.name, 1)
+    if chosen.splitting == "strang" and chosen.stepper.order >= 2:
+        expected = 2
+    assert report["declared"] == expected
+
+
+class FourthOrderLie(Split):
+    """A Lie layer that claims the order of its fourth-order stepper."""
+
+    def layer_order(self, block):
+        return 4
+
+
+class SecondOrderLeapfrogStrang(Split):
+    """Leapfrog (two-step) under Strang, claiming Strang's order 2: its history is not carried through the FFN's
+    half steps to second order."""
+
+    def layer_order(self, block):
+        return 2
+
+
+@pytest.mark.parametrize(
+    "layer, slope",
+    [
+        (FourthOrderLie(solvers.RK4()), "1.00"),
+        (SecondOrderLeapfrogStrang(solvers.Leapfrog(), splitting="strang"), "1.00"),
+    ],
+)
+def test_a_layer_claiming_more_than_it_has_fails_with_the_measured_slope(layer, slope):
+    from solvers.testing import check_layer
+
+    with pytest.raises(AssertionError, match=rf"declares layer order \d but its error falls like dt\^{slope}"):
+        check_layer(layer)
+
+
+def test_a_layer_without_a_small_step_limit_says_so():
+    from solvers.testing import check_layer
+
+    report = check_layer(Split(SemiImplicitEuler(), ffn_dt=1.0))
+    assert report["declared"] == 0 and "no small-step limit" in report["reason"]
