@@ -122,9 +122,9 @@ def test_forward_mode_ad_is_torch_func_jvp(solver):
 
 
 OUTSIDE_DOUBLE_BACKWARD = {  # presets whose double backward is wrong in code outside odeformer/joint.py
-    "reversible": "the reversible stack's backward (solvers/_reversible.py, _RebuildingBackward) is once_differentiable, "
-    "which raises only under .backward(): torch.autograd.grad(..., inputs) prunes its DelayedError node and returns "
-    "second derivatives without the stack's part (None for every backbone parameter)",
+    "reversible": "the reversible stack's backward (solvers/_reversible.py, _RebuildingBackward) is "
+    "once_differentiable, which raises only under .backward(): torch.autograd.grad(..., inputs) prunes its "
+    "DelayedError node and returns second derivatives without the stack's part (None for every backbone parameter)",
 }
 
 
@@ -154,4 +154,5 @@ def test_double_backward_is_torch_func_grad_of_grad(solver):
     got = torch.autograd.grad(grad_x.square().sum(), list(model.parameters()), allow_unused=True)
     for (name, reference), value in zip(expected.items(), got):
         value = torch.zeros_like(reference) if value is None else value
-        torch.testing.assert_close(value, reference, rtol=1e-9, atol=1e-9 * (1 + reference.abs().max().item()), msg=name)
+        scale = 1 + reference.abs().max().item()
+        torch.testing.assert_close(value, reference, rtol=1e-9, atol=1e-9 * scale, msg=name)
