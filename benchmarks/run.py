@@ -6,6 +6,11 @@ Times are medians over repeated training steps (forward + backward + AdamW step)
 configurations interleaved round by round so that machine noise hits all of them alike. Memory is measured per
 configuration in a fresh subprocess (``benchmarks/memory.py``). The JSON holds every key of :data:`GOALS` (plus the
 raw medians); ``--results`` rewrites the benchmark block of ``docs/RESULTS.md``.
+
+The anchors (``benchmarks/anchors.py``) are what users run instead: Hugging Face's ``ViTForImageClassification`` and
+``GPT2LMHeadModel`` and a ViT on ``nn.TransformerEncoder(norm_first=True)``, each of the same shape as the diffusion
+model it is compared with, timed in one interleaved run (training step and no-grad inference). Without
+``transformers`` installed the Hugging Face rows are skipped.
 """
 
 from __future__ import annotations
@@ -40,20 +45,40 @@ GOALS = {
     "integrate_vs_torchdiffeq": ("<=", 0.9, "solvers.integrate (rk4_38) / torchdiffeq.odeint(method='rk4') time"),
     "integrate_vs_torchode": ("<=", 1.0, "solvers.integrate (heun) / torchode Heun fixed-step time"),
     "compile_speedup": (">=", 1.2, "eager / torch.compile train-step time (diffusion ViT)"),
+    "diffusion_vs_hf_time": ("<=", 1.0, "diffusion ViT / Hugging Face ViTForImageClassification train-step time"),
+    "diffusion_vs_hf_inference_time": ("<=", 1.0, "diffusion ViT / Hugging Face ViT inference time (no grad)"),
+    "diffusion_vs_hf_memory": ("<=", 1.0, "diffusion ViT / Hugging Face ViT train-step memory"),
+    "diffusion_vs_torch_time": ("<=", 1.0, "diffusion ViT / nn.TransformerEncoder ViT train-step time"),
+    "diffusion_vs_torch_inference_time": ("<=", 1.0, "diffusion ViT / nn.TransformerEncoder ViT inference time"),
+    "diffusion_vs_torch_memory": ("<=", 1.0, "diffusion ViT / nn.TransformerEncoder ViT train-step memory"),
+    "causal_vs_gpt2_time": ("<=", 1.0, "diffusion CausalLM / Hugging Face GPT2LMHeadModel train-step time"),
+    "causal_vs_gpt2_inference_time": ("<=", 1.0, "diffusion CausalLM / Hugging Face GPT-2 inference time"),
 }
+HF_KEYS = {k for k in GOALS if "hf" in k or "gpt2" in k}
 
 VIT = dict(dim=128, depth=6, batch=32, image=32, patch=4)  # 64 patches + CLS
 MEMORY = dict(dim=64, batch=128, image=32, patch=4)  # activations dominate the parameters here
+LM = dict(dim=128, depth=6, heads=4, batch=16, length=128, vocab=65)  # character-level, as tiny Shakespeare
 
 
 def build_model(solver: str, depth: int, dim: int, image: int, patch: int) -> torch.nn.Module:
-    """A ViT with ``solver`` (``"reference"``: the hand-written baseline with the diffusion model's weights)."""
+    """A ViT with ``solver`` (``"reference"``: the hand-written baseline with the diffusion model's weights;
+    ``"torch"``: the ``nn.TransformerEncoder`` ViT with them; ``"hf"``: Hugging Face's ViT of the same shape)."""
     torch.manual_seed(0)
     if solver == "reference":
         from benchmarks.reference import ReferenceViT
 
         library = build_model("diffusion", depth, dim, image, patch)
         return ReferenceViT(image, patch, 3, 10, depth, dim, heads=4).load_from(library)
+    if solver == "torch":
+        from benchmarks.anchors import TorchViT
+
+        library = build_model("diffusion", depth, dim, image, patch)
+        return TorchViT(image, patch, 3, 10, depth, dim, heads=4).load_from(library)
+    if solver == "hf":
+        from benchmarks.anchors import hf_vit
+
+        return hf_vit(image, patch, 3, 10, depth, dim, heads=4)
     dt = 1.0 if solver in ("diffusion", "light_wave") else None
     return odeformer.ViT(
         image_size=image,
@@ -98,6 +123,59 @@ def interleaved(functions: dict[str, Callable[[], None]], rounds: int, warmup: i
             sync()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def inference_step(model: torch.nn.Module, inputs: torch.Tensor) -> Callable[[], None]:
+    model.eval()
+
+    @torch.no_grad()
+    def step():
+        model(inputs)
+
+    return step
+
+
+def lm_train_step(model: torch.nn.Module, tokens: torch.Tensor) -> Callable[[], None]:
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        logits = model(tokens[:, :-1])  # (B, T, vocab)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+
+    return step
+
+
+def anchor_times(rounds: int, device: str) -> dict[str, float]:
+    """Training step and no-grad inference of the diffusion ViT beside the ``nn.TransformerEncoder`` ViT and
+    Hugging Face's ViT, and of the diffusion CausalLM beside Hugging Face's GPT-2 (the odeformer model is
+    ``odeformer.from_hf`` of it: the same shape and weights), all interleaved in one run."""
+    from benchmarks.anchors import have_transformers
+
+    vit = {name: (VIT["depth"], VIT["dim"], VIT["image"], VIT["patch"]) for name in ("diffusion", "torch", "hf")}
+    if not have_transformers():
+        del vit["hf"]
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(VIT["batch"], 3, VIT["image"], VIT["image"], generator=g).to(device)
+    steps = {}
+    for name, shape in vit.items():
+        steps[f"{name}_train"] = train_step(build_model(name, *shape).to(device), VIT["batch"], VIT["image"], device)
+        steps[f"{name}_inference"] = inference_step(build_model(name, *shape).to(device), images)
+    if have_transformers():
+        from benchmarks.anchors import hf_gpt2
+
+        tokens = torch.randint(0, LM["vocab"], (LM["batch"], LM["length"] + 1), generator=g).to(device)
+        for name in ("train", "inference"):
+            torch.manual_seed(0)
+            gpt2 = hf_gpt2(LM["vocab"], LM["length"] + 1, LM["depth"], LM["dim"], LM["heads"])
+            causal = odeformer.from_hf(gpt2.model)
+            for label, model in (("causal", causal), ("gpt2", gpt2)):
+                model = model.to(device)
+                make = lm_train_step if name == "train" else inference_step
+                steps[f"{label}_{name}"] = make(model, tokens if name == "train" else tokens[:, :-1])
+    return interleaved(steps, rounds, warmup=2, device=device)
 
 
 def vit_times(rounds: int, device: str) -> dict[str, float]:
@@ -179,6 +257,9 @@ def run(quick: bool, device: str) -> dict:
         f"{s}_d{d}": memory(s, d, device)
         for s, d in [("diffusion", 6), ("full_wave", 6), ("reversible", 6), ("reversible", 48)]
     }
+    anchors = anchor_times(rounds, device)
+    for name in ("torch", "hf") if "hf_train" in anchors else ("torch",):
+        mem[f"{name}_d6"] = memory(name, 6, device)
     results = {
         "euler_vs_reference": vit["diffusion"] / vit["reference"],
         "light_vs_diffusion_time": vit["light_wave"] / vit["diffusion"],
@@ -188,13 +269,26 @@ def run(quick: bool, device: str) -> dict:
         "integrate_vs_torchdiffeq": integ["ours_rk4_38"] / integ["torchdiffeq_rk4"],
         "integrate_vs_torchode": integ["ours_heun"] / integ["torchode_heun"],
         "compile_speedup": comp["eager"] / comp["compiled"],
+        "diffusion_vs_torch_time": anchors["diffusion_train"] / anchors["torch_train"],
+        "diffusion_vs_torch_inference_time": anchors["diffusion_inference"] / anchors["torch_inference"],
+        "diffusion_vs_torch_memory": mem["diffusion_d6"]["peak_mb"] / mem["torch_d6"]["peak_mb"],
     }
+    if "hf_train" in anchors:
+        results |= {
+            "diffusion_vs_hf_time": anchors["diffusion_train"] / anchors["hf_train"],
+            "diffusion_vs_hf_inference_time": anchors["diffusion_inference"] / anchors["hf_inference"],
+            "diffusion_vs_hf_memory": mem["diffusion_d6"]["peak_mb"] / mem["hf_d6"]["peak_mb"],
+            "causal_vs_gpt2_time": anchors["causal_train"] / anchors["gpt2_train"],
+            "causal_vs_gpt2_inference_time": anchors["causal_inference"] / anchors["gpt2_inference"],
+        }
     results["raw"] = {
         "vit_step_s": vit,
         "integrate_s": integ,
         "compile_step_s": comp,
+        "anchor_s": anchors,
+        "attention": _attention(),
         "memory_mb": mem,
-        "sizes": {"vit": VIT, "memory": MEMORY},
+        "sizes": {"vit": VIT, "memory": MEMORY, "lm": LM},
         "rounds": rounds,
         "device": device,
         "wall_s": round(time.time() - started, 1),
@@ -206,9 +300,18 @@ def run(quick: bool, device: str) -> dict:
     return results
 
 
+def _attention() -> str:
+    from benchmarks.anchors import ATTENTION, have_transformers
+
+    return ATTENTION if have_transformers() else ATTENTION + " (transformers not installed: no Hugging Face rows)"
+
+
 def table(results: dict) -> str:
     lines = ["| measure | value | goal | met | what |", "|---|---|---|---|---|"]
     for key, (op, goal, what) in GOALS.items():
+        if key not in results:  # the Hugging Face anchors without transformers, or a JSON from before them
+            lines.append(f"| `{key}` | – | {op} {goal} | – | {what} (not measured) |")
+            continue
         value = results[key]
         met = value <= goal if op == "<=" else value >= goal
         lines.append(f"| `{key}` | {value:.3f} | {op} {goal} | {'yes' if met else 'no'} | {what} |")
@@ -226,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(results)
     print(text)
     raw = results["raw"]
-    print(f"\n{raw['machine']}, torch {raw['torch']}, {raw['wall_s']} s")
+    print(f"\n{raw['machine']}, torch {raw['torch']}, {raw['wall_s']} s\nattention: {raw['attention']}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.results:
@@ -234,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         sizes = (
             f"ViT timing: dim {VIT['dim']}, depth {VIT['depth']}, heads 4, {(VIT['image'] // VIT['patch']) ** 2 + 1} "
             f"tokens, batch {VIT['batch']}; memory: dim {MEMORY['dim']}, batch {MEMORY['batch']}, peak over three "
-            "training steps minus the size before them, in a fresh process each."
+            "training steps minus the size before them, in a fresh process each. Anchors: the diffusion ViT against "
+            "Hugging Face's ViTForImageClassification and an nn.TransformerEncoder ViT of the same shape, and a "
+            f"diffusion CausalLM (dim {LM['dim']}, depth {LM['depth']}, {LM['length']} tokens, batch {LM['batch']}) "
+            f"against Hugging Face's GPT2LMHeadModel whose weights it copies; attention: {raw['attention']}."
         )
         write_results(
             f"Generated by `{command}` on {raw['machine']} (torch {raw['torch']}, {raw['rounds']} "

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {
@@ -17,6 +18,14 @@ KEYS = {
     "integrate_vs_torchdiffeq",
     "integrate_vs_torchode",
     "compile_speedup",
+    "diffusion_vs_hf_time",
+    "diffusion_vs_hf_inference_time",
+    "diffusion_vs_hf_memory",
+    "diffusion_vs_torch_time",
+    "diffusion_vs_torch_inference_time",
+    "diffusion_vs_torch_memory",
+    "causal_vs_gpt2_time",
+    "causal_vs_gpt2_inference_time",
 }
 
 
@@ -53,6 +62,65 @@ def test_reference_vit_computes_the_diffusion_model_exactly():
     )
     assert done.returncode == 0, done.stderr
     assert float(done.stdout.strip()) == 0.0
+
+
+def test_torch_encoder_vit_computes_the_diffusion_model_exactly():
+    """The nn.TransformerEncoder anchor is the same function as the diffusion ViT whose weights it loads."""
+    from benchmarks.anchors import TorchViT
+    from benchmarks.run import build_model
+
+    library = build_model("diffusion", 2, 32, 16, 4).double()
+    anchor = TorchViT(16, 4, 3, 10, 2, 32, heads=4).double().load_from(library, match_eps=True)
+    images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with torch.no_grad():
+        assert float((library(images) - anchor(images)).abs().max()) < 1e-12  # training mode: the standard path
+        library.eval(), anchor.eval()
+        assert float((library(images) - anchor(images)).abs().max()) < 1e-12
+
+
+def test_torch_encoder_vit_inference_takes_pytorchs_fused_fast_path_and_agrees():
+    """With one LayerNorm epsilon (as the benchmark builds it) inference runs PyTorch's fused encoder kernel."""
+    import odeformer
+    from benchmarks.anchors import TorchViT
+
+    torch.manual_seed(0)
+    sizes = dict(image_size=16, patch_size=4, in_chans=3, num_classes=10, depth=2, dim=32, heads=4)
+    library = odeformer.ViT(**sizes, solver="diffusion", dt=1.0, norm_eps=1e-5).double().eval()
+    anchor = TorchViT(16, 4, 3, 10, 2, 32, heads=4).double().load_from(library).eval()
+    images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with torch.no_grad(), torch.profiler.profile() as profile:
+        error = float((library(images) - anchor(images)).abs().max())
+    assert error < 1e-12
+    assert "aten::_transformer_encoder_layer_fwd" in {event.name for event in profile.events()}
+
+
+def test_anchors_have_the_shape_of_the_models_they_are_compared_with():
+    pytest.importorskip("transformers")
+    import odeformer
+    from benchmarks.anchors import hf_gpt2
+    from benchmarks.run import build_model
+
+    def count(model):
+        return sum(p.numel() for p in model.parameters())
+
+    models = {name: build_model(name, 2, 32, 16, 4) for name in ("diffusion", "torch", "hf")}
+    assert len({count(m) for m in models.values()}) == 1
+    assert models["hf"].model.config._attn_implementation == "sdpa"
+    assert models["hf"](torch.randn(2, 3, 16, 16)).shape == (2, 10)
+    gpt2 = hf_gpt2(vocab_size=11, max_len=9, depth=2, dim=16, heads=2)
+    causal = odeformer.from_hf(gpt2.model)
+    assert count(causal) == count(gpt2) and gpt2.model.config._attn_implementation == "sdpa"
+    tokens = torch.randint(0, 11, (2, 9))
+    with torch.no_grad():
+        assert float((causal.eval()(tokens) - gpt2.eval()(tokens)).abs().max()) < 1e-4
+
+
+def test_the_table_marks_what_was_not_measured():
+    from benchmarks.run import GOALS, HF_KEYS, table
+
+    text = table({key: 1.0 for key in GOALS if key not in HF_KEYS})
+    assert "diffusion_vs_hf_time" in text and "(not measured)" in text
+    assert sum("(not measured)" in line for line in text.splitlines()) == len(HF_KEYS)
 
 
 def test_gpu_results_render_into_their_own_block(tmp_path):
