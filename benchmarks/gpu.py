@@ -1,9 +1,13 @@
 """Throughput and peak memory on a GPU: a DeiT-Ti-sized ViT (dim 192, depth 12, heads 3, 224² images, patch 16,
 batch 128, bf16 autocast) for diffusion, light_wave, full_wave and reversible: our analogue of the Wavy Transformer
-paper's throughput table. Run by ``benchmarks/gpu_check.sh``; prints a table and writes JSON. ``--render`` turns the
-files that script wrote into the GPU block of ``docs/RESULTS.md`` (on any machine, no GPU needed).
+paper's throughput table. Beside them, the anchors of the same size (``benchmarks/anchors.py``): Hugging Face's
+``ViTForImageClassification`` (sdpa attention; only where ``transformers`` is installed) and a ViT on
+``nn.TransformerEncoder`` (under autocast and with 3 heads PyTorch's fused encoder fast path does not apply), under
+the same compile setting (``--compile`` compiles every model alike). Run by
+``benchmarks/gpu_check.sh``; prints a table and writes JSON. ``--render`` turns the files that script wrote into the
+GPU block of ``docs/RESULTS.md`` (on any machine, no GPU needed).
 
-    python -m benchmarks.gpu [--steps 20] [--json gpu.json]
+    python -m benchmarks.gpu [--steps 20] [--compile] [--json gpu.json]
     python -m benchmarks.gpu --render OUT_DIR --results docs/RESULTS.md
 """
 
@@ -20,14 +24,34 @@ import torch.nn.functional as F
 import odeformer
 
 SOLVERS = ("diffusion", "light_wave", "full_wave", "reversible")
+ANCHORS = ("hf_vit", "torch_vit")
+"""Hugging Face's ViTForImageClassification and the nn.TransformerEncoder ViT, DeiT-Ti-sized like the solvers."""
+DEIT_TI = dict(image_size=224, patch_size=16, in_chans=3, num_classes=1000, depth=12, dim=192, heads=3)
 
 
-def _model(solver: str) -> torch.nn.Module:
+def models() -> tuple[str, ...]:
+    """The solvers, then the anchors this machine can build (the Hugging Face one needs ``transformers``)."""
+    from benchmarks.anchors import have_transformers
+
+    return SOLVERS + tuple(a for a in ANCHORS if a != "hf_vit" or have_transformers())
+
+
+def build(name: str) -> torch.nn.Module:
+    """A DeiT-Ti-sized ViT on the CPU: a solver's, or an anchor's (:data:`ANCHORS`)."""
+    from benchmarks.anchors import TorchViT, hf_vit
+
     torch.manual_seed(0)
-    dt = 1.0 if solver in ("diffusion", "light_wave") else None
-    return odeformer.ViT(
-        image_size=224, patch_size=16, in_chans=3, num_classes=1000, depth=12, dim=192, heads=3, solver=solver, dt=dt
-    ).cuda()
+    if name == "hf_vit":
+        return hf_vit(**DEIT_TI)
+    if name == "torch_vit":
+        return TorchViT(**DEIT_TI)
+    dt = 1.0 if name in ("diffusion", "light_wave") else None
+    return odeformer.ViT(**DEIT_TI, solver=name, dt=dt)
+
+
+def _model(name: str, compile: bool = False) -> torch.nn.Module:
+    model = build(name).cuda()
+    return torch.compile(model) if compile else model
 
 
 def _steps(model: torch.nn.Module, batch: int) -> dict[str, Callable[[], None]]:
@@ -51,9 +75,9 @@ def _steps(model: torch.nn.Module, batch: int) -> dict[str, Callable[[], None]]:
     return {"train": train, "inference": inference}
 
 
-def peak_memory(solver: str, batch: int) -> dict[str, float]:
+def peak_memory(solver: str, batch: int, compile: bool = False) -> dict[str, float]:
     """Peak allocated GiB of a training and of an inference step, with only this model (and its optimiser) alive."""
-    model = _model(solver)
+    model = _model(solver, compile)
     out = {}
     for mode, fn in _steps(model, batch).items():
         for _ in range(2):
@@ -68,17 +92,18 @@ def peak_memory(solver: str, batch: int) -> dict[str, float]:
     return out
 
 
-def throughput(batch: int, steps: int, rounds: int) -> dict[str, dict[str, float]]:
-    """Images/s per solver and mode: the median over ``rounds`` blocks of ``steps`` steps, the solvers taking turns
+def throughput(batch: int, steps: int, rounds: int, compile: bool = False) -> dict[str, dict[str, float]]:
+    """Images/s per model and mode: the median over ``rounds`` blocks of ``steps`` steps, the models taking turns
     block by block (so clock ramps and a busy neighbour hit all of them alike)."""
     from benchmarks.run import interleaved
 
-    runs = {solver: _steps(_model(solver), batch) for solver in SOLVERS}
-    out: dict[str, dict[str, float]] = {solver: {} for solver in SOLVERS}
+    names = models()
+    runs = {name: _steps(_model(name, compile), batch) for name in names}
+    out: dict[str, dict[str, float]] = {name: {} for name in names}
     for mode in ("train", "inference"):
-        blocks = {solver: _repeat(runs[solver][mode], steps) for solver in SOLVERS}
+        blocks = {name: _repeat(runs[name][mode], steps) for name in names}
         seconds = interleaved(blocks, rounds, warmup=1, device="cuda")
-        for solver in SOLVERS:
+        for solver in names:
             out[solver][f"{mode}_images_per_s"] = steps * batch / seconds[solver]
     return out
 
@@ -106,13 +131,15 @@ def render(folder: Path) -> str:
         f"heads 3, 224² synthetic images, patch 16, batch {gpu['batch']}, bf16 autocast, AdamW; images/s is the "
         f"median of {gpu['rounds']} blocks of {gpu['steps']} steps, the solvers taking turns; peak is "
         "`torch.cuda.max_memory_allocated` "
-        "of one step with only that model alive. Ratios are against diffusion (the plain transformer).",
+        f"of one step with only that model alive{', every model torch.compile-d' if gpu.get('compile') else ''}. "
+        "Ratios are against diffusion (the plain transformer); `hf_vit` is Hugging Face's ViTForImageClassification "
+        "(sdpa attention) and `torch_vit` a ViT on nn.TransformerEncoder, both of the same size, where measured.",
         "",
         "| solver | train img/s | train peak GiB | inference img/s | inference peak GiB | train time ratio | "
         "train memory ratio |",
         "|---|---|---|---|---|---|---|",
     ]
-    for solver in SOLVERS:
+    for solver in (name for name in SOLVERS + ANCHORS if name in gpu):
         r = gpu[solver]
         lines.append(
             f"| `{solver}` | {r['train_images_per_s']:.0f} | {r['train_peak_gib']:.2f} | "
@@ -152,6 +179,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="steps per timed block")
     parser.add_argument("--rounds", type=int, default=5, help="timed blocks per solver (they take turns)")
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--compile", action="store_true", help="torch.compile every model, solvers and anchors alike")
     parser.add_argument("--json", default=None)
     parser.add_argument("--render", type=Path, default=None, help="a folder written by benchmarks/gpu_check.sh")
     parser.add_argument("--results", type=Path, default=None, help="with --render: rewrite this markdown's GPU block")
@@ -173,11 +201,15 @@ def main() -> None:
         "batch": args.batch,
         "steps": args.steps,
         "rounds": args.rounds,
+        "compile": args.compile,
     }
-    memory = {solver: peak_memory(solver, args.batch) for solver in SOLVERS}
-    speed = throughput(args.batch, args.steps, args.rounds)
-    print(f"{'solver':<12} {'train img/s':>12} {'train GiB':>10} {'infer img/s':>12} {'infer GiB':>10}")
-    for solver in SOLVERS:
+    names = models()
+    if "hf_vit" not in names:
+        print("transformers is not installed: no Hugging Face anchor (pip install transformers)")
+    memory = {name: peak_memory(name, args.batch, args.compile) for name in names}
+    speed = throughput(args.batch, args.steps, args.rounds, args.compile)
+    print(f"{'model':<12} {'train img/s':>12} {'train GiB':>10} {'infer img/s':>12} {'infer GiB':>10}")
+    for solver in names:
         r = results[solver] = {**speed[solver], **memory[solver]}
         print(
             f"{solver:<12} {r['train_images_per_s']:>12.0f} {r['train_peak_gib']:>10.2f} "

@@ -123,6 +123,18 @@ def test_the_table_marks_what_was_not_measured():
     assert sum("(not measured)" in line for line in text.splitlines()) == len(HF_KEYS)
 
 
+def test_gpu_anchors_are_built_at_the_solvers_size():
+    """The GPU run's CPU side: every model it times (solvers and anchors) builds, with one parameter count."""
+    pytest.importorskip("transformers")
+    from benchmarks import gpu
+
+    assert gpu.models() == gpu.SOLVERS + gpu.ANCHORS
+    counts = {name: sum(p.numel() for p in gpu.build(name).parameters()) for name in ("diffusion", *gpu.ANCHORS)}
+    assert len(set(counts.values())) == 1, counts
+    with torch.no_grad():
+        assert gpu.build("hf_vit")(torch.randn(1, 3, 224, 224)).shape == (1, 1000)
+
+
 def test_gpu_results_render_into_their_own_block(tmp_path):
     """The GPU table is drawn from the JSON that ``benchmarks/gpu_check.sh`` wrote (the recorded H200 run)."""
     folder = ROOT / "benchmarks" / "results" / "h200"
@@ -143,3 +155,14 @@ def test_gpu_results_render_into_their_own_block(tmp_path):
         row = next(line for line in text.splitlines() if line.startswith(f"| `{solver}` |"))
         ratio = gpu["diffusion"]["train_images_per_s"] / gpu[solver]["train_images_per_s"]
         assert f"| {gpu[solver]['train_images_per_s']:.0f} |" in row and f"| {ratio:.2f} |" in row
+
+
+def test_gpu_anchor_rows_render_where_the_json_has_them(tmp_path):
+    from benchmarks.gpu import render
+
+    recorded = json.loads((ROOT / "benchmarks" / "results" / "h200" / "gpu.json").read_text())
+    row = {"train_images_per_s": 1000.0, "train_peak_gib": 2.0, "inference_images_per_s": 4000.0}
+    (tmp_path / "gpu.json").write_text(json.dumps({**recorded, "hf_vit": {**row, "inference_peak_gib": 0.5}}))
+    text = render(tmp_path)
+    hf = next(line for line in text.splitlines() if line.startswith("| `hf_vit` |"))
+    assert "| 1000 |" in hf and not any(line.startswith("| `torch_vit` |") for line in text.splitlines())
