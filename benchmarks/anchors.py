@@ -6,7 +6,8 @@
   same function (exactly, with ``match_eps=True``; by default both LayerNorms keep one epsilon, which the fast path
   needs, where odeformer's FFN LayerNorm defaults to 1e-6).
 - :func:`hf_vit` and :func:`hf_gpt2`: Hugging Face ``ViTForImageClassification`` and ``GPT2LMHeadModel`` built from a
-  config (random init, no download), ``attn_implementation="sdpa"``, dropout off, wrapped to return the logits tensor.
+  config (random init, no download), ``attn_implementation="sdpa"`` (``"eager"`` on versions whose model has no sdpa
+  path; :func:`attention` says which ran), dropout off, wrapped to return the logits tensor.
 """
 
 from __future__ import annotations
@@ -14,11 +15,32 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-ATTENTION = (
-    "odeformer: F.scaled_dot_product_attention (impl='sdpa'); Hugging Face: attn_implementation='sdpa'; "
-    "nn.TransformerEncoder: nn.MultiheadAttention (scaled_dot_product_attention when training, the fused encoder "
-    "fast path in inference where it applies)"
-)
+
+def attention(hf: dict[str, nn.Module] | None = None) -> str:
+    """Which attention each model ran: ``hf`` maps a name to a built Hugging Face model (``None``: not installed)."""
+    if hf is None:
+        used = "transformers not installed, no Hugging Face rows"
+    else:
+        used = ", ".join(f"{name} attn_implementation={hf_implementation(m)!r}" for name, m in hf.items())
+    return (
+        f"odeformer: F.scaled_dot_product_attention (impl='sdpa'); Hugging Face: {used}; nn.TransformerEncoder: "
+        "nn.MultiheadAttention (scaled_dot_product_attention when training, the fused encoder fast path in "
+        "inference where it applies)"
+    )
+
+
+def hf_implementation(model: nn.Module) -> str:
+    return getattr(model, "model", model).config._attn_implementation
+
+
+def _sdpa(build, config):
+    """``build(config)`` with sdpa attention, or eager where this version of the model has no sdpa path."""
+    try:
+        config._attn_implementation = "sdpa"
+        return build(config)
+    except ValueError:  # "... does not support an attention implementation through scaled_dot_product_attention"
+        config._attn_implementation = "eager"
+        return build(config)
 
 
 class TorchViT(nn.Module):
@@ -94,9 +116,8 @@ def hf_vit(image_size=32, patch_size=4, in_chans=3, num_classes=10, depth=6, dim
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
         layer_norm_eps=1e-5,
-        attn_implementation="sdpa",
     )
-    return Logits(ViTForImageClassification(config))
+    return Logits(_sdpa(ViTForImageClassification, config))
 
 
 def hf_gpt2(vocab_size=65, max_len=128, depth=6, dim=128, heads=4) -> Logits:
@@ -115,9 +136,8 @@ def hf_gpt2(vocab_size=65, max_len=128, depth=6, dim=128, heads=4) -> Logits:
         attn_pdrop=0.0,
         bos_token_id=0,
         eos_token_id=0,
-        attn_implementation="sdpa",
     )
-    return Logits(GPT2LMHeadModel(config))
+    return Logits(_sdpa(GPT2LMHeadModel, config))
 
 
 def have_transformers() -> bool:

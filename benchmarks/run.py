@@ -148,21 +148,25 @@ def lm_train_step(model: torch.nn.Module, tokens: torch.Tensor) -> Callable[[], 
     return step
 
 
-def anchor_times(rounds: int, device: str) -> dict[str, float]:
+def anchor_times(rounds: int, device: str) -> tuple[dict[str, float], str]:
     """Training step and no-grad inference of the diffusion ViT beside the ``nn.TransformerEncoder`` ViT and
     Hugging Face's ViT, and of the diffusion CausalLM beside Hugging Face's GPT-2 (the odeformer model is
-    ``odeformer.from_hf`` of it: the same shape and weights), all interleaved in one run."""
-    from benchmarks.anchors import have_transformers
+    ``odeformer.from_hf`` of it: the same shape and weights), all interleaved in one run. Returns the medians and
+    which attention implementation each model ran."""
+    from benchmarks.anchors import attention, have_transformers
 
     vit = {name: (VIT["depth"], VIT["dim"], VIT["image"], VIT["patch"]) for name in ("diffusion", "torch", "hf")}
     if not have_transformers():
         del vit["hf"]
     g = torch.Generator().manual_seed(0)
     images = torch.randn(VIT["batch"], 3, VIT["image"], VIT["image"], generator=g).to(device)
-    steps = {}
+    steps, hf = {}, {}
     for name, shape in vit.items():
-        steps[f"{name}_train"] = train_step(build_model(name, *shape).to(device), VIT["batch"], VIT["image"], device)
+        model = build_model(name, *shape).to(device)
+        steps[f"{name}_train"] = train_step(model, VIT["batch"], VIT["image"], device)
         steps[f"{name}_inference"] = inference_step(build_model(name, *shape).to(device), images)
+        if name == "hf":
+            hf["ViT"] = model
     if have_transformers():
         from benchmarks.anchors import hf_gpt2
 
@@ -175,7 +179,8 @@ def anchor_times(rounds: int, device: str) -> dict[str, float]:
                 model = model.to(device)
                 make = lm_train_step if name == "train" else inference_step
                 steps[f"{label}_{name}"] = make(model, tokens if name == "train" else tokens[:, :-1])
-    return interleaved(steps, rounds, warmup=2, device=device)
+            hf["GPT-2"] = gpt2
+    return interleaved(steps, rounds, warmup=2, device=device), attention(hf if hf else None)
 
 
 def vit_times(rounds: int, device: str) -> dict[str, float]:
@@ -257,7 +262,7 @@ def run(quick: bool, device: str) -> dict:
         f"{s}_d{d}": memory(s, d, device)
         for s, d in [("diffusion", 6), ("full_wave", 6), ("reversible", 6), ("reversible", 48)]
     }
-    anchors = anchor_times(rounds, device)
+    anchors, used = anchor_times(rounds, device)
     for name in ("torch", "hf") if "hf_train" in anchors else ("torch",):
         mem[f"{name}_d6"] = memory(name, 6, device)
     results = {
@@ -286,7 +291,7 @@ def run(quick: bool, device: str) -> dict:
         "integrate_s": integ,
         "compile_step_s": comp,
         "anchor_s": anchors,
-        "attention": _attention(),
+        "attention": used,
         "memory_mb": mem,
         "sizes": {"vit": VIT, "memory": MEMORY, "lm": LM},
         "rounds": rounds,
@@ -298,12 +303,6 @@ def run(quick: bool, device: str) -> dict:
         else torch.cuda.get_device_name(),
     }
     return results
-
-
-def _attention() -> str:
-    from benchmarks.anchors import ATTENTION, have_transformers
-
-    return ATTENTION if have_transformers() else ATTENTION + " (transformers not installed: no Hugging Face rows)"
 
 
 def table(results: dict) -> str:
