@@ -11,7 +11,7 @@ from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mas
 from .hf import from_hf
 from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
 from .model import Backbone, schedule, transformer
-from .tasks import CausalLM, MaskedLM, NodeClassifier, ViT
+from .tasks import CausalLM, DIFFormer, MaskedLM, NodeClassifier, ViT
 
 __version__ = "0.1.0"
 
@@ -20,6 +20,7 @@ __all__ = [
     "AttentionField",
     "Backbone",
     "CausalLM",
+    "DIFFormer",
     "FeedForward",
     "JointJVP",
     "JointLayerNorm",

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 import solvers
@@ -366,13 +365,18 @@ class JointDropout(nn.Module):
             raise ValueError(f"dropout must lie in [0, 1), got {p}.")
         self.p = p
 
+    def _mask(self, x: Tensor) -> Tensor:
+        return (torch.rand_like(x) >= self.p).to(x.dtype) / (1.0 - self.p)  # uniform draws: cheaper than bernoulli
+
     def position(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training)
+        if not self.training or self.p == 0.0:
+            return x
+        return x * self._mask(x)
 
     def forward(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         if not self.training or self.p == 0.0:
             return x, v
-        keep = (torch.rand_like(x) >= self.p).to(x.dtype) / (1.0 - self.p)
+        keep = self._mask(x)
         return x * keep, v * keep
 
 

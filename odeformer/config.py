@@ -136,11 +136,14 @@ class TrainConfig:
 
     max_steps: int = 1000
     lr: float = 3e-3
+    optimizer: str = "adamw"  # adamw (decoupled decay) | adam (decay as L2 in the gradient, DIFFormer's)
     weight_decay: float = 0.05
+    decay: str = "matrices"  # matrices (>= 2-dim weights, no embeddings) | all; scheme parameters: never decayed
     warmup_steps: int = 50
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     grad_clip: float = 1.0  # max gradient norm; 0 disables
     eval_every: int = 100  # steps between evaluations (and checkpoints)
+    checkpoint_every: int = 0  # steps between saves of last.pt (0: at every evaluation); best.pt when val improves
     eval_batches: int = 50  # validation: at most this many batches (0: all); text: windows of each evaluation
     log_every: int = 10
     seed: int = 0
@@ -160,11 +163,29 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
+@dataclass
+class DIFFormerConfig(ModelConfig):
+    """DIFFormer-s as its official code runs it: encoder Linear -> LN -> ReLU -> dropout; per layer
+    h <- Dropout(LN(h + τ (Attn(h) + Â h - h))); a linear classifier."""
+
+    _target_: str = "odeformer.DIFFormer"
+    depth: int = 8
+    heads: int = 1
+    dt: Optional[float] = 0.5  # τ, DIFFormer's alpha
+    dropout: float = 0.2
+    norm: str = "post"  # post: LayerNorm (then dropout) after every layer | none: dropout only (an ablation)
+    propagation: str = "sum"  # sum: Attn + Â (DIFFormer's) | mean: their average (an ablation)
+    layer_dropout: Optional[float] = None  # dropout on the state after every layer; None: dropout
+    ln_mode: str = "paper"  # how a second-order preset's velocity passes the LayerNorm
+    form: str = "laplacian"
+
+
 MODELS: dict[str, Any] = {
     "vit": ViTConfig(),
     "causal_lm": CausalLMConfig(),
     "masked_lm": MaskedLMConfig(),
     "node_classifier": NodeClassifierConfig(),
+    "difformer": DIFFormerConfig(),
 }
 
 DATA: dict[str, DataConfig] = {

@@ -1,23 +1,29 @@
 """``odeformer-reproduce``: the sweep behind ``docs/RESULTS.md`` (graph, vision, language), from one command.
 
-    odeformer-reproduce                       # every section, 2 worker processes, then rewrite docs/RESULTS.md
-    odeformer-reproduce --sections graph      # one section
-    odeformer-reproduce --smoke --out /tmp/x  # one tiny configuration end to end (CI)
+    odeformer-reproduce                          # every section, 2 worker processes, then rewrite docs/RESULTS.md
+    odeformer-reproduce --sections difformer     # some sections
+    odeformer-reproduce --smoke --out /tmp/x     # one tiny configuration end to end (CI)
 
-Each run is ``odeformer-train experiment=<name> <overrides>`` composed in-process and trained in a worker process with
-one thread (two workers fill the two cores of the reference machine). Runs are written under ``--runs``
-(``runs/reproduce/<section>/<run>``); a run whose ``summary.json`` exists is not run again, so an interrupted sweep
-resumes where it stopped. The tables (mean ± std over seeds), the PNGs and the over-smoothing curves go into
-``docs/RESULTS.md`` between its ``reproduce`` markers, with the command, the hardware and the wall time.
+A section is a table: rows (a solver and its options), columns (a depth, a split, ...) and seeds; every cell is
+``odeformer-train <fixed overrides> <row> <column> train.seed=<s>`` composed in-process and trained in a worker process
+with one thread (two workers fill the two cores of the reference machine). Runs are written under ``--runs``
+(``<runs>/<section>/<run>``); a run whose ``summary.json`` says it completed is not run again, and an interrupted one
+resumes from its ``last.pt``, so an interrupted sweep resumes where it stopped.
+
+Where a row trains more than 1.1× as long as diffusion in the same section (the median ratio of paired runs' wall
+time), the section gets a *compute-matched* row: diffusion given that many times more steps, so the comparison can be
+read at equal training time as well as at equal steps. The tables (mean ± std over seeds), accuracy-against-depth PNGs
+and per-layer diagnostics go into ``docs/RESULTS.md`` between its ``reproduce`` markers, with the command, the
+hardware and the training time.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -27,86 +33,141 @@ from pathlib import Path
 from typing import Any
 
 BEGIN, END = "<!-- begin: odeformer-reproduce -->", "<!-- end: odeformer-reproduce -->"
+MATCH_ABOVE = 1.1  # rows costing more than this many times diffusion's training time get a compute-matched row
 
 
 @dataclass(frozen=True)
 class Section:
-    """A grid of runs: every combination of ``grid`` values, on top of ``experiment`` and ``fixed`` overrides."""
+    """A table of runs: every ``row`` x ``column`` x seed, on top of the ``fixed`` overrides.
+
+    ``rows`` and ``columns`` map a label to the overrides that make it; ``plot`` draws accuracy against the columns
+    (depths); ``diagnose`` names the column whose seed-0 runs get per-layer diagnostics, one curve per row.
+    """
 
     title: str
-    experiment: str
-    grid: dict[str, list[Any]]
-    fixed: list[str] = field(default_factory=list)
-    axis: str = "model.depth"  # the table's columns
+    fixed: list[str]
+    rows: dict[str, list[str]]
+    columns: dict[str, list[str]] = field(default_factory=lambda: {"": []})
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     note: str = ""
-    label: str = "depth"  # column heading prefix
+    plot: bool = False
+    diagnose: str | None = None
+    matched: bool = True
 
-    def runs(self) -> list[tuple[str, list[str]]]:
-        keys = list(self.grid)
+    def runs(self) -> list[tuple[str, str, str, int, list[str]]]:
+        """``(run name, row, column, seed, overrides)`` for every cell and seed."""
         out = []
-        for values in itertools.product(*(self.grid[k] for k in keys)):
-            name = "_".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, values))
-            out.append(
-                (name, [f"experiment={self.experiment}", *self.fixed, *(f"{k}={v}" for k, v in zip(keys, values))])
-            )
+        for row, row_overrides in self.rows.items():
+            for column, column_overrides in self.columns.items():
+                for seed in self.seeds:
+                    name = _slug(f"{row}__{column}__seed={seed}" if column else f"{row}__seed={seed}")
+                    overrides = [*self.fixed, *row_overrides, *column_overrides, f"train.seed={seed}"]
+                    out.append((name, row, column, seed, overrides))
         return out
 
 
-SEEDS = [0, 1, 2]
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", text).strip("_")
+
+
+def _depths(depths: list[int]) -> dict[str, list[str]]:
+    return {f"depth {d}": [f"model.depth={d}"] for d in depths}
+
+
+WAVES = {
+    "diffusion": ["solver=diffusion"],
+    "light_wave θ0=-8": ["solver=light_wave", "solver.options.theta0=-8.0"],
+    "light_wave θ0=0": ["solver=light_wave", "solver.options.theta0=0.0"],
+    "light_wave θ0=2": ["solver=light_wave", "solver.options.theta0=2.0"],
+    "light_wave θ0=4": ["solver=light_wave", "solver.options.theta0=4.0"],
+    "full_wave": ["solver=full_wave"],
+    "damped": ["solver=damped"],
+    "mix": ["solver=mix"],
+}
+VISION = {name: [f"solver={name}"] for name in ("diffusion", "full_wave", "light_wave", "mix")}
+LANGUAGE = {name: [f"solver={name}"] for name in ("diffusion", "full_wave", "light_wave")}
+
 SECTIONS = {
-    "graph": Section(
-        "Cora node classification (DIFFormer-style, simple attention + graph propagation, τ = 0.2)",
-        "cora_deep",
+    "difformer": Section(
+        "DIFFormer-s on Cora, its own protocol (8 layers, τ = 0.5, diffusion): the baseline",
+        ["experiment=difformer_cora"],
+        {"diffusion": ["solver=diffusion"]},
+        {"random split": ["data.options.split=random"], "public split": ["data.options.split=public"]},
+        seeds=[0, 1, 2, 3, 4],
+        note="DIFFormer-s, published (Wu et al., ICLR 2023, Table 1; random 20-per-class / 500 / 1000 split): "
+        "85.9 ± 0.4 %. Our random split is one fixed draw (`data.options.seed=0`); the public split is Planetoid's.",
+        matched=False,
+    ),
+    "difformer_depth": Section(
+        "DIFFormer-s on Cora at τ = 0.2: accuracy against depth (T = 0.2 × depth)",
+        ["experiment=difformer_cora", "model.dt=0.2"],
+        WAVES,
+        _depths([4, 8, 20, 32]),
+        note="Paper (Wavy Transformer, Cora, 20 layers, τ = 0.2): diffusion 39.92 %, Light Wave 85.18 %. Light Wave's "
+        "momentum starts at λ0 = sigmoid(θ0): θ0 = -8, 0, 2, 4 give λ0 ≈ 0.0003, 0.5, 0.88, 0.98 (the official code's "
+        "ViT and BERT gates start at sigmoid(-8) and sigmoid(0)).",
+        plot=True,
+        diagnose="depth 32",
+    ),
+    "difformer_ablation": Section(
+        "DIFFormer-s on Cora at 20 layers, τ = 0.2: which ingredient the depth collapse hangs on",
+        ["experiment=difformer_cora", "model.dt=0.2", "model.depth=20"],
         {
-            "solver": ["diffusion", "full_wave", "light_wave", "damped", "mix"],
-            "model.depth": [2, 4, 8, 16, 32],
-            "train.seed": SEEDS,
+            "diffusion": ["solver=diffusion"],
+            "diffusion, no dropout on the state": ["solver=diffusion", "model.layer_dropout=0.0"],
+            "diffusion, no per-layer LayerNorm": ["solver=diffusion", "model.norm=none"],
+            "diffusion, Attn and Â averaged": ["solver=diffusion", "model.propagation=mean"],
+            "light_wave θ0=0": ["solver=light_wave", "solver.options.theta0=0.0"],
+            "light_wave θ0=0, no dropout on the state": [
+                "solver=light_wave",
+                "solver.options.theta0=0.0",
+                "model.layer_dropout=0.0",
+            ],
         },
-        ["model.dt=0.2", "train.max_steps=100"],
-        note="Paper (Cora, 20 layers, τ = 0.2): diffusion 39.92 %, Light Wave 85.18 %; ogbn-arxiv (7 layers): 24.44 % "
-        "-> 66.73 %.",
+        matched=False,
     ),
     "digits": Section(
         "ViT on scikit-learn digits (8×8, patch 2, dim 48)",
-        "digits_vit",
-        {"solver": ["diffusion", "full_wave", "light_wave", "mix"], "model.depth": [6, 12], "train.seed": SEEDS},
-        ["train.max_steps=600"],
+        ["experiment=digits_vit", "train.max_steps=600"],
+        VISION,
+        _depths([6, 12]),
+        plot=True,
+        diagnose="depth 12",
     ),
     "fmnist": Section(
         "ViT on a 10k-image Fashion-MNIST subset (28×28, patch 7, dim 48)",
-        "fmnist_vit",
-        {"solver": ["diffusion", "full_wave", "light_wave", "mix"], "model.depth": [6, 12], "train.seed": SEEDS},
-        ["model.dim=48", "data.batch_size=64", "train.max_steps=500", "train.eval_every=100"],
+        ["experiment=fmnist_vit", "model.dim=48", "data.batch_size=64", "train.max_steps=500", "train.eval_every=100"],
+        VISION,
+        _depths([6, 12]),
+        plot=True,
+        diagnose="depth 12",
     ),
     "shakespeare": Section(
         "Tiny Shakespeare, character-level causal LM (depth 4, dim 64, context 64)",
-        "shakespeare_char",
-        {"solver": ["diffusion", "full_wave", "light_wave"], "train.seed": [0, 1]},
-        ["model.dim=64", "model.max_len=64", "train.max_steps=800", "train.eval_every=200", "train.eval_batches=10"],
-        axis="",
+        [
+            "experiment=shakespeare_char",
+            "model.dim=64",
+            "model.max_len=64",
+            "train.max_steps=800",
+            "train.eval_every=200",
+            "train.eval_batches=10",
+        ],
+        LANGUAGE,
+        seeds=[0, 1],
     ),
     "sst2": Section(
         "SST-2 sentiment, masked-LM encoder + classification head from scratch (depth 4, dim 64)",
-        "sst2",
-        {"solver": ["diffusion", "full_wave", "light_wave"], "train.seed": [0, 1]},
-        ["train.max_steps=500", "train.eval_every=100"],
-        axis="",
+        ["experiment=sst2", "train.max_steps=500", "train.eval_every=100"],
+        LANGUAGE,
+        seeds=[0, 1],
     ),
 }
-SECTIONS["momentum"] = Section(
-    "Cora at depth 32: Light Wave's momentum start λ0 = sigmoid(θ0) (heavy ball, τ = 0.2)",
-    "cora_deep",
-    {"solver": ["light_wave"], "solver.options.theta0": [-2.0, 0.0, 2.0, 4.0], "train.seed": SEEDS},
-    ["model.dt=0.2", "model.depth=32", "train.max_steps=100"],
-    axis="solver.options.theta0",
-    label="θ0 =",
-    note="λ0 = sigmoid(θ0) ≈ 0.12, 0.5, 0.88, 0.98; the presets' default is θ0 = -2.",
-)
 SMOKE = Section(
     "smoke",
-    "cora_deep",
-    {"solver": ["diffusion"], "model.depth": [2], "train.seed": [0]},
-    ["model.dt=0.2", "train.max_steps=3", "train.eval_every=3"],
+    ["experiment=difformer_cora", "model.depth=2", "train.max_steps=3", "train.eval_every=3"],
+    {"diffusion": ["solver=diffusion"]},
+    seeds=[0],
+    matched=False,
 )
 
 
@@ -126,19 +187,51 @@ def _train(job: tuple[str, list[str], str]) -> dict[str, Any]:
     return train.run(cfg, Path(out_dir))
 
 
-def run_section(section: Section, runs_dir: Path, workers: int) -> list[tuple[str, list[str], dict[str, Any]]]:
-    jobs = [(name, overrides, str(runs_dir / name)) for name, overrides in section.runs()]
+Result = tuple[str, str, str, int, list[str], dict[str, Any]]  # name, row, column, seed, overrides, summary
+
+
+def _run(jobs: list[tuple[str, str, str, int, list[str]]], runs_dir: Path, workers: int) -> list[Result]:
+    work = [(name, overrides, str(runs_dir / name)) for name, _, _, _, overrides in jobs]
     if workers == 1:
-        summaries = [_train(job) for job in jobs]
+        summaries = [_train(job) for job in work]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            summaries = list(pool.map(_train, jobs))
-    return [(name, overrides, summary) for (name, overrides, _), summary in zip(jobs, summaries)]
+            summaries = list(pool.map(_train, work))
+    return [(*job, summary) for job, summary in zip(jobs, summaries)]
 
 
-def _value(overrides: list[str], key: str) -> str:
-    key = key.lstrip("+")
-    return next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith(f"{key}=")), "")
+def cost_ratios(results: list[Result]) -> dict[str, float]:
+    """Per row, the median over paired runs (same column and seed) of its training time over diffusion's."""
+    wall = {(row, column, seed): s["wall_s"] for _, row, column, seed, _, s in results}
+    ratios: dict[str, float] = {}
+    for row in dict.fromkeys(r for _, r, _, _, _, _ in results):
+        pairs = [
+            wall[(row, c, s)] / wall[("diffusion", c, s)]
+            for (r, c, s) in wall
+            if r == row and ("diffusion", c, s) in wall and wall[("diffusion", c, s)] > 0
+        ]
+        if pairs and row != "diffusion":
+            ratios[row] = statistics.median(pairs)
+    return ratios
+
+
+def matched_jobs(section: Section, results: list[Result]) -> list[tuple[str, str, str, int, list[str]]]:
+    """Compute-matched diffusion runs: for every row costing more than 1.1× diffusion, diffusion with that many times
+    its steps (rounded), in every column and seed."""
+    if not section.matched or "diffusion" not in section.rows:
+        return []
+    steps = {(c, s): summary["steps"] for _, row, c, s, _, summary in results if row == "diffusion"}
+    jobs = []
+    for row, ratio in cost_ratios(results).items():
+        if ratio <= MATCH_ABOVE:
+            continue
+        label = f"diffusion at {row}'s time (×{ratio:.2f} steps)"
+        for (column, seed), n in steps.items():
+            more = max(1, round(n * ratio))
+            name = _slug(f"diffusion_matched_{row}__{column}__seed={seed}")
+            overrides = [*section.fixed, *section.rows["diffusion"], *section.columns[column]]
+            jobs.append((name, label, column, seed, [*overrides, f"train.seed={seed}", f"train.max_steps={more}"]))
+    return jobs
 
 
 def _fmt(values: list[float], percent: bool) -> str:
@@ -150,24 +243,30 @@ def _fmt(values: list[float], percent: bool) -> str:
     return f"{mean:.1f} ± {spread:.1f}" if percent else f"{mean:.3f} ± {spread:.3f}"
 
 
-def table(section: Section, results: list[tuple[str, list[str], dict[str, Any]]]) -> tuple[str, dict]:
-    """Markdown table: one row per solver, one column per ``axis`` value, mean ± std of the test metric."""
-    metric = results[0][2]["metric"]
+def table(section: Section, results: list[Result]) -> tuple[str, dict]:
+    """Markdown table: one row per row label, one column per column label, mean ± std of the test metric over
+    seeds; then the training time of each row relative to diffusion."""
+    metric = results[0][5]["metric"]
     percent = metric == "accuracy"
     cells: dict[str, dict[str, list[float]]] = {}
-    walls = []
-    for _, overrides, summary in results:
-        solver, column = _value(overrides, "solver"), _value(overrides, section.axis) if section.axis else "all"
-        cells.setdefault(solver, {}).setdefault(column, []).append(summary["test"])
-        walls.append(summary["wall_s"])
+    walls: dict[str, list[float]] = {}
+    for _, row, column, _, _, summary in results:
+        cells.setdefault(row, {}).setdefault(column, []).append(summary["test"])
+        walls.setdefault(row, []).append(summary["wall_s"])
     columns = list(dict.fromkeys(c for row in cells.values() for c in row))
     label = f"test {metric}" + (" (%)" if percent else " (nats/char)")
-    head = "| solver | " + " | ".join(f"{section.label} {c}" if section.axis else label for c in columns) + " |"
-    lines = [head, "|" + "---|" * (len(columns) + 1)]
-    for solver, row in cells.items():
-        lines.append(f"| `{solver}` | " + " | ".join(_fmt(row.get(c, []), percent) for c in columns) + " |")
-    seeds = len(next(iter(next(iter(cells.values())).values())))
-    caption = f"{label}, mean ± std over {seeds} seeds; {len(results)} runs, {sum(walls) / 60:.1f} min of training."
+    ratios = cost_ratios([r for r in results if not r[1].startswith("diffusion at ")])
+    head = "| solver | " + " | ".join(c or label for c in columns) + " | time vs diffusion |"
+    lines = [head, "|" + "---|" * (len(columns) + 2)]
+    for row, by_column in cells.items():
+        ratio = "1.00" if row == "diffusion" else (f"{ratios[row]:.2f}" if row in ratios else "–")
+        shown = f"`{row}`" if " " not in row else row
+        lines.append(
+            f"| {shown} | " + " | ".join(_fmt(by_column.get(c, []), percent) for c in columns) + f" | {ratio} |"
+        )
+    seeds = len(section.seeds)
+    minutes = sum(sum(w) for w in walls.values()) / 60
+    caption = f"{label}, mean ± std over {seeds} seeds; {len(results)} runs, {minutes:.1f} min of training."
     return "\n".join(lines) + "\n\n" + caption, cells
 
 
@@ -177,38 +276,39 @@ def accuracy_plot(section: Section, cells: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for solver, row in cells.items():
-        depths = sorted(row, key=float)
-        means = [100 * statistics.fmean(row[d]) for d in depths]
-        stds = [100 * statistics.stdev(row[d]) if len(row[d]) > 1 else 0 for d in depths]
-        ax.errorbar([int(d) for d in depths], means, yerr=stds, marker="o", ms=4, capsize=3, label=solver)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    depths = [int(c.split()[-1]) for c in section.columns]
+    for row, by_column in cells.items():
+        points = [(int(c.split()[-1]), v) for c, v in by_column.items() if v]
+        means = [100 * statistics.fmean(v) for _, v in points]
+        stds = [100 * statistics.stdev(v) if len(v) > 1 else 0 for _, v in points]
+        ax.errorbar([d for d, _ in points], means, yerr=stds, marker="o", ms=4, capsize=3, label=row)
     ax.set(xscale="log", xlabel="depth (layers)", ylabel="test accuracy (%)")
-    ax.set_title(section.title.split(" (")[0], fontsize=10)
-    ax.set_xticks([int(d) for d in sorted(next(iter(cells.values())), key=float)])
+    ax.set_title(section.title.split(":")[0], fontsize=9)
+    ax.set_xticks(depths)
     ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def oversmoothing(section: Section, results, runs_dir: Path, out: Path) -> list[str]:
-    """Diagnose the seed-0 runs at the section's largest depth, one curve per solver; return the PNG names."""
+DIAGNOSED = ("cosine", "dirichlet_normalised", "feature_variance", "spectral_gap", "rank_collapse", "dirichlet")
+
+
+def oversmoothing(section: Section, results: list[Result], runs_dir: Path, out: Path) -> list[str]:
+    """Diagnose the seed-0 runs of the ``diagnose`` column, one curve per row; return the PNG names."""
     from .diagnose import diagnose
     from .runs import load_run
 
-    deepest = max(int(_value(o, "model.depth")) for _, o, _ in results)
-    chosen = [
-        (n, o) for n, o, _ in results if _value(o, "train.seed") == "0" and int(_value(o, "model.depth")) == deepest
-    ]
+    chosen = [(row, name) for name, row, column, seed, _, _ in results if seed == 0 and column == section.diagnose]
     runs = []
-    for name, overrides in chosen:
+    for row, name in chosen:
         data, model, _ = load_run(runs_dir / name)
-        runs.append((_value(overrides, "solver"), data, model))
+        runs.append((row, data, model))
     diagnose(runs, out, size=64)
-    return [f"{m}.png" for m in ("cosine", "rank_collapse", "dirichlet", "spectral_gap") if (out / f"{m}.png").exists()]
+    return [f"{m}.png" for m in DIAGNOSED if (out / f"{m}.png").exists()]
 
 
 def write_results(markdown: str, path: Path, begin: str = BEGIN, end: str = END) -> None:
@@ -221,6 +321,13 @@ def write_results(markdown: str, path: Path, begin: str = BEGIN, end: str = END)
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
+
+
+def run_section(section: Section, runs_dir: Path, workers: int) -> list[Result]:
+    """Train every cell (reusing finished runs), then the compute-matched rows the first results call for."""
+    results = _run(section.runs(), runs_dir, workers)
+    extra = matched_jobs(section, results)
+    return results + (_run(extra, runs_dir, workers) if extra else [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,29 +347,28 @@ def main(argv: list[str] | None = None) -> int:
     sections = {"smoke": SMOKE} if args.smoke else {name: SECTIONS[name] for name in args.sections}
     figures = args.out / "results"
     figures.mkdir(parents=True, exist_ok=True)
-    command = "odeformer-reproduce" + (
-        " --smoke"
-        if args.smoke
-        else ""
-        if args.sections == list(SECTIONS)
-        else " --sections " + " ".join(args.sections)
-    )
+    if args.smoke:
+        command = "odeformer-reproduce --smoke"
+    elif args.sections == list(SECTIONS):
+        command = "odeformer-reproduce"
+    else:
+        command = "odeformer-reproduce --sections " + " ".join(args.sections)
     started = time.time()
     parts, training = [], []
     for key, section in sections.items():
         results = run_section(section, args.runs / key, args.workers)
-        training.extend(summary["wall_s"] for _, _, summary in results)
+        training.extend(summary["wall_s"] for *_, summary in results)
         markdown, cells = table(section, results)
         parts.append(f"### {section.title}\n\n{markdown}\n")
         if section.note:
             parts.append(section.note + "\n")
-        if section.axis == "model.depth" and len(next(iter(cells.values()))) > 1:
+        if section.plot:
             accuracy_plot(section, cells, figures / f"{key}_accuracy.png")
             parts.append(f"![{key} accuracy against depth](results/{key}_accuracy.png)\n")
-        if key in ("digits", "fmnist", "graph"):
+        if section.diagnose:
             pngs = oversmoothing(section, results, args.runs / key, figures / f"{key}_oversmoothing")
             links = " ".join(f"[{p[:-4]}](results/{key}_oversmoothing/{p})" for p in pngs)
-            parts.append(f"Over-smoothing per layer at the largest depth (seed 0, trained): {links}\n")
+            parts.append(f"Per layer, {section.diagnose} (seed 0, trained; numbers beside each PNG): {links}\n")
             if pngs:
                 parts.append(f"![{key} token cosine per layer](results/{key}_oversmoothing/{pngs[0]})\n")
     minutes = (time.time() - started) / 60
@@ -272,9 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         f"Generated by `{command}` on {os.cpu_count()} CPU cores ({cpu}), {time.strftime('%Y-%m-%d')}: "
         f"{len(training)} runs, {trained:.0f} min of training summed over runs, {args.workers} single-thread "
         f"worker(s) in parallel (about {trained / args.workers:.0f} min wall; finished runs are reused, so a rerun "
-        "only redraws the tables and figures). Each run is "
-        "`odeformer-train` with the overrides in the section's config (`odeformer/reproduce.py`); test metrics are "
-        "taken at the best validation step.\n"
+        "only redraws the tables and figures). Each run is `odeformer-train` with the overrides in the section's "
+        'config (`odeformer/reproduce.py`); test metrics are taken at the best validation step. "time vs '
+        "diffusion\" is the median ratio of paired runs' training time.\n"
     )
     write_results(header + "\n" + "\n".join(parts), args.out / "RESULTS.md")
     print(f"wrote {args.out / 'RESULTS.md'} ({minutes:.1f} min)")

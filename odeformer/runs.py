@@ -17,15 +17,22 @@ from .checkpoints import load_checkpoint
 from .data import TaskData, load
 
 # what each model trains on, and the sizes it takes from the dataset
-KINDS = {"ViT": "image", "CausalLM": "text", "MaskedLM": "sequence", "NodeClassifier": "graph"}
+KINDS = {"ViT": "image", "CausalLM": "text", "MaskedLM": "sequence", "NodeClassifier": "graph", "DIFFormer": "graph"}
 SIZES = {
     "ViT": ("image_size", "in_chans", "num_classes"),
     "CausalLM": ("vocab_size",),
     "MaskedLM": ("vocab_size", "max_len", "num_classes", "pad_id"),
     "NodeClassifier": ("in_features", "num_classes"),
+    "DIFFormer": ("in_features", "num_classes"),
 }
 MODEL_FOR_KIND = {"image": "vit", "text": "causal_lm", "sequence": "masked_lm", "graph": "node_classifier"}
-CONFIG_NAMES = {"ViT": "vit", "CausalLM": "causal_lm", "MaskedLM": "masked_lm", "NodeClassifier": "node_classifier"}
+CONFIG_NAMES = {
+    "ViT": "vit",
+    "CausalLM": "causal_lm",
+    "MaskedLM": "masked_lm",
+    "NodeClassifier": "node_classifier",
+    "DIFFormer": "difformer",
+}
 
 
 class UsageError(ValueError):

@@ -1,4 +1,5 @@
-"""The training loop, independent of Hydra: AdamW, warm-up then cosine, clipping, evaluation, checkpoints, resume.
+"""The training loop, independent of Hydra: AdamW (or Adam), warm-up then cosine, clipping, evaluation, checkpoints,
+resume.
 
 Every run directory holds ``metrics.jsonl`` (one JSON object per logged step), ``last.pt`` and ``best.pt`` (written
 atomically: a temporary file, then a rename), ``curves.png`` and ``summary.json``. A resumed run (``train.resume``)
@@ -48,6 +49,10 @@ class Settings(TrainConfig):
     batch_size: int = 64
 
     def __post_init__(self) -> None:
+        if self.checkpoint_every < 0:
+            raise ValueError(
+                f"train.checkpoint_every must be 0 (at every evaluation) or more, got {self.checkpoint_every}."
+            )
         for name in ("max_steps", "eval_every", "log_every", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be at least 1, got {getattr(self, name)}.")
@@ -55,6 +60,10 @@ class Settings(TrainConfig):
             raise ValueError(f"train.lr must be positive, got {self.lr}.")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"train.device must be auto, cpu or cuda; got {self.device!r}.")
+        if self.optimizer not in ("adamw", "adam"):
+            raise ValueError(f"train.optimizer must be adamw or adam; got {self.optimizer!r}.")
+        if self.decay not in ("matrices", "all"):
+            raise ValueError(f"train.decay must be matrices or all; got {self.decay!r}.")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"train.precision must be auto, fp32 or bf16; got {self.precision!r}.")
 
@@ -67,6 +76,29 @@ def choose_device(name: str) -> torch.device:
     if name == "cuda" and "LOCAL_RANK" in os.environ:
         return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return torch.device(name)
+
+
+def decayed(model: nn.Module, scope: str) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """``(decayed, not decayed)`` parameters. ``scope="matrices"``: weights of two or more dimensions outside the
+    embeddings; ``"all"``: every parameter (DIFFormer's protocol). Scheme parameters (a stepper's momentum, gate or
+    damping: the parameters of every ``solvers.AbstractStepper`` in the model) are never decayed: decay would pull
+    them toward 0, i.e. toward a particular scheme (λ = ½ for a sigmoid gate)."""
+    from solvers import AbstractStepper
+
+    scheme = {id(p) for m in model.modules() if isinstance(m, AbstractStepper) for p in m.parameters()}
+    on, off = [], []
+    for name, p in model.named_parameters():
+        matrix = p.dim() >= 2 and "embed" not in name
+        (on if id(p) not in scheme and (scope == "all" or matrix) else off).append(p)
+    return on, off
+
+
+def make_optimizer(model: nn.Module, settings: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW (decoupled decay) or Adam (decay as an L2 term in the gradient, as DIFFormer's code uses it)."""
+    on, off = decayed(model, settings.decay)
+    groups = [{"params": on, "weight_decay": settings.weight_decay}, {"params": off, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW if settings.optimizer == "adamw" else torch.optim.Adam
+    return optimizer(groups, lr=settings.lr)
 
 
 class Trainer:
@@ -83,12 +115,7 @@ class Trainer:
         torch.manual_seed(settings.seed)
         self.model = model.to(self.device)
         self.objective = make_objective(data, model, settings.batch_size, settings.seed, self.device)
-        decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-        no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=settings.lr,
-        )
+        self.optimizer = make_optimizer(model, settings)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step, self.wall, self.best_val, self.best_step = 0, 0.0, None, 0
         self.stop_signal: int | None = None
@@ -191,11 +218,14 @@ class Trainer:
             if self._better(value):
                 self.best_val, self.best_step = value, self.step
                 save_checkpoint(self.out_dir / "best.pt", self.state())
-            save_checkpoint(self.out_dir / "last.pt", self.state())
-            self._say(
-                f"step {self.step}: val {self.objective.metric} {value:.4f} (best {self.best_val:.4f} at "
-                f"step {self.best_step})"
-            )
+            every, final = self.settings.checkpoint_every, self.step == self.settings.max_steps
+            if every == 0 or self.step % every == 0 or final:
+                save_checkpoint(self.out_dir / "last.pt", self.state())
+            if self.settings.eval_every >= self.settings.log_every or self.step % self.settings.log_every == 0 or final:
+                self._say(
+                    f"step {self.step}: val {self.objective.metric} {value:.4f} (best {self.best_val:.4f} at "
+                    f"step {self.best_step})"
+                )
         if self.world > 1:
             dist.barrier()
 

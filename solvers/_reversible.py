@@ -6,7 +6,8 @@ stepper's ``inverse`` (every stepper must declare ``reversible``), and backpropa
 time. Activation memory is then independent of the number of steps; the price is one inverse and one re-run of every
 step. The rebuilt states equal the forward ones up to rounding, so the gradients equal ordinary backpropagation's up
 to rounding — provided the fields are deterministic (no dropout: a random mask drawn again in the backward pass would
-differ from the forward's).
+differ from the forward's). A differentiable backward (``create_graph=True``) is supported: it recomputes the forward
+with autograd recording, so second derivatives are exact.
 
 The backward pass replays the forward's autocast state, so a step run under ``torch.autocast`` is rebuilt and
 differentiated in the same precision. Under a ``torch.func`` transform (``jvp``, ``vmap``, ``jacrev``) the plain
@@ -99,8 +100,8 @@ def integrate_reversible(
             )
     if len({s.second_order for s in steppers}) > 1:
         raise ValueError("integrate_reversible needs every step of one kind (all first- or all second-order).")
-    if torch._C._are_functorch_transforms_active():  # transforms compose with the plain loop
-        return integrate(steppers, fields, y0, dts, t0)
+    if torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0:
+        return integrate(steppers, fields, y0, dts, t0)  # transforms and forward-mode AD compose with the plain loop
     second = steppers[0].second_order
     tensors = (y0.x, y0.v) if second else (y0,)
     if params is None:
@@ -112,7 +113,12 @@ def integrate_reversible(
 
 class _RebuildingBackward(torch.autograd.Function):
     """Forward without storing states; backward rebuilds each step's input by its inverse, then backpropagates through
-    that one step, so memory does not grow with the number of steps."""
+    that one step, so memory does not grow with the number of steps.
+
+    Only the input and output states are kept (two states, whatever the depth). A backward that must itself be
+    differentiable (``create_graph=True``: a gradient penalty, a Hessian-vector product) recomputes the whole forward
+    from the kept input with autograd recording instead, so second derivatives are exact, at the usual memory cost.
+    """
 
     @staticmethod
     def forward(ctx, run: _Run, count: int, *inputs: Tensor):
@@ -123,18 +129,25 @@ class _RebuildingBackward(torch.autograd.Function):
         out = (y.x, y.v) if run.second_order else (y,)
         ctx.run, ctx.count = run, count
         ctx.autocast = AutocastState.capture(tensors[0])  # the rebuilt steps must compute as the forward pass did
-        ctx.save_for_backward(*out, *params)
+        ctx.save_for_backward(*tensors, *out, *params)
         return tuple(o.clone() for o in out)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, *grads: Tensor):
         run, count = ctx.run, ctx.count
         saved = ctx.saved_tensors
-        y = PhaseState(*saved[:count]) if run.second_order else saved[0]
-        params = saved[count:]
+        inputs, outputs, params = saved[:count], saved[count : 2 * count], saved[2 * count :]
+        grads = tuple(torch.zeros_like(o) if g is None else g for g, o in zip(grads, outputs))
+        if torch.is_grad_enabled():  # create_graph=True: a differentiable backward, through the recorded forward
+            with ctx.autocast():
+                y0 = PhaseState(*inputs) if run.second_order else inputs[0]
+                y = integrate(run.steppers, run.fields, y0, run.dts, run.t0)
+                outs = (y.x, y.v) if run.second_order else (y,)
+                wanted = [t for t in (*inputs, *params) if t.requires_grad]
+                got = iter(torch.autograd.grad(outs, wanted, grads, allow_unused=True, create_graph=True))
+            return (None, None, *(next(got) if t.requires_grad else None for t in (*inputs, *params)))
+        y = PhaseState(*outputs) if run.second_order else outputs[0]
         totals: list[Tensor | None] = [None] * len(params)
-        grads = tuple(torch.zeros_like(s) if g is None else g for g, s in zip(grads, saved[:count]))
         for s, f, t, dt in reversed(list(zip(run.steppers, run.fields, run.times(), run.dts))):
             with torch.no_grad(), ctx.autocast():
                 y_in = s.inverse(f, t, y, dt)

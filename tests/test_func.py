@@ -97,10 +97,7 @@ def test_vmap_over_a_batch_is_the_batched_model(solver):
             torch.testing.assert_close(batched[i], single, rtol=1e-10, atol=1e-12, msg=name)
 
 
-OUTSIDE_FORWARD_AD = {  # presets whose forward-mode AD fails in code outside odeformer/joint.py
-    "reversible": "the reversible stack's autograd Function (solvers/_reversible.py, _RebuildingBackward) has no jvp "
-    "and is not bypassed under torch.autograd.forward_ad.dual_level (only under torch.func transforms)",
-}
+OUTSIDE_FORWARD_AD: dict[str, str] = {}  # presets whose forward-mode AD fails in code outside odeformer/joint.py
 
 
 @pytest.mark.parametrize(
@@ -121,11 +118,7 @@ def test_forward_mode_ad_is_torch_func_jvp(solver):
     torch.testing.assert_close(tangent, expected, rtol=1e-12, atol=1e-12)
 
 
-OUTSIDE_DOUBLE_BACKWARD = {  # presets whose double backward is wrong in code outside odeformer/joint.py
-    "reversible": "the reversible stack's backward (solvers/_reversible.py, _RebuildingBackward) is "
-    "once_differentiable, which raises only under .backward(): torch.autograd.grad(..., inputs) prunes its "
-    "DelayedError node and returns second derivatives without the stack's part (None for every backbone parameter)",
-}
+OUTSIDE_DOUBLE_BACKWARD: dict[str, str] = {}  # presets whose double backward is wrong outside odeformer/joint.py
 
 
 @pytest.mark.parametrize(

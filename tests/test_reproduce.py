@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from odeformer.reproduce import BEGIN, END, SECTIONS, Section, main, table, write_results
+from odeformer.reproduce import BEGIN, END, SECTIONS, Section, cost_ratios, main, matched_jobs, table, write_results
 
 
 @pytest.mark.data("cora")
@@ -24,22 +24,42 @@ def test_smoke_run_writes_a_results_block(tmp_path):
     assert next(runs.glob("smoke/*/summary.json")).stat().st_mtime_ns == stamp
 
 
-def test_table_is_mean_and_std_over_seeds():
-    section = Section("t", "x", {"solver": ["a"], "model.depth": [2], "train.seed": [0, 1]})
-    results = [
-        (n, o, {"metric": "accuracy", "test": t, "wall_s": 1.0}) for (n, o), t in zip(section.runs(), [0.5, 0.7])
+def _results(section, tests, walls=None):
+    walls = walls or [1.0] * len(tests)
+    return [
+        (*job, {"metric": "accuracy", "test": t, "wall_s": w, "steps": 10})
+        for job, t, w in zip(section.runs(), tests, walls)
     ]
-    markdown, cells = table(section, results)
-    assert "| `a` | 60.0 ± 14.1 |" in markdown and cells == {"a": {"2": [0.5, 0.7]}}
+
+
+def test_table_is_mean_and_std_over_seeds():
+    section = Section("t", ["experiment=x"], {"a": ["solver=a"]}, {"depth 2": ["model.depth=2"]}, seeds=[0, 1])
+    markdown, cells = table(section, _results(section, [0.5, 0.7]))
+    assert "| `a` | 60.0 ± 14.1 | – |" in markdown and cells == {"a": {"depth 2": [0.5, 0.7]}}
+
+
+def test_a_costlier_row_gets_a_compute_matched_diffusion_row():
+    section = Section("t", ["experiment=x"], {"diffusion": ["solver=diffusion"], "full_wave": ["solver=full_wave"]})
+    results = _results(section, [0.5] * 6, walls=[1.0, 1.0, 1.0, 1.7, 1.5, 1.9])  # full_wave: 1.7, 1.5, 1.9 × as long
+    assert cost_ratios(results) == {"full_wave": 1.7}
+    jobs = matched_jobs(section, results)
+    assert len(jobs) == 3 and all(overrides[-1] == "train.max_steps=17" for *_, overrides in jobs)
+    assert jobs[0][1] == "diffusion at full_wave's time (×1.70 steps)"
+    cheap = _results(section, [0.5] * 6, walls=[1.0, 1.0, 1.0, 1.05, 1.0, 1.1])
+    assert matched_jobs(section, cheap) == []  # within 1.1×: no matched row
 
 
 def test_sections_cover_the_issue_grid():
-    graph = SECTIONS["graph"].grid
-    assert graph["model.depth"] == [2, 4, 8, 16, 32] and len(graph["train.seed"]) == 3
-    assert set(graph["solver"]) == {"diffusion", "full_wave", "light_wave", "damped", "mix"}
+    depth = SECTIONS["difformer_depth"]
+    assert list(depth.columns) == ["depth 4", "depth 8", "depth 20", "depth 32"] and "model.dt=0.2" in depth.fixed
+    thetas = {o for row in depth.rows.values() for o in row if "theta0" in o}
+    assert thetas == {f"solver.options.theta0={t}" for t in (-8.0, 0.0, 2.0, 4.0)}
+    assert {"diffusion", "full_wave", "damped", "mix"} <= set(depth.rows)
+    baseline = SECTIONS["difformer"]
+    assert baseline.fixed == ["experiment=difformer_cora"] and len(baseline.seeds) == 5
     for key in ("digits", "fmnist"):
-        assert SECTIONS[key].grid["model.depth"] == [6, 12]
-        assert set(SECTIONS[key].grid["solver"]) == {"diffusion", "full_wave", "light_wave", "mix"}
+        assert list(SECTIONS[key].columns) == ["depth 6", "depth 12"]
+        assert set(SECTIONS[key].rows) == {"diffusion", "full_wave", "light_wave", "mix"}
 
 
 def test_write_results_appends_a_block(tmp_path):

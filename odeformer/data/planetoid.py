@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._common import TaskData, one_line, require_file, resolve_root
+from ._common import TaskData, check_int, one_line, require_file, resolve_root
 
 SOURCE = (
     "run `odeformer-data cora` (Cora), or get the ind.<name>.* files from github.com/kimiyoung/planetoid (data/) into "
@@ -92,15 +92,60 @@ def _edge_index(graph: dict, num_nodes: int, path: Path) -> np.ndarray:
     return np.unique(edges, axis=1)
 
 
-def planetoid(root: str | os.PathLike | None = None, name: str = "cora") -> TaskData:
+def _random_split(
+    labels: torch.Tensor, labelled: torch.Tensor, seed: int, per_class: int, num_val: int, num_test: int, path: Path
+) -> dict[str, tuple[torch.Tensor]]:
+    """``per_class`` random labelled nodes of each class (train), then ``num_val`` and ``num_test`` of the rest."""
+    g = torch.Generator().manual_seed(seed)
+    train = []
+    for c in range(int(labels.max()) + 1):
+        members = torch.nonzero((labels == c) & labelled).flatten()
+        if len(members) < per_class:
+            raise ValueError(
+                f"planetoid: class {c} has {len(members)} labelled nodes in {path}, fewer than {per_class}."
+            )
+        train.append(members[torch.randperm(len(members), generator=g)[:per_class]])
+    train = torch.cat(train)
+    rest = torch.ones_like(labelled)
+    rest[train] = False
+    rest = torch.nonzero(rest & labelled).flatten()
+    if len(rest) < num_val + num_test:
+        raise ValueError(
+            f"planetoid: {len(rest)} labelled nodes remain after the train split, fewer than {num_val} + {num_test}."
+        )
+    rest = rest[torch.randperm(len(rest), generator=g)]
+    return {
+        "train": (train.sort().values,),
+        "val": (rest[:num_val].sort().values,),
+        "test": (rest[num_val : num_val + num_test].sort().values,),
+    }
+
+
+def planetoid(
+    root: str | os.PathLike | None = None,
+    name: str = "cora",
+    split: str = "public",
+    seed: int = 0,
+    per_class: int = 20,
+    num_val: int = 500,
+    num_test: int = 1000,
+) -> TaskData:
     """Transductive node classification on the Planetoid graph ``name`` (``cora``, ``citeseer``, ``pubmed``).
 
     Features are ``allx`` stacked on ``tx``, with test rows placed at their ids from ``test.index``; ids the index
     skips (isolated CiteSeer nodes) get zero features and label 0, and belong to no split, as in Kipf's loader.
     Features are row-normalised (rows sum to 1, empty rows stay 0); ``edge_index`` is symmetric, without self loops
-    or duplicates. Splits: train = the first ``len(y)`` nodes (140 for Cora), val = the next 500, test = the sorted
-    test ids (1000).
+    or duplicates.
+
+    ``split="public"`` (Planetoid's): train = the first ``len(y)`` nodes (140 for Cora), val = the next 500, test =
+    the sorted test ids (1000). ``split="random"`` (DIFFormer's ``class_rand_splits``): ``per_class`` random nodes of
+    every class for training, then ``num_val`` and ``num_test`` random nodes of the rest, drawn from ``seed`` — one
+    fixed split per seed, whatever the model's seed.
     """
+    if split not in ("public", "random"):
+        raise ValueError(f"planetoid split must be 'public' or 'random', got {split!r}.")
+    for label, value in (("seed", seed), ("per_class", per_class), ("num_val", num_val), ("num_test", num_test)):
+        check_int(f"planetoid {label}", value, 0 if label == "seed" else 1)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
         raise ValueError(f"planetoid name must be a dataset name such as 'cora', 'citeseer' or 'pubmed', got {name!r}.")
     name = name.lower()
@@ -147,15 +192,16 @@ def planetoid(root: str | os.PathLike | None = None, name: str = "cora") -> Task
     features = np.divide(features, rowsum, out=np.zeros_like(features), where=rowsum != 0)
     edge_index = _edge_index(graph, num_nodes, paths["graph"])
 
-    splits = {
-        "train": (torch.arange(n_train),),
-        "val": (torch.arange(n_train, n_train + NUM_VAL),),
-        "test": (torch.from_numpy(np.sort(test_index)),),
-    }
-    graph_tensors = (
-        torch.from_numpy(features),
-        torch.from_numpy(edge_index),
-        torch.from_numpy(one_hot.argmax(axis=1).astype(np.int64)),
-    )
+    labels = torch.from_numpy(one_hot.argmax(axis=1).astype(np.int64))
+    if split == "public":
+        splits = {
+            "train": (torch.arange(n_train),),
+            "val": (torch.arange(n_train, n_train + NUM_VAL),),
+            "test": (torch.from_numpy(np.sort(test_index)),),
+        }
+    else:
+        labelled = torch.from_numpy(one_hot.sum(axis=1) > 0)
+        splits = _random_split(labels, labelled, seed, per_class, num_val, num_test, paths["ally"])
+    graph_tensors = (torch.from_numpy(features), torch.from_numpy(edge_index), labels)
     meta = {"name": name, "in_features": features.shape[1], "num_classes": one_hot.shape[1], "num_nodes": num_nodes}
     return TaskData("graph", splits, meta, graph=graph_tensors)

@@ -1,7 +1,7 @@
 """Task models: each is an embedding, a :class:`~odeformer.model.Backbone` integrated in depth, and a head."""
 
-from .graph import NodeClassifier
+from .graph import DIFFormer, NodeClassifier
 from .lm import CausalLM, MaskedLM
 from .vit import ViT
 
-__all__ = ["CausalLM", "MaskedLM", "NodeClassifier", "ViT"]
+__all__ = ["CausalLM", "DIFFormer", "MaskedLM", "NodeClassifier", "ViT"]

@@ -1,16 +1,29 @@
-"""Node classification, DIFFormer-style: all-pair attention diffusion mixed with graph propagation."""
+"""Node classification: all-pair attention diffusion with graph propagation.
+
+:class:`DIFFormer` is DIFFormer-s as its official code runs it on Cora (qitianwu/DIFFormer, ``node classification/``:
+``difformer.py``, ``main.py``, ``run.sh``), with the depth loop an integrator: encoder Linear -> LayerNorm -> ReLU ->
+dropout; per layer ``h <- Dropout(LN((1 - τ) h + τ P(h)))`` with ``P(h) = Attn(h) + Â h``, i.e. an explicit Euler step
+of size τ (their ``alpha``) on the laplacian field ``P(h) - h``, followed by LayerNorm and dropout on the state (a
+post-norm map, carried to the velocity by the chain rule for second-order presets); a linear classifier on the last
+state. :class:`NodeClassifier` is this library's earlier, looser graph model (a convex mix of attention and graph
+propagation, pre-dropout encoder, no per-layer norm).
+"""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 import solvers
 
+from ..blocks import JointDropout
 from ..continuous import ContinuousPreset
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
+from ..joint import JointLayerNorm, JointSequential
 from ..model import Solver, backbone, schedule
 from ._common import TaskModel
 
@@ -130,4 +143,233 @@ class NodeClassifier(TaskModel):
         if self.attention == "graph_softmax":
             context["attn_mask"] = graph_mask(edge_index, n)
         h = self.backbone(self.encoder(features).unsqueeze(0), record=record, **context)  # (1, N, D)
+        return self.classifier(h[0])
+
+
+class GlobalSimpleAttention(nn.Module):
+    """DIFFormer's "simple" kernel as its code computes it (``difformer.py``, ``full_attention_conv``, ``use_weight``
+    off): ``q = W_q h``, ``k = W_k h`` (with biases), each divided by the Frobenius norm of the whole ``(N, heads,
+    D)`` tensor (not row by row), values the state itself (no value projection), weights
+    ``A_ij = (1 + q̃_i · k̃_j) / (N + q̃_i · Σ_j k̃_j)``, heads averaged. Linear in ``N``:
+    ``Attn(h)_i = (Σ_j h_j + q̃_i (k̃ᵀ h)) / (N + q̃_i · Σ_j k̃_j)``; the two norms scale the small ``D × D`` product
+    ``kᵀ h`` and the ``D``-vector ``Σ_j k_j`` rather than the ``N × D`` queries and keys.
+    """
+
+    def __init__(self, dim: int, heads: int = 1):
+        super().__init__()
+        self.dim, self.heads = dim, heads
+        self.query = nn.Linear(dim, dim * heads)
+        self.key = nn.Linear(dim, dim * heads)
+
+    def _projections(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``q, k`` as ``(B, H, N, D)`` and ``1 / (‖q‖_F ‖k‖_F)`` as ``(B, 1, 1, 1)``."""
+        B, N, D = h.shape
+        q, k = self.query(h), self.key(h)  # (B, N, H D)
+        scale = 1 / (torch.linalg.vector_norm(q, dim=(1, 2)) * torch.linalg.vector_norm(k, dim=(1, 2)))  # (B,)
+        q = q.view(B, N, self.heads, D).transpose(1, 2)  # (B, H, N, D)
+        k = k.view(B, N, self.heads, D).transpose(1, 2)
+        return q, k, scale.view(B, 1, 1, 1)
+
+    def attend(self, h: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """``Attn(h)``, ``(B, N, D)``, through the Gram matrix ``G = hᵀ h``: with ``q = h W_qᵀ + b_q`` and
+        ``k = h W_kᵀ + b_k`` per head, ``kᵀ h = W_k G + b_k (Σ_j h_j)ᵀ``, ``Σ_j k_j = W_k Σ_j h_j + N b_k`` and
+        ``‖k‖²_F = Σ_heads tr(W_k G W_kᵀ) + 2 b_kᵀ W_k Σ_j h_j + N ‖b_k‖²`` (likewise ``‖q‖_F``) are ``D × D`` algebra,
+        so the queries and keys are never formed: two ``N × D × D`` products (``G`` and ``h`` times the queries'
+        matrix) instead of four, forward and backward."""
+        if attn_mask is not None:
+            raise ValueError("GlobalSimpleAttention is all-pair and takes no attn_mask.")
+        B, N, D = h.shape
+        H = self.heads
+        total = h.sum(1)  # (B, D): Σ_j h_j
+        gram = h.transpose(1, 2) @ h  # (B, D, D): hᵀ h
+        Wq, Wk = self.query.weight.view(H, D, D), self.key.weight.view(H, D, D)  # (H, D_out, D_in)
+        bq, bk = self.query.bias.view(H, D), self.key.bias.view(H, D)
+
+        def squared_norm(W, b):  # ‖h Wᵀ + b‖²_F over the whole (N, H, D) tensor, per sample: (B,)
+            quadratic = ((W @ gram.unsqueeze(1)) * W).sum((-1, -2, -3))  # Σ_h tr(W G Wᵀ)
+            return quadratic + 2 * torch.einsum("hd,hde,be->b", b, W, total) + N * b.square().sum()
+
+        scale = (squared_norm(Wq, bq) * squared_norm(Wk, bk)).rsqrt().view(B, 1, 1, 1)  # 1 / (‖q‖ ‖k‖)
+        keys_values = (Wk @ gram.unsqueeze(1) + bk.view(1, H, D, 1) * total.view(B, 1, 1, D)) * scale  # (B,H,D,D)
+        key_sum = (torch.einsum("hde,be->bhd", Wk, total) + N * bk).unsqueeze(-1) * scale  # (B, H, D, 1)
+        # q M = h (W_qᵀ M) + b_q M for M = [k̃ᵀ h | Σ k̃] per head: one product with h for every head
+        right = torch.cat([keys_values, key_sum], -1)  # (B, H, D, D + 1)
+        through = Wq.transpose(-2, -1) @ right  # (B, H, D, D + 1): W_qᵀ M
+        projected = h.unsqueeze(1) @ through + (bq.view(1, H, 1, D) @ right)  # (B, H, N, D + 1)
+        numerator = projected[..., :D] + total.view(B, 1, 1, D)  # Σ_j h_j + q̃ (k̃ᵀ h)
+        denominator = projected[..., D:] + N  # N + q̃ · Σ_j k̃_j
+        return (numerator / denominator).mean(1)  # (B, N, D)
+
+    def weights(self, h: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """The dense attention matrices, ``(B, heads, N, N)`` (for diagnostics; rows sum to 1)."""
+        q, k, scale = self._projections(h)
+        raw = 1 + (q @ k.transpose(-2, -1)) * scale
+        return raw / raw.sum(-1, keepdim=True)
+
+    def eigenvalues(self, h: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """The nonzero eigenvalues of the head-averaged attention matrix, without forming it: it is ``U Vᵀ`` with
+        ``U, V`` of width ``heads (D + 1)``, whose nonzero eigenvalues are those of ``Vᵀ U``: ``(B, 1, heads (D + 1))``.
+        """
+        q, k, scale = self._projections(h)  # (B, H, N, D)
+        ones = torch.ones_like(q[..., :1])
+        rows = h.shape[1] + q @ (k.sum(-2, keepdim=True).transpose(-2, -1) * scale)  # (B, H, N, 1)
+        U = torch.cat([ones, q * scale], -1) / (rows * self.heads)  # (B, H, N, D + 1)
+        V = torch.cat([ones, k], -1)
+        U, V = U.transpose(1, 2).flatten(2), V.transpose(1, 2).flatten(2)  # (B, N, H (D + 1))
+        return torch.linalg.eigvals((V.transpose(-2, -1) @ U).double()).unsqueeze(1)
+
+
+class _SymmetricPropagation(torch.autograd.Function):
+    """``Â h`` for a symmetric sparse ``Â``: the backward pass is ``Â g`` too, with no transposition of ``Â`` (which
+    PyTorch's sparse backward rebuilds, with a sort, on every call)."""
+
+    @staticmethod
+    def forward(ctx, adjacency: Tensor, h: Tensor) -> Tensor:
+        ctx.adjacency = adjacency
+        return adjacency @ h
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return None, _SymmetricPropagation.apply(ctx.adjacency, grad)  # linear: differentiable again
+
+
+class _SparseLinear(torch.autograd.Function):
+    """``X Wᵀ + b`` for a fixed sparse ``X`` (bag-of-words node features: 1.3 % nonzero on Cora) with ``Xᵀ`` kept too,
+    so neither pass touches the zeros: the weight's gradient is ``(Xᵀ g)ᵀ``; ``X`` gets none."""
+
+    @staticmethod
+    def forward(ctx, matrix: Tensor, transposed: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        ctx.transposed = transposed
+        return torch.addmm(bias, matrix, weight.t()) if matrix.layout is torch.strided else matrix @ weight.t() + bias
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return None, None, (ctx.transposed @ grad).t(), grad.sum(0)
+
+
+def propagate(adjacency: Tensor, h: Tensor) -> Tensor:
+    """``Â h`` for ``h`` of shape ``(N, D)`` and a symmetric sparse ``Â`` (as :func:`normalized_adjacency` builds)."""
+    if torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0:
+        return torch.sparse.mm(adjacency, h)  # transforms compose with PyTorch's own sparse product
+    return _SymmetricPropagation.apply(adjacency, h)
+
+
+class DIFFormerField(nn.Module):
+    """``P(h) = Attn(h) + Â h`` (DIFFormer's sum, ``propagation="sum"``) or ``(Attn(h) + Â h) / 2``
+    (``"mean"``), in residual form or laplacian form ``P(h) - h``; ``Â`` is passed at call time."""
+
+    def __init__(self, dim: int, heads: int, form: str, propagation: str = "sum"):
+        super().__init__()
+        if propagation not in ("sum", "mean"):
+            raise ValueError(f"propagation must be 'sum' or 'mean', got {propagation!r}.")
+        if form not in ("residual", "laplacian"):
+            raise ValueError(f"form must be one of residual, laplacian; got {form!r}.")
+        self.attention = GlobalSimpleAttention(dim, heads)
+        self.form, self.propagation = form, propagation
+
+    def forward(self, t, h: Tensor, propagation: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        out = self.attention.attend(h) + propagate(propagation, h[0]).unsqueeze(0)  # (1, N, D)
+        if self.propagation == "mean":
+            out = 0.5 * out
+        return out - h if self.form == "laplacian" else out
+
+
+class DIFFormer(TaskModel):
+    """DIFFormer-s (see the module docstring), its depth loop driven by any solver.
+
+    ``forward(features (N, F), edge_index (2, E)) -> logits (N, num_classes)``. The defaults are the official Cora
+    run's: ``depth=8``, ``dt=0.5`` (their ``alpha``), ``dim=64``, one head, ``dropout=0.2``. ``norm="post"`` puts
+    LayerNorm then dropout on the state after every layer (``"none"``: dropout only — an ablation);
+    ``propagation="sum"`` is DIFFormer's ``Attn + Â`` (``"mean"``: their average — an ablation); ``layer_dropout``
+    (``None``: ``dropout``) is the rate of the dropout on the state after every layer, the encoder's staying
+    ``dropout`` (``0``: an ablation); ``ln_mode`` is how a second-order preset's velocity passes the LayerNorm. The
+    mix preset gates the wave against this model's own diffusion step ``h + τ (P(h) - h)``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        num_classes: int,
+        depth: int = 8,
+        dim: int = 64,
+        heads: int = 1,
+        dt: float | None = 0.5,
+        solver: Solver = "diffusion",
+        dropout: float = 0.2,
+        norm: str = "post",
+        propagation: str = "sum",
+        ln_mode: str = "paper",
+        form: str = "laplacian",
+        layer_dropout: float | None = None,
+    ):
+        super().__init__()
+        if norm not in ("post", "none"):
+            raise ValueError(f"DIFFormer norm must be 'post' (LayerNorm after every layer) or 'none', got {norm!r}.")
+        if isinstance(solver, ContinuousPreset):
+            raise ValueError("DIFFormer normalises the state after every layer; continuous solvers have no layers.")
+        self.in_features = in_features
+        self.encoder = nn.Sequential(nn.Linear(in_features, dim), nn.LayerNorm(dim), nn.ReLU(), nn.Dropout(dropout))
+
+        state_dropout = dropout if layer_dropout is None else layer_dropout
+
+        def make_norm():
+            drop = JointDropout(state_dropout)
+            return JointSequential(JointLayerNorm(dim, mode=ln_mode, eps=1e-5), drop) if norm == "post" else drop
+
+        self.backbone = backbone(
+            depth,
+            dim,
+            _laplacian_mix(solver, depth),
+            make_attention=lambda preset_form: DIFFormerField(dim, heads, preset_form, propagation),
+            make_ffn=None,
+            dt=dt,
+            form=form,
+            make_norm=make_norm,
+            final_norm=False,
+        )
+        self.classifier = nn.Linear(dim, num_classes)
+        self._adjacency: tuple[Any, Tensor] | None = None
+        self._features: tuple[Any, tuple[Tensor, Tensor] | None] | None = None
+
+    def propagation(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> Tensor:
+        """``Â = D^{-1/2} (A + I) D^{-1/2}``, built once per graph (the same ``edge_index`` tensor is reused)."""
+        key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), num_nodes, dtype, edge_index.device)
+        if self._adjacency is None or self._adjacency[0] != key:
+            adjacency = normalized_adjacency(edge_index, num_nodes).to(dtype)
+            if adjacency.device.type == "cpu":  # CSR products are several times faster than COO ones on CPU
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+                    adjacency = adjacency.to_sparse_csr()
+            self._adjacency = (key, adjacency)
+        return self._adjacency[1]
+
+    def _encode(self, features: Tensor) -> Tensor:
+        """The encoder; its first product reads sparse features as sparse (CPU, no gradient wanted for them)."""
+        transforms = torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0
+        if features.device.type != "cpu" or features.requires_grad or transforms:
+            return self.encoder(features)
+        key = (features.data_ptr(), features._version, tuple(features.shape), features.dtype)
+        if self._features is None or self._features[0] != key:
+            sparse = None
+            if float((features != 0).float().mean()) <= 0.1:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+                    sparse = (features.to_sparse_csr(), features.t().contiguous().to_sparse_csr())
+            self._features = (key, sparse)
+        if self._features[1] is None:
+            return self.encoder(features)
+        linear = self.encoder[0]
+        h = _SparseLinear.apply(*self._features[1], linear.weight, linear.bias)  # (N, D)
+        for module in self.encoder[1:]:
+            h = module(h)
+        return h
+
+    def forward(self, features: Tensor, edge_index: Tensor, record: list | None = None) -> Tensor:
+        if features.dim() != 2 or features.shape[1] != self.in_features:
+            raise ValueError(
+                f"DIFFormer expects features of shape (N, {self.in_features}), got {tuple(features.shape)}."
+            )
+        n = features.shape[0]
+        context = {"propagation": self.propagation(edge_index, n, features.dtype)}
+        h = self.backbone(self._encode(features).unsqueeze(0), record=record, **context)  # (1, N, D)
         return self.classifier(h[0])
