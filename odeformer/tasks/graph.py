@@ -41,16 +41,16 @@ def check_edges(edge_index: Tensor, num_nodes: int) -> None:
         )
 
 
-def normalized_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
-    """Sparse ``D^{-1/2} (A + I) D^{-1/2}`` of the symmetrised graph, ``(N, N)``."""
+def normalized_adjacency(edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Sparse ``D^{-1/2} (A + I) D^{-1/2}`` of the symmetrised graph, ``(N, N)``, computed in ``dtype``."""
     check_edges(edge_index, num_nodes)
     loops = torch.arange(num_nodes, device=edge_index.device)
     both = torch.cat([edge_index, edge_index.flip(0), torch.stack([loops, loops])], dim=1)
-    ones = torch.ones(both.shape[1], device=edge_index.device)
+    ones = torch.ones(both.shape[1], device=edge_index.device, dtype=dtype)
     adjacency = torch.sparse_coo_tensor(both, ones, (num_nodes, num_nodes), check_invariants=False).coalesce()
     index = adjacency.indices()
     values = torch.ones_like(adjacency.values())  # duplicate edges count once
-    degree = torch.zeros(num_nodes, device=edge_index.device).index_add_(0, index[0], values)
+    degree = torch.zeros(num_nodes, device=edge_index.device, dtype=dtype).index_add_(0, index[0], values)
     norm = degree.rsqrt()
     weights = norm[index[0]] * values * norm[index[1]]
     return torch.sparse_coo_tensor(index, weights, (num_nodes, num_nodes), check_invariants=False).coalesce()
@@ -139,7 +139,7 @@ class NodeClassifier(TaskModel):
                 f"NodeClassifier expects features of shape (N, {self.in_features}), got {tuple(features.shape)}."
             )
         n = features.shape[0]
-        context = {"propagation": normalized_adjacency(edge_index, n).to(features.dtype)}
+        context = {"propagation": normalized_adjacency(edge_index, n, features.dtype)}
         if self.attention == "graph_softmax":
             context["attn_mask"] = graph_mask(edge_index, n)
         h = self.backbone(self.encoder(features).unsqueeze(0), record=record, **context)  # (1, N, D)
@@ -335,7 +335,7 @@ class DIFFormer(TaskModel):
         """``Â = D^{-1/2} (A + I) D^{-1/2}``, built once per graph (the same ``edge_index`` tensor is reused)."""
         key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), num_nodes, dtype, edge_index.device)
         if self._adjacency is None or self._adjacency[0] != key:
-            adjacency = normalized_adjacency(edge_index, num_nodes).to(dtype)
+            adjacency = normalized_adjacency(edge_index, num_nodes, dtype)
             if adjacency.device.type == "cpu":  # CSR products are several times faster than COO ones on CPU
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
