@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import odeformer
 import solvers
@@ -166,3 +167,53 @@ def test_a_layer_without_a_small_step_limit_says_so():
 
     report = check_layer(Split(SemiImplicitEuler(), ffn_dt=1.0))
     assert report["declared"] == 0 and "no small-step limit" in report["reason"]
+
+
+def _post_backbone(solver, ln_mode="exact", depth=2):
+    torch.manual_seed(0)
+    backbone = odeformer.transformer(depth, 8, 2, solver, norm="post", ln_mode=ln_mode, impl="math").double().eval()
+    for p in backbone.parameters():  # away from LayerNorm's identity start
+        p.data.add_(0.2 * torch.randn_like(p))
+    return backbone
+
+
+def test_post_norm_layers_carry_the_velocity_by_the_chain_rule():
+    """Full Wave, post-norm: v <- v + τ a(x); x <- x + τ v; (x, v) <- (LN x, J_LN v); then the FFN sub-step with its
+    Jacobian on v; then (LN x, J_LN v) again — each map's Jacobian by forward-mode AD here."""
+    backbone = _post_backbone("full_wave")
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    states = []
+    backbone(x, record=states)
+    y = PhaseState(x, torch.zeros_like(x))
+    for layer, recorded in zip(backbone.layers, states[1:]):
+        v = y.v + 0.5 * layer.attention(0.0, y.x)  # kick: the attention force Attn(x) - x
+        x1 = y.x + 0.5 * v  # drift
+        y = PhaseState(*torch.func.jvp(layer.after_attention.module.position, (x1,), (v,)))
+
+        def ffn_step(z, ffn=layer.ffn):
+            return z + 0.5 * ffn(0.0, z)
+
+        y = PhaseState(*torch.func.jvp(ffn_step, (y.x,), (y.v,)))
+        y = PhaseState(*torch.func.jvp(layer.after_ffn.module.position, (y.x,), (y.v,)))
+        torch.testing.assert_close(recorded.x, y.x, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(recorded.v, y.v, rtol=1e-12, atol=1e-12)
+
+
+def test_post_norm_diffusion_at_unit_step_is_the_post_ln_transformer():
+    """x <- LN(x + Attn(x)); x <- LN(x + MLP(x)): BERT's layer, with the library's weights."""
+    backbone = _post_backbone("diffusion")
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    h = x
+    for layer in backbone.layers:
+        attention, ffn = layer.attention, layer.ffn
+        B, N, D = h.shape
+        q, k, v = (h @ attention.qkv.weight.T + attention.qkv.bias).split(D, dim=-1)
+        q, k, v = (z.view(B, N, 2, D // 2).transpose(1, 2) for z in (q, k, v))
+        mixed = ((q @ k.transpose(-2, -1)) / (D // 2) ** 0.5).softmax(-1) @ v
+        out = mixed.transpose(1, 2).reshape(B, N, D) @ attention.proj.weight.T + attention.proj.bias
+        ln1, ln2 = layer.after_attention.module, layer.after_ffn.module
+        h = F.layer_norm(h + out, (D,), ln1.weight, ln1.bias, ln1.eps)
+        hidden = F.gelu(h @ ffn.mlp.fc1.weight.T + ffn.mlp.fc1.bias)
+        h = F.layer_norm(h + hidden @ ffn.mlp.fc2.weight.T + ffn.mlp.fc2.bias, (D,), ln2.weight, ln2.bias, ln2.eps)
+    torch.testing.assert_close(backbone(x), h, rtol=1e-12, atol=1e-12)
+    assert isinstance(backbone.norm, torch.nn.Identity)  # no final norm: each layer ends normalised
