@@ -27,8 +27,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -224,12 +226,21 @@ def derive(cls: type[AbstractStepper], name: str | None = None) -> Preset:
 
 
 def import_stepper(path: str) -> type[AbstractStepper]:
-    """The stepper class at ``module.Class`` (a file on the Python path), or a one-line error."""
+    """The stepper class at ``module.Class``, or a one-line error. The module is looked up on the Python path, then
+    in the current directory (where a console script such as ``odeformer-train`` does not look by itself)."""
     module, _, attribute = path.rpartition(".")
     if not module:
         raise ValueError(f"stepper {path!r} is not a dotted path module.Class.")
     try:
-        cls = getattr(importlib.import_module(module), attribute)
+        try:
+            found = importlib.import_module(module)
+        except ModuleNotFoundError as missing:
+            here = str(Path.cwd())
+            if missing.name != module.split(".")[0] or here in sys.path:
+                raise
+            sys.path.append(here)  # a file of the user's beside the run: make it importable from here on
+            found = importlib.import_module(module)
+        cls = getattr(found, attribute)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"cannot import stepper {path!r}: {' '.join(str(error).split())}") from None
     if not (isinstance(cls, type) and issubclass(cls, AbstractStepper)):

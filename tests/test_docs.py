@@ -1,35 +1,80 @@
-"""The README's and docs/extending.md's Python examples run as written."""
+"""docs/extending.md runs as written, top to bottom, in a scratch directory: its files are written, its Python
+blocks executed, its shell commands run. The README's examples likewise (tests/test_readme.py runs its commands)."""
 
+import os
 import pathlib
 import re
+import shlex
+import subprocess
+import sys
 
 import pytest
 
 import solvers
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+BIN = pathlib.Path(sys.executable).parent
+FENCE = re.compile(r"```(\w+)([^\n]*)\n(.*?)```", re.S)
 
 
-def _python_blocks(path):
-    return re.findall(r"```python\n(.*?)```", (ROOT / path).read_text(), re.S)
+def blocks(path):
+    """``(language, file name or None, text)`` for every fenced block of the page, in order."""
+    out = []
+    for language, info, text in FENCE.findall((ROOT / path).read_text()):
+        name = re.search(r"file=(\S+)", info)
+        out.append((language, name.group(1) if name else None, text))
+    return out
 
 
-@pytest.mark.parametrize("path", ["README.md", "docs/extending.md"])
-def test_python_examples_run(path, monkeypatch):
-    monkeypatch.setattr(solvers, "STEPPERS", dict(solvers.STEPPERS))  # the page registers a scheme: keep it local
-    blocks = _python_blocks(path)
-    assert blocks, f"{path} has no python examples"
-    namespace = {}
-    for block in blocks:  # one namespace: later blocks use names from earlier ones, as a reader would
-        exec(compile(block, str(ROOT / path), "exec"), namespace)
+def commands(text):
+    """The command lines of a shell block (comments and blank lines dropped; ``\\`` continuations joined)."""
+    joined = text.replace("\\\n", " ")
+    return [line.split(" #")[0].strip() for line in joined.splitlines() if line.strip() and not line.startswith("#")]
 
 
-def test_extending_page_registers_its_scheme(monkeypatch):
+def shell(command, cwd, timeout=600):
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(shlex.split(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    namespace: dict = {}
+    ran = {"python": 0, "bash": 0, "file": 0}
+    for language, name, text in blocks("docs/extending.md"):
+        if name:
+            target = tmp_path / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            ran["file"] += 1
+        elif language == "python":
+            exec(compile(text, "docs/extending.md", "exec"), namespace)
+            ran["python"] += 1
+        elif language == "bash":
+            for command in commands(text):
+                done = shell(command, tmp_path)
+                assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
+                ran["bash"] += 1
+    assert ran == {"python": 2, "bash": 3, "file": 2}
+    printed = capsys.readouterr().out
+    # the layer orders the page states: Lie 1, Strang 2, Whole 4, each measured
+    assert re.search(r"Split\(Yoshida4, ffn=Euler, lie\): declared 1, measured 1\.\d\d", printed)
+    assert re.search(r"Split\(Yoshida4, ffn=Heun, strang\): declared 2, measured 2\.\d\d", printed)
+    assert re.search(r"Whole\(Yoshida4\): declared 4, measured (3\.[7-9]|4\.[0-2])\d", printed)
+    assert (tmp_path / "outputs/yoshida/summary.json").exists()
+    assert (tmp_path / "outputs/yoshida/diagnostics/cosine.png").exists()
+    assert (tmp_path / "outputs/yoshida_strang/summary.json").exists()
+    assert '"solver": "Yoshida4"' in (tmp_path / "outputs/yoshida/summary.json").read_text()
+
+
+def test_readme_python_examples_run(monkeypatch):
     monkeypatch.setattr(solvers, "STEPPERS", dict(solvers.STEPPERS))
-    namespace = {}
-    for block in _python_blocks("docs/extending.md"):
-        exec(compile(block, "extending.md", "exec"), namespace)
-    assert solvers.STEPPERS["position_verlet"] is namespace["PositionVerlet"]
+    namespace: dict = {}
+    python = [text for language, name, text in blocks("README.md") if language == "python" and not name]
+    assert python, "README.md has no python examples"
+    for text in python:  # one namespace: later blocks use names from earlier ones, as a reader would
+        exec(compile(text, "README.md", "exec"), namespace)
 
 
 def test_readme_names_the_two_commands():
@@ -37,3 +82,10 @@ def test_readme_names_the_two_commands():
     assert "make train" in text and "make test" in text
     for name in solvers.STEPPERS:
         assert f"`{name}`" in text, f"README's solver table is missing {name}"
+
+
+@pytest.mark.parametrize("path", ["README.md", "docs/extending.md"])
+def test_every_fenced_block_is_a_known_kind(path):
+    for language, name, _ in blocks(path):
+        assert language in ("python", "bash", "yaml"), f"{path}: a {language} block the tests do not run"
+        assert language != "yaml" or name, f"{path}: a yaml block without a file= name"
