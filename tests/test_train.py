@@ -285,6 +285,52 @@ def test_multirun_sweep(tmp_path):
     summaries = sorted(tmp_path.glob("*/summary.json"))
     assert len(summaries) == 2
     assert {json.loads(p.read_text())["solver"] for p in summaries} == {"diffusion", "full_wave"}
+    # the sweep ends with one table of its runs, printed and written beside them
+    rows = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["solver"] for r in rows] == ["diffusion", "full_wave"] and all(r["steps"] == 4 for r in rows)
+    table = (tmp_path / "summary.md").read_text()
+    assert table.startswith("| run | solver |") and table.count("\n") == 4 and "| full_wave |" in table
+    assert "sweep summary:" in done.stdout and "| diffusion |" in done.stdout
+
+
+def test_bad_sweep_values_are_one_line_each(tmp_path):
+    done = cli("-m", *DEBUG, "solver=diffusion,wav", f"hydra.sweep.dir={tmp_path}")
+    assert done.returncode == 2 and _error_line(done).startswith("odeformer-train: error: unknown solver 'wav'")
+    assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_mistyped_keys_name_the_nearest_valid_one():
+    done = cli(*DEBUG, "model.dpeth=4")
+    line = _error_line(done)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert line.startswith("odeformer-train: error: unknown key 'model.dpeth'; did you mean model.depth? the keys of ")
+    done = cli(*DEBUG, "solver.options.theta0=-4.0")  # the default solver's stepper takes no options
+    assert done.returncode == 2 and "solvers that do: light_wave, mix" in _error_line(done)
+    done = cli(*DEBUG, "train.lr=fast")
+    assert done.returncode == 2 and "bad value for train.lr" in _error_line(done)
+
+
+def test_an_experiment_does_not_override_a_train_option_given_on_the_command_line():
+    assert entry.compose(["experiment=fmnist_vit", "train=debug"]).train.max_steps == 20
+    assert entry.compose(["experiment=fmnist_vit"]).train.max_steps == 1500
+
+
+def test_help_lists_options_and_no_internal_schemas():
+    done = cli("--help")
+    assert done.returncode == 0 and "_schema" not in done.stdout
+    assert "solver: " in done.stdout and "yoshida" not in done.stdout and "semi_implicit_euler" in done.stdout
+
+
+def test_a_scheme_of_ones_own_trains_by_its_dotted_path(tmp_path):
+    (tmp_path / "user_scheme.py").write_text(
+        "from typing import ClassVar\nfrom solvers import Heun\n\n\nclass MyHeun(Heun):\n    order: ClassVar[int] = 2\n"
+    )
+    out = tmp_path / "run"
+    done = cli(*DEBUG, "solver.stepper=user_scheme.MyHeun", "train.max_steps=2", f"train.out_dir={out}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "summary.json").read_text())["solver"] == "MyHeun"
+    done = cli(*DEBUG, "solver.stepper=user_scheme.Missing", f"train.out_dir={tmp_path / 'x'}", cwd=tmp_path)
+    assert done.returncode == 2 and "cannot import stepper 'user_scheme.Missing'" in _error_line(done)
 
 
 def test_torchrun_two_cpu_processes_stay_in_sync(tmp_path):
