@@ -28,8 +28,12 @@ def blocks(path):
 
 def commands(text):
     """The command lines of a shell block (comments and blank lines dropped; ``\\`` continuations joined)."""
-    joined = text.replace("\\\n", " ")
-    return [line.split(" #")[0].strip() for line in joined.splitlines() if line.strip() and not line.startswith("#")]
+    out = []
+    for line in text.replace("\\\n", " ").splitlines():
+        command = line.strip().split(" #")[0].strip()
+        if command and not command.startswith("#"):
+            out.append(command)
+    return out
 
 
 def shell(command, cwd, timeout=600):

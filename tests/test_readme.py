@@ -1,0 +1,132 @@
+"""Every shell command in README.md, run in a tiny form (few steps, small models, a scratch directory).
+
+Each command line of the README's ``bash`` blocks must match one rule below; a new line without a rule fails
+``test_every_readme_command_has_a_tiny_form``, so the README cannot drift from what runs. The rules add only what makes
+a command small (``train.max_steps=2``, ``--batch 4``, an output folder) and never change what it selects.
+"""
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from test_docs import ROOT, blocks, commands, shell
+
+DATA = os.environ.get("ODEFORMER_DATA")
+SMALL = ["train.max_steps=2", "train.eval_every=2", "train.progress=false"]
+NEEDS_DATA = ("difformer_cora", "cora_deep", "shakespeare", "sst2", "odeformer-reproduce")
+
+
+def readme_commands() -> list[str]:
+    return [
+        c for language, name, text in blocks("README.md") if language == "bash" and not name for c in commands(text)
+    ]
+
+
+def _train(command: str, tmp: Path, index: int) -> list[str]:
+    """An ``odeformer-train`` line with its run made small and written under ``tmp``."""
+    parts = shlex.split(command)
+    extra = list(SMALL)
+    if not any(p.startswith("model.depth=") for p in parts) and "experiment=" not in command:
+        extra.append("model.depth=2")
+    if "-m" in parts:
+        extra.append(f"hydra.sweep.dir={tmp / f'sweep{index}'}")
+    elif not any(p.startswith("train.out_dir=") for p in parts):
+        extra.append(f"train.out_dir={tmp / f'run{index}'}")
+    return [*parts, *extra]
+
+
+def _tiny(command: str, tmp: Path, index: int) -> list[list[str]] | str:
+    """The commands that run ``command`` small, or a string saying why it is checked another way."""
+    words = shlex.split(command)
+    if command == "make test":
+        return "the test suite itself: Makefile's test target runs pytest (checked below)"
+    if command == "make train":
+        recipe = _recipe("train").replace("$(VENV)/bin/", "")
+        return [_train(recipe, tmp, index)]
+    if command == "make bench":
+        return "benchmarks.run --quick runs in tests/test_benchmarks.py (slow); the Makefile target is checked below"
+    if words[0] == "bash" and "gpu_check.sh" in command:
+        return "needs a CUDA device (benchmarks/gpu_check.sh exits early without one)"
+    if words[:3] == ["python", "-m", "benchmarks.gpu"]:
+        results = tmp / "RESULTS.md"
+        results.write_text("# Results\n")
+        return [
+            [
+                "python",
+                "-m",
+                "benchmarks.gpu",
+                "--render",
+                str(ROOT / "benchmarks/results/h200"),
+                "--results",
+                str(results),
+            ]
+        ]
+    if words[0] == "pip" and "slurm" in command:  # installing needs the network; the launcher's config must compose
+        train = command.split("&&", 1)[1].split()
+        launcher = [w for w in train if w.startswith("hydra/launcher=") or w.startswith("hydra.launcher.")]
+        return [["odeformer-train", *launcher, "--cfg", "hydra"]]
+    if words[0] == "torchrun":
+        return [
+            [
+                *words,
+                "data=synthetic",
+                "model.depth=1",
+                "model.dim=16",
+                "model.heads=2",
+                *SMALL,
+                f"train.out_dir={tmp / 'ddp'}",
+            ]
+        ]
+    if words[0] == "odeformer-train":
+        if "train.resume=true" in command:  # resume continues a run: start one there first
+            start = [w for w in words if w != "train.resume=true"]
+            out = [w for w in words if w.startswith("train.out_dir=")]
+            return [
+                [*start, "train.max_steps=1", "train.eval_every=1", "model.depth=2"],
+                [*words, *SMALL, "model.depth=2", *out],
+            ]
+        return [_train(command, tmp, index)]
+    if words[0] == "odeformer-diagnose":
+        if "--fresh" in words:
+            return [[*words, "--batch", "4", "--depth", "2", "--out", str(tmp / "diag_fresh")]]
+        runs = [w for w in words[1:] if not w.startswith("-")]
+        made = [
+            ["odeformer-train", "train=debug", "train.max_steps=2", "model.depth=2", f"train.out_dir={r}"] for r in runs
+        ]
+        return [*made, words]
+    if words[0] == "odeformer-reproduce":
+        return [[*words, "--smoke", "--out", str(tmp / "reproduce"), "--workers", "1"]]
+    raise AssertionError(f"README command without a tiny form: {command!r}; add a rule to tests/test_readme.py")
+
+
+def _recipe(target: str) -> str:
+    text = (ROOT / "Makefile").read_text()
+    match = re.search(rf"^{target}:.*\n\t(.+)$", text, re.M)
+    assert match, f"Makefile has no {target} target"
+    return match.group(1).strip()
+
+
+def test_every_readme_command_has_a_tiny_form(tmp_path):
+    found = readme_commands()
+    assert len(found) >= 15
+    for i, command in enumerate(found):
+        _tiny(command, tmp_path, i)
+    assert _recipe("test").endswith("-m pytest") and "benchmarks.run --results docs/RESULTS.md" in _recipe("bench")
+    assert _recipe("train").endswith("odeformer-train experiment=digits_vit")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index, command", list(enumerate(readme_commands())))
+def test_readme_command_runs(index, command, tmp_path):
+    if DATA is None and any(name in command for name in NEEDS_DATA):
+        pytest.skip(f"needs the datasets: set ODEFORMER_DATA ({command})")
+    (tmp_path / "my_schemes.py").write_text(next(t for _, n, t in blocks("docs/extending.md") if n == "my_schemes.py"))
+    tiny = _tiny(command, tmp_path, index)
+    if isinstance(tiny, str):
+        pytest.skip(tiny)
+    cwd = ROOT if command.startswith("python -m benchmarks") else tmp_path  # the benchmarks live in the repository
+    for words in tiny:
+        done = shell(shlex.join(words), cwd)
+        assert done.returncode == 0, f"{shlex.join(words)}\n{done.stderr[-3000:]}"
