@@ -3,9 +3,13 @@
 import json
 
 import pytest
+import torch
 
+import odeformer.train as entry
 from helpers import cli
-from odeformer.diagnose import TITLES, _readable_log_ticks, _tick_label, main
+from odeformer.diagnose import TITLES, _readable_log_ticks, _tick_label, batch_of, fresh_config, main
+from odeformer.diagnostics import layer_measures
+from odeformer.runs import build
 
 SMALL = ["train=debug", "data=digits", "model.depth=3", "model.dim=16", "model.heads=2"]
 
@@ -103,3 +107,13 @@ def test_diagnose_a_continuous_depth_run(tmp_path):
     curves = json.loads((run / "diagnostics" / "spectral_gap.json").read_text())["runs"]
     assert [c["layers"] for c in curves.values()] == [[1, 2, 3]]
     assert (run / "diagnostics" / "phase.png").exists()
+
+
+@pytest.mark.parametrize("solver", entry.choices("solver"))
+def test_every_solver_of_the_training_app_diagnoses_fresh(solver):
+    """``--fresh`` composes through ``odeformer-train``'s own config function, so every solver option works."""
+    torch.manual_seed(0)
+    data, model, info = build(fresh_config(solver, "digits", 2, 16))
+    inputs, options = batch_of(data, model, 3)
+    measures = layer_measures(model, *inputs, **options)
+    assert len(measures["cosine"]) == 3 and info["solver"] == solver
