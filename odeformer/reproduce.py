@@ -99,8 +99,8 @@ SECTIONS = {
         },
         seeds=[0, 1, 2, 3, 4],
         note="DIFFormer-s, published (Wu et al., ICLR 2023, Table 1; random 20-per-class / 500 / 1000 split): "
-        "85.9 ± 0.4 %. \"random split\" is one fixed draw (`data.options.seed=0`) and five initialisations, as the "
-        "official protocol (one split, several runs); \"a new random split per seed\" redraws the split with the "
+        '85.9 ± 0.4 %. "random split" is one fixed draw (`data.options.seed=0`) and five initialisations, as the '
+        'official protocol (one split, several runs); "a new random split per seed" redraws the split with the '
         "initialisation, to show how much one draw moves the mean; the public split is Planetoid's.",
         matched=False,
     ),

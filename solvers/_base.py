@@ -187,6 +187,12 @@ class AbstractStepper(nn.Module):
         return y
 
 
+def transformed() -> bool:
+    """Whether a ``torch.func`` transform (``jvp``, ``vmap``, ``grad``, ...) or a forward-mode AD level is active:
+    custom autograd Functions that have reverse-mode rules only step aside for their plain formulas then."""
+    return torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0
+
+
 def check_reversible_declaration(cls: type) -> None:
     """The ``reversible`` family of declarations must agree with what the class implements (a one-line TypeError)."""
     name = cls.__name__

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ._base import AbstractStepper, PhaseState, Y, _per_step, _per_step_dt, integrate
+from ._base import AbstractStepper, PhaseState, Y, _per_step, _per_step_dt, integrate, transformed
 
 
 class AutocastState(NamedTuple):
@@ -100,7 +100,7 @@ def integrate_reversible(
             )
     if len({s.second_order for s in steppers}) > 1:
         raise ValueError("integrate_reversible needs every step of one kind (all first- or all second-order).")
-    if torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0:
+    if transformed():
         return integrate(steppers, fields, y0, dts, t0)  # transforms and forward-mode AD compose with the plain loop
     second = steppers[0].second_order
     tensors = (y0.x, y0.v) if second else (y0,)

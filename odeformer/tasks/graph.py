@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 import solvers
+from solvers._base import transformed
 
 from ..blocks import JointDropout
 from ..continuous import ContinuousPreset
@@ -249,7 +250,7 @@ class _SparseLinear(torch.autograd.Function):
 
 def propagate(adjacency: Tensor, h: Tensor) -> Tensor:
     """``Â h`` for ``h`` of shape ``(N, D)`` and a symmetric sparse ``Â`` (as :func:`normalized_adjacency` builds)."""
-    if torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0:
+    if transformed():
         return torch.sparse.mm(adjacency, h)  # transforms compose with PyTorch's own sparse product
     return _SymmetricPropagation.apply(adjacency, h)
 
@@ -345,8 +346,7 @@ class DIFFormer(TaskModel):
 
     def _encode(self, features: Tensor) -> Tensor:
         """The encoder; its first product reads sparse features as sparse (CPU, no gradient wanted for them)."""
-        transforms = torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0
-        if features.device.type != "cpu" or features.requires_grad or transforms:
+        if features.device.type != "cpu" or features.requires_grad or transformed():
             return self.encoder(features)
         key = (features.data_ptr(), features._version, tuple(features.shape), features.dtype)
         if self._features is None or self._features[0] != key:
