@@ -26,15 +26,27 @@ The protocol
     state = stepper.init(field, t0, y0)                 # once, before the first step
     y1, state = stepper.step(field, t, y, dt, state)    # one step of size dt from time t
 
-``state`` is whatever the scheme carries between steps besides ``y``: the previous position of a two-step method, a
-cached force for first-same-as-last reuse, or ``None``. Pass back what ``step`` returned. The field may change from one
-step to the next (one field per layer); :func:`integrate` runs the loop.
+    y = stepper.inverse(field, t, y1, dt)               # reversible schemes only: the y that step took to y1
+
+``state`` is whatever the scheme carries between steps besides ``y``: a two-step method's history, a cached force for
+first-same-as-last reuse, or ``None``. Pass back what ``step`` returned. The field may change from one step to the
+next (one field per layer).
+
+The loop over depth is :func:`iterate`, and every driver uses it: :func:`integrate` keeps the last state,
+:func:`trajectory` every state, the models' backbones call it with one stepper and one field per layer, a step size
+per layer and an optional hook that takes each step (activation checkpointing), and
+:func:`~solvers.integrate_reversible` runs it without recording and rebuilds the states in the backward pass with
+``inverse``. A model's layer is itself a stepper: a *block stepper* (:class:`~solvers.Split`, :class:`~solvers.Whole`,
+``_splitting.py``) whose field is a :class:`~solvers.Block` of the layer's two fields (attention and FFN), and whose
+declarations follow from its parts (a fourth-order stepper under Lie splitting makes a first-order layer;
+:func:`solvers.testing.check_layer` measures it).
 
 Declarations
 ------------
 Every concrete stepper declares, as class variables, what it claims; :mod:`solvers.testing` proves each claim:
 
-``order``           global order of convergence to the limit dynamics (``limit_field``) as ``dt -> 0``.
+``order``           global order of convergence to the limit dynamics (``limit_field``) as ``dt -> 0``; ``0`` declares
+                    that there is none (a part of the step that does not shrink with ``dt``).
 ``second_order``    ``True`` if ``y`` is a :class:`PhaseState` and the field is an acceleration.
 ``symplectic``      one step is a symplectic map of ``(x, v)`` for ``x'' = -K x`` (unit Jacobian determinant, bounded
                     energy error shrinking like ``dt**order``).
