@@ -35,6 +35,24 @@ CONFIG_NAMES = {
 }
 
 
+DATA_KINDS = {
+    "digits": "image",
+    "fashion_mnist": "image",
+    "planetoid": "graph",
+    "shakespeare": "text",
+    "sst2": "sequence",
+}
+"""The kind of data each dataset gives (``synthetic``: its ``task`` option), known before any file is read."""
+
+
+def _check_kind(model_name: str, data_name: str, kind: str | None) -> None:
+    if kind is not None and KINDS.get(model_name) != kind:
+        raise UsageError(
+            f"model {model_name} trains on {KINDS.get(model_name)} data but data={data_name} is {kind} data; use "
+            f"model={MODEL_FOR_KIND[kind]}."
+        )
+
+
 class UsageError(ValueError):
     """A configuration that cannot run; reported in one line."""
 
@@ -52,14 +70,12 @@ def _arguments(node: dict[str, Any]) -> dict[str, Any]:
 def build(config: dict[str, Any]) -> tuple[TaskData, nn.Module, dict[str, Any]]:
     """The dataset, the model and the run's description from a resolved config (``solver``, ``model``, ``data``)."""
     solver, model_node, data_node = config["solver"], config["model"], config["data"]
-    data = load(data_node["name"], data_node.get("root"), **(data_node.get("options") or {}))
-    preset = target(solver)(**_arguments(solver))
     model_name = model_node["_target_"].rsplit(".", 1)[-1]
-    if KINDS.get(model_name) != data.kind:
-        raise UsageError(
-            f"model {model_name} trains on {KINDS.get(model_name)} data but data={data_node['name']} is {data.kind} "
-            f"data; use model={MODEL_FOR_KIND[data.kind]}."
-        )
+    options = data_node.get("options") or {}
+    _check_kind(model_name, data_node["name"], DATA_KINDS.get(data_node["name"]) or options.get("task"))
+    preset = target(solver)(**_arguments(solver))  # a bad solver option fails before the data is read
+    data = load(data_node["name"], data_node.get("root"), **options)
+    _check_kind(model_name, data_node["name"], data.kind)
     sizes = {key: data.meta[key] for key in SIZES[model_name]}
     model = target(model_node)(solver=preset, **_arguments(model_node), **sizes)
     info = {

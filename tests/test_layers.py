@@ -217,3 +217,17 @@ def test_post_norm_diffusion_at_unit_step_is_the_post_ln_transformer():
         h = F.layer_norm(h + hidden @ ffn.mlp.fc2.weight.T + ffn.mlp.fc2.bias, (D,), ln2.weight, ln2.bias, ln2.eps)
     torch.testing.assert_close(backbone(x), h, rtol=1e-12, atol=1e-12)
     assert isinstance(backbone.norm, torch.nn.Identity)  # no final norm: each layer ends normalised
+
+
+def test_a_bare_stepper_gets_the_layer_its_declarations_call_for():
+    from odeformer import derive
+
+    wave, one_stage, multi_stage = derive(solvers.VelocityVerlet), derive(solvers.Euler), derive(solvers.RK4)
+    assert (wave.dynamics, wave.form, wave.dt) == (Split, "laplacian", 0.5)  # the force, FFN by the chain rule
+    assert (one_stage.dynamics, one_stage.form, one_stage.dt) == (Split, "residual", 1.0)
+    assert (multi_stage.dynamics, multi_stage.form, multi_stage.dt) == (Whole, "residual", 1.0)  # every stage: both
+    assert odeformer.blocks.resolve("rk4_38") == odeformer.blocks.replace(
+        derive(solvers.RK4ThreeEighths), name="rk4_38"
+    )
+    with pytest.raises(ValueError, match="unknown solver 'wave'; choose one of diffusion, .*, rk4_38, .*module.Class"):
+        odeformer.blocks.resolve("wave")

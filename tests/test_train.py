@@ -199,6 +199,7 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
     assert "stability bound" in done.stderr  # warned at start-up
     line = _error_line(done)
     assert "at step 1" in line and "smaller model.dt" in line
+    assert "no checkpoint was written yet" in line and not (out / "last.pt").exists()  # names none it does not have
 
 
 # -- bad input ---------------------------------------------------------------------------------------------------------
@@ -208,18 +209,18 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
     "args, message",
     [
         (["solver=wave"], "unknown solver 'wave'; choose one of: bosh3, damped, diffusion, dopri5"),
-        (["model=gpt"], "unknown model 'gpt'; choose one of: causal_lm, masked_lm, node_classifier, vit"),
+        (["model=gpt"], "unknown model 'gpt'; choose one of: causal_lm, difformer, masked_lm, node_classifier, vit"),
+        (["solver=rk4", "solver.splitting=strang"], "solver rk4 takes the whole block as its field, so splitting"),
+        (["solver=light_wave", "solver.options.gamma=1.0"], "unknown key 'solver.options.gamma'; the keys of solver.options are: theta0"),
+        (["solver=mix", "solver.options.theta0=high"], "bad options"),
+        (["solver.stepper=math.pi"], "not a solvers.AbstractStepper subclass"),
         (["data=imagenet"], "unknown data 'imagenet'; choose one of: digits, fashion_mnist"),
         (["model.dt=-0.5"], "dt must be positive and finite"),
         (["model.dim=30", "model.heads=4"], "dim must be divisible by heads: got dim=30, heads=4"),
         (["model.depth=0"], "depth must be a positive int, got 0"),
-        (["data=planetoid", "data.root=/nonexistent/odeformer"], "/nonexistent/odeformer"),
+        (["data=planetoid", "model=difformer", "data.root=/nonexistent/odeformer"], "/nonexistent/odeformer"),
         pytest.param(["data=fashion_mnist", "data.options.subset=0"], "subset", marks=needs_fashion),
-        pytest.param(
-            ["data=shakespeare"],
-            "trains on image data but data=shakespeare is text data; use model=causal_lm",
-            marks=pytest.mark.data("shakespeare"),
-        ),
+        (["data=shakespeare"], "trains on image data but data=shakespeare is text data; use model=causal_lm"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
@@ -231,10 +232,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert not (out / "last.pt").exists()
 
 
-def test_wrong_override_type_is_hydras_message():
+def test_wrong_override_type_is_one_line():
     done = cli("model.depth=abc")
-    assert done.returncode != 0
-    assert "model.depth" in done.stderr and "abc" in done.stderr
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert _error_line(done).startswith("odeformer-train: error: bad value for model.depth: Value 'abc'")
+
+
+def test_unknown_choices_know_the_users_own_yaml(tmp_path):
+    (tmp_path / "solver").mkdir()
+    (tmp_path / "solver" / "my_wave.yaml").write_text("defaults:\n  - full_wave\n  - _self_\nsplitting: strang\n")
+    done = cli(f"hydra.searchpath=[file://{tmp_path}]", "solver=my_wav")
+    assert done.returncode == 2 and "unknown solver 'my_wav'" in _error_line(done) and "my_wave" in _error_line(done)
+    assert entry.compose([f"hydra.searchpath=[file://{tmp_path}]", "solver=my_wave"]).solver.splitting == "strang"
 
 
 def test_existing_run_and_corrupt_checkpoint_are_refused_without_writing(tmp_path):
