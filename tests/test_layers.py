@@ -226,8 +226,6 @@ def test_a_bare_stepper_gets_the_layer_its_declarations_call_for():
     assert (wave.dynamics, wave.form, wave.dt) == (Split, "laplacian", 0.5)  # the force, FFN by the chain rule
     assert (one_stage.dynamics, one_stage.form, one_stage.dt) == (Split, "residual", 1.0)
     assert (multi_stage.dynamics, multi_stage.form, multi_stage.dt) == (Whole, "residual", 1.0)  # every stage: both
-    assert odeformer.blocks.resolve("rk4_38") == odeformer.blocks.replace(
-        derive(solvers.RK4ThreeEighths), name="rk4_38"
-    )
+    assert odeformer.blocks.resolve("rk4_38") == derive(solvers.RK4ThreeEighths, "rk4_38")
     with pytest.raises(ValueError, match="unknown solver 'wave'; choose one of diffusion, .*, rk4_38, .*module.Class"):
         odeformer.blocks.resolve("wave")
