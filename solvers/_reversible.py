@@ -76,6 +76,7 @@ def _parameters(objects: Iterable[Any]) -> list[Tensor]:
     return out
 
 
+@torch.compiler.disable  # its backward calls autograd.grad, which Dynamo does not trace: this part stays eager
 def integrate_reversible(
     stepper: AbstractStepper | Sequence[AbstractStepper],
     fields: Sequence[Any],
