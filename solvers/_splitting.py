@@ -65,12 +65,15 @@ class Block(NamedTuple):
         return self.after_attention is not None or self.after_ffn is not None
 
 
-def tangent(function: Callable[[Tensor], Tensor], x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """``(g(x), J_g(x) v)`` by ``function.joint`` when it has one, else by forward-mode AD."""
-    joint = getattr(function, "joint", None)
-    if joint is not None:
-        return joint(x, v)
-    return torch.func.jvp(function, (x,), (v,))
+def _joint(owner: Any, function: Callable[[Tensor], Tensor], x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """``(g(x), J_g(x) v)`` by ``owner.joint`` when it has one (a hand-written chain rule), else by forward-mode AD."""
+    joint = getattr(owner, "joint", None)
+    return joint(x, v) if joint is not None else torch.func.jvp(function, (x,), (v,))
+
+
+def tangent(g: Callable[[Tensor], Tensor], x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """``(g(x), J_g(x) v)`` for a map ``g(x)`` of the state (e.g. a post-norm LayerNorm)."""
+    return _joint(g, g, x, v)
 
 
 def apply_map(g: Callable[[Tensor], Tensor] | None, y: Y) -> Y:
@@ -83,10 +86,8 @@ def apply_map(g: Callable[[Tensor], Tensor] | None, y: Y) -> Y:
 
 
 def _field_tangent(field: Field, t: Any, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    joint = getattr(field, "joint", None)
-    if joint is not None:
-        return joint(x, v)
-    return torch.func.jvp(lambda z: field(t, z), (x,), (v,))
+    """``(f(t, x), J_f(t, x) v)`` for a field (an autonomous one may offer ``joint(x, v)``)."""
+    return _joint(field, lambda z: field(t, z), x, v)
 
 
 def _lifted_step(scheme: AbstractStepper, field: Field, t: Any, y: PhaseState, h: Any) -> PhaseState:
