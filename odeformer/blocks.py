@@ -414,6 +414,10 @@ class Layer(nn.Module):
         self.attention, self.ffn, self.dynamics, self.dt = attention, ffn, dynamics, float(dt)
         self.after_attention, self.after_ffn = after_attention, after_ffn
 
+    def maps(self) -> tuple[nn.Module | None, nn.Module | None]:
+        """The maps after the attention and after the FFN sublayer (post-norm; ``None`` where there is none)."""
+        return self.after_attention, self.after_ffn
+
     @property
     def stepper(self) -> AbstractStepper:
         """The layer's scheme (the stepper on the attention field)."""

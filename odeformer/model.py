@@ -87,9 +87,20 @@ class Backbone(nn.Module):
         super().__init__()
         presets = schedule(solver, depth)
         self.checkpoint = checkpoint
-        if tie_weights:  # one set of fields for every layer (each layer still has its own stepper)
-            make_attention, make_ffn, make_norm = _shared(make_attention), _shared(make_ffn), _shared(make_norm)
-        self.layers = nn.ModuleList(self._layer(p, dim, make_attention, make_ffn, make_norm, dt, form) for p in presets)
+        if tie_weights and len({p.form if form is None else form for p in presets}) > 1:
+            raise ValueError(
+                "tie_weights shares one attention field, whose form is fixed, but the schedule mixes the residual "
+                "and laplacian forms; pass form=... to choose one."
+            )
+        layers: list[Layer] = []
+        for p in presets:
+            if tie_weights and layers:  # one set of fields (and maps) for every layer, each with its own stepper
+                first = layers[0]
+                dynamics = p.build(dim)
+                layers.append(Layer(first.attention, first.ffn, dynamics, p.dt if dt is None else dt, *first.maps()))
+            else:
+                layers.append(self._layer(p, dim, make_attention, make_ffn, make_norm, dt, form))
+        self.layers = nn.ModuleList(layers)
         self.norm = nn.LayerNorm(dim, eps=norm_eps) if final_norm else nn.Identity()
         memory = {p.memory for p in presets}
         if len(memory) > 1:
@@ -162,20 +173,6 @@ class Backbone(nn.Module):
 
     def _trainable(self) -> list[Tensor]:
         return [p for p in self.layers.parameters() if p.requires_grad]
-
-
-def _shared(make: Callable | None) -> Callable | None:
-    """``make`` called once; every later call returns the same module (weight tying)."""
-    if make is None:
-        return None
-    built: dict[Any, nn.Module] = {}
-
-    def once(*args):
-        if args not in built:
-            built[args] = make(*args)
-        return built[args]
-
-    return once
 
 
 def _drops(module: nn.Module) -> bool:

@@ -229,3 +229,15 @@ def test_a_bare_stepper_gets_the_layer_its_declarations_call_for():
     assert odeformer.blocks.resolve("rk4_38") == derive(solvers.RK4ThreeEighths, "rk4_38")
     with pytest.raises(ValueError, match="unknown solver 'wave'; choose one of diffusion, .*, rk4_38, .*module.Class"):
         odeformer.blocks.resolve("wave")
+
+
+def test_tied_weights_share_every_field_and_map_but_not_the_steppers():
+    model = odeformer.MaskedLM(50, 16, depth=3, dim=16, heads=2, solver="mix", norm="post", tie_weights=True)
+    first, *rest = model.backbone.layers
+    for layer in rest:
+        assert layer.attention is first.attention and layer.ffn is first.ffn
+        assert layer.after_attention is first.after_attention and layer.after_ffn is first.after_ffn
+        assert layer.stepper is not first.stepper  # each layer learns its own gate
+    assert first.after_attention is not first.after_ffn  # two LayerNorms per block, as untied
+    with pytest.raises(ValueError, match="tie_weights shares one attention field, whose form is fixed"):
+        ViT(depth=2, dim=16, heads=2, solver=["diffusion", "full_wave"], tie_weights=True)
