@@ -138,14 +138,6 @@ def _activation(config, field: str) -> str:
     return ACTIVATIONS[value]
 
 
-def _mlp_ratio(hidden: int, dim: int) -> float:
-    """A ratio ``r`` with ``int(r * dim) == hidden`` (how :func:`~odeformer.transformer` sizes the FFN)."""
-    ratio = hidden / dim
-    while int(ratio * dim) < hidden:  # round-off below an integer: step up to the next float
-        ratio = float(torch.nextafter(torch.tensor(ratio, dtype=torch.float64), torch.tensor(2 * ratio + 1.0)))
-    return ratio
-
-
 def _heads(config) -> int:
     heads = config.num_attention_heads
     _refuse(config, "head_dim", lambda d: d is None or d * heads == config.hidden_size, "heads * head_dim != hidden")
@@ -243,7 +235,7 @@ def _vit(hf: nn.Module, solver: Solver, options: dict):
         heads=_heads(config),
         solver=solver,
         pool="cls",
-        mlp_ratio=_mlp_ratio(config.intermediate_size, config.hidden_size),
+        mlp_hidden=config.intermediate_size,
         activation=_activation(config, "hidden_act"),
         norm="pre",
         norm_eps=config.layer_norm_eps,
@@ -315,7 +307,7 @@ def _gpt2(hf: nn.Module, solver: Solver, options: dict):
         dim=dim,
         heads=_heads(config),
         solver=solver,
-        mlp_ratio=_mlp_ratio(config.n_inner or 4 * dim, dim),
+        mlp_hidden=config.n_inner or 4 * dim,
         activation=_activation(config, "activation_function"),
         norm="pre",
         norm_eps=config.layer_norm_epsilon,
@@ -369,7 +361,7 @@ def _bert(hf: nn.Module, solver: Solver, options: dict):
         solver=solver,
         pool="first",
         embed_norm=True,
-        mlp_ratio=_mlp_ratio(config.intermediate_size, config.hidden_size),
+        mlp_hidden=config.intermediate_size,
         activation=_activation(config, "hidden_act"),
         norm="post",
         norm_eps=config.layer_norm_eps,

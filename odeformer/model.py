@@ -232,6 +232,7 @@ def transformer(
     norm: str = "pre",
     norm_eps: float | None = None,
     qkv_bias: bool = True,
+    mlp_hidden: int | None = None,
 ) -> nn.Module:
     """The standard backbone: softmax attention (:class:`~odeformer.fields.AttentionField`) and an FFN per layer
     (or one weight-tied block for a continuous ``solver``).
@@ -239,7 +240,8 @@ def transformer(
     ``norm="pre"``: each field normalises its input (``Attn(LN x)``, ``MLP(LN x)``) and a LayerNorm follows the last
     layer; ``norm="post"``: the fields read the state as it is (``Attn(x)``, ``MLP(x)``) and a joint LayerNorm
     (``ln_mode`` for the velocity) follows every sublayer, as in BERT. ``norm_eps`` sets every LayerNorm's epsilon
-    (``None``: 1e-5, and 1e-6 for the FFN's joint LayerNorm).
+    (``None``: 1e-5, and 1e-6 for the FFN's joint LayerNorm). The FFN's hidden width is ``mlp_hidden``, or
+    ``int(mlp_ratio * dim)``.
     """
     if not isinstance(dim, int) or not isinstance(heads, int) or heads < 1 or dim % heads:
         raise ValueError(f"dim must be divisible by heads: got dim={dim}, heads={heads}.")
@@ -265,7 +267,13 @@ def transformer(
             norm_layer=nn.Identity if post else partial(nn.LayerNorm, eps=eps),
         ),
         make_ffn=partial(
-            FeedForward, dim, int(mlp_ratio * dim), activation, ln_mode, dropout, JointIdentity if post else joint_norm
+            FeedForward,
+            dim,
+            mlp_hidden or int(mlp_ratio * dim),
+            activation,
+            ln_mode,
+            dropout,
+            JointIdentity if post else joint_norm,
         ),
         dt=dt,
         tie_weights=tie_weights,
