@@ -41,7 +41,7 @@ class Section:
     """A table of runs: every ``row`` x ``column`` x seed, on top of the ``fixed`` overrides.
 
     ``rows`` and ``columns`` map a label to the overrides that make it; ``plot`` draws accuracy against the columns
-    (depths); ``diagnose`` names the column whose seed-0 runs get per-layer diagnostics, one curve per row.
+    (depths); ``diagnose`` names the columns whose seed-0 runs get per-layer diagnostics, one curve per row.
     """
 
     title: str
@@ -51,7 +51,7 @@ class Section:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     note: str = ""
     plot: bool = False
-    diagnose: str | None = None
+    diagnose: tuple[str, ...] = ()
     matched: bool = True
 
     def runs(self) -> list[tuple[str, str, str, int, list[str]]]:
@@ -113,7 +113,7 @@ SECTIONS = {
         "momentum starts at λ0 = sigmoid(θ0): θ0 = -8, 0, 2, 4 give λ0 ≈ 0.0003, 0.5, 0.88, 0.98 (the official code's "
         "ViT and BERT gates start at sigmoid(-8) and sigmoid(0)).",
         plot=True,
-        diagnose="depth 32",
+        diagnose=("depth 20", "depth 32"),
     ),
     "difformer_ablation": Section(
         "DIFFormer-s on Cora at 20 layers, τ = 0.2: which ingredient the depth collapse hangs on",
@@ -138,7 +138,7 @@ SECTIONS = {
         VISION,
         _depths([6, 12]),
         plot=True,
-        diagnose="depth 12",
+        diagnose=("depth 12",),
     ),
     "fmnist": Section(
         "ViT on a 10k-image Fashion-MNIST subset (28×28, patch 7, dim 48)",
@@ -146,7 +146,7 @@ SECTIONS = {
         VISION,
         _depths([6, 12]),
         plot=True,
-        diagnose="depth 12",
+        diagnose=("depth 12",),
     ),
     "shakespeare": Section(
         "Tiny Shakespeare, character-level causal LM (depth 4, dim 64, context 64)",
@@ -303,12 +303,12 @@ def accuracy_plot(section: Section, cells: dict, path: Path) -> None:
 DIAGNOSED = ("cosine", "dirichlet_normalised", "feature_variance", "spectral_gap", "rank_collapse", "dirichlet")
 
 
-def oversmoothing(section: Section, results: list[Result], runs_dir: Path, out: Path) -> list[str]:
-    """Diagnose the seed-0 runs of the ``diagnose`` column, one curve per row; return the PNG names."""
+def oversmoothing(section: Section, column: str, results: list[Result], runs_dir: Path, out: Path) -> list[str]:
+    """Diagnose the seed-0 runs of ``column``, one curve per row; return the PNG names."""
     from .diagnose import diagnose
     from .runs import load_run
 
-    chosen = [(row, name) for name, row, column, seed, _, _ in results if seed == 0 and column == section.diagnose]
+    chosen = [(row, name) for name, row, c, seed, _, _ in results if seed == 0 and c == column]
     runs = []
     for row, name in chosen:
         data, model, _ = load_run(runs_dir / name)
@@ -371,12 +371,13 @@ def main(argv: list[str] | None = None) -> int:
         if section.plot:
             accuracy_plot(section, cells, figures / f"{key}_accuracy.png")
             parts.append(f"![{key} accuracy against depth](results/{key}_accuracy.png)\n")
-        if section.diagnose:
-            pngs = oversmoothing(section, results, args.runs / key, figures / f"{key}_oversmoothing")
-            links = " ".join(f"[{p[:-4]}](results/{key}_oversmoothing/{p})" for p in pngs)
-            parts.append(f"Per layer, {section.diagnose} (seed 0, trained; numbers beside each PNG): {links}\n")
+        for column in section.diagnose:
+            folder = f"{key}_oversmoothing_{_slug(column)}"
+            pngs = oversmoothing(section, column, results, args.runs / key, figures / folder)
+            links = " ".join(f"[{p[:-4]}](results/{folder}/{p})" for p in pngs)
+            parts.append(f"Per layer, {column} (seed 0, trained; numbers beside each PNG): {links}\n")
             if pngs:
-                parts.append(f"![{key} token cosine per layer](results/{key}_oversmoothing/{pngs[0]})\n")
+                parts.append(f"![{key} token cosine per layer, {column}](results/{folder}/{pngs[0]})\n")
     minutes = (time.time() - started) / 60
     trained = sum(training) / 60
     cpu = platform.processor() or platform.machine()
