@@ -70,6 +70,7 @@ class ModelConfig:
 @dataclass
 class TransformerConfig(ModelConfig):
     mlp_ratio: float = 4.0
+    mlp_hidden: Optional[int] = None  # the FFN's hidden width; None: int(mlp_ratio * dim)
     activation: str = "gelu"  # gelu | gelu_tanh | relu | silu (each with an exact velocity path)
     ln_mode: str = "paper"  # paper | exact: how the velocity passes LayerNorm
     impl: str = "sdpa"  # sdpa | math

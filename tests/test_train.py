@@ -46,7 +46,13 @@ def _compose(overrides):
     return entry.compose(overrides)
 
 
-DATA_FOR_MODEL = {"vit": "image", "causal_lm": "text", "masked_lm": "sequence", "node_classifier": "graph"}
+DATA_FOR_MODEL = {
+    "vit": "image",
+    "causal_lm": "text",
+    "masked_lm": "sequence",
+    "node_classifier": "graph",
+    "difformer": "graph",
+}
 
 
 @pytest.mark.parametrize("solver", entry.choices("solver"))
@@ -64,6 +70,14 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
             "model.heads=2",
         ]
     )
+    if model == "difformer" and solver not in PRESETS and solver not in STEPPERS:
+        with pytest.raises(ValueError, match=f"continuous solver '{solver}' has no layers"):
+            runs.build(OmegaConf.to_container(cfg, resolve=True))
+        return
+    if model == "difformer" and solver == "reversible":  # a norm after every layer cannot be inverted
+        with pytest.raises(ValueError, match="cannot be inverted"):
+            runs.build(OmegaConf.to_container(cfg, resolve=True))
+        return
     data, net, info = runs.build(OmegaConf.to_container(cfg, resolve=True))
     if solver in PRESETS or solver in STEPPERS:
         scheme = PRESETS[solver].stepper if solver in PRESETS else STEPPERS[solver]
@@ -80,6 +94,15 @@ def _inputs(data):
     if data.kind == "text":
         return (data.splits["train"][0][:10].view(2, 5),)
     return (data.splits["train"][0][:2],)
+
+
+@pytest.mark.parametrize("model", ["vit", "causal_lm", "masked_lm"])  # the transformer models (FFN inside)
+def test_model_mlp_hidden_sets_the_ffn_width(model):
+    overrides = [f"model={model}", "data=synthetic", f"data.options.task={DATA_FOR_MODEL[model]}", "data.options.n=64"]
+    cfg = _compose([*overrides, "model.dim=16", "model.heads=2", "model.depth=1", "model.mlp_hidden=24"])
+    _, net, _ = runs.build(OmegaConf.to_container(cfg, resolve=True))
+    widths = {m.out_features for m in net.backbone.modules() if isinstance(m, torch.nn.Linear) and m.in_features == 16}
+    assert 24 in widths and 64 not in widths  # 64 would be the default int(4.0 * 16)
 
 
 @pytest.mark.data(only={"planetoid": "cora", "shakespeare": "shakespeare", "sst2": "sst2"})

@@ -307,7 +307,10 @@ class DIFFormer(TaskModel):
         if norm not in ("post", "none"):
             raise ValueError(f"DIFFormer norm must be 'post' (LayerNorm after every layer) or 'none', got {norm!r}.")
         if isinstance(solver, ContinuousPreset):
-            raise ValueError("DIFFormer normalises the state after every layer; continuous solvers have no layers.")
+            raise ValueError(
+                f"DIFFormer normalises and drops out the state after every layer, and the continuous solver "
+                f"{solver.name!r} has no layers: pick a stepping solver (e.g. solver=diffusion)."
+            )
         self.in_features = in_features
         self.encoder = nn.Sequential(nn.Linear(in_features, dim), nn.LayerNorm(dim), nn.ReLU(), nn.Dropout(dropout))
 
