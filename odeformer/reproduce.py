@@ -74,15 +74,12 @@ def _depths(depths: list[int]) -> dict[str, list[str]]:
     return {f"depth {d}": [f"model.depth={d}"] for d in depths}
 
 
-WAVES = {
+LIGHT_WAVES = {
     "diffusion": ["solver=diffusion"],
     "light_wave θ0=-8": ["solver=light_wave", "solver.options.theta0=-8.0"],
     "light_wave θ0=0": ["solver=light_wave", "solver.options.theta0=0.0"],
     "light_wave θ0=2": ["solver=light_wave", "solver.options.theta0=2.0"],
     "light_wave θ0=4": ["solver=light_wave", "solver.options.theta0=4.0"],
-    "full_wave": ["solver=full_wave"],
-    "damped": ["solver=damped"],
-    "mix": ["solver=mix"],
 }
 VISION = {name: [f"solver={name}"] for name in ("diffusion", "full_wave", "light_wave", "mix")}
 LANGUAGE = {name: [f"solver={name}"] for name in ("diffusion", "full_wave", "light_wave")}
@@ -105,32 +102,36 @@ SECTIONS = {
         matched=False,
     ),
     "difformer_depth": Section(
-        "DIFFormer-s on Cora at τ = 0.2: accuracy against depth (T = 0.2 × depth)",
+        "DIFFormer-s on Cora at τ = 0.2: accuracy against depth (T = 0.2 × depth), diffusion and Light Wave",
         ["experiment=difformer_cora", "model.dt=0.2"],
-        WAVES,
+        LIGHT_WAVES,
         _depths([4, 8, 20, 32]),
         note="Paper (Wavy Transformer, Cora, 20 layers, τ = 0.2): diffusion 39.92 %, Light Wave 85.18 %. Light Wave's "
         "momentum starts at λ0 = sigmoid(θ0): θ0 = -8, 0, 2, 4 give λ0 ≈ 0.0003, 0.5, 0.88, 0.98 (the official code's "
-        "ViT and BERT gates start at sigmoid(-8) and sigmoid(0)).",
+        "ViT and BERT gates start at sigmoid(-8) and sigmoid(0)). Equal epochs (the protocol's 500); the "
+        "compute-matched rows are in the 20-layer table below.",
         plot=True,
         diagnose=("depth 20", "depth 32"),
+        matched=False,
     ),
-    "difformer_ablation": Section(
-        "DIFFormer-s on Cora at 20 layers, τ = 0.2: which ingredient the depth collapse hangs on",
+    "difformer_20": Section(
+        "DIFFormer-s on Cora at 20 layers, τ = 0.2: the other wave presets, compute-matched diffusion, and which "
+        "ingredient the depth collapse hangs on",
         ["experiment=difformer_cora", "model.dt=0.2", "model.depth=20"],
         {
             "diffusion": ["solver=diffusion"],
+            "light_wave θ0=0": ["solver=light_wave", "solver.options.theta0=0.0"],
+            "full_wave": ["solver=full_wave"],
+            "damped": ["solver=damped"],
+            "mix": ["solver=mix"],
             "diffusion, no dropout on the state": ["solver=diffusion", "model.layer_dropout=0.0"],
             "diffusion, no per-layer LayerNorm": ["solver=diffusion", "model.norm=none"],
             "diffusion, Attn and Â averaged": ["solver=diffusion", "model.propagation=mean"],
-            "light_wave θ0=0": ["solver=light_wave", "solver.options.theta0=0.0"],
-            "light_wave θ0=0, no dropout on the state": [
-                "solver=light_wave",
-                "solver.options.theta0=0.0",
-                "model.layer_dropout=0.0",
-            ],
         },
-        matched=False,
+        seeds=[0, 1],
+        note="Rows with a comma are diffusion with one ingredient of DIFFormer's layer removed or changed; the "
+        "compute-matched rows give diffusion as many more epochs as the wave preset's training time over "
+        "diffusion's.",
     ),
     "digits": Section(
         "ViT on scikit-learn digits (8×8, patch 2, dim 48)",
@@ -196,7 +197,28 @@ def _train(job: tuple[str, list[str], str]) -> dict[str, Any]:
 Result = tuple[str, str, str, int, list[str], dict[str, Any]]  # name, row, column, seed, overrides, summary
 
 
+def _reuse(jobs: list[tuple[str, str, str, int, list[str]]], runs_dir: Path, runs_root: Path) -> None:
+    """Link each job to a completed run of another section made of the same overrides (in any order), so a cell that
+    two tables share is trained once."""
+    done: dict[frozenset[str], Path] = {}
+    for summary in sorted(runs_root.glob("*/*/summary.json")):
+        overrides = summary.parent / "overrides.json"
+        if overrides.exists() and json.loads(summary.read_text()).get("status") == "completed":
+            done.setdefault(frozenset(json.loads(overrides.read_text())), summary.parent)
+    for name, _, _, _, overrides in jobs:
+        target, twin = runs_dir / name, done.get(frozenset(overrides))
+        if twin is not None and not target.exists() and twin.parent != runs_dir:
+            runs_dir.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(os.path.relpath(twin, runs_dir), target_is_directory=True)
+
+
 def _run(jobs: list[tuple[str, str, str, int, list[str]]], runs_dir: Path, workers: int) -> list[Result]:
+    _reuse(jobs, runs_dir, runs_dir.parent)
+    for name, _, _, _, overrides in jobs:  # what each run is made of, for reuse by other sections
+        record = runs_dir / name / "overrides.json"
+        if not (runs_dir / name).is_symlink():
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps(overrides) + "\n")
     work = [(name, overrides, str(runs_dir / name)) for name, _, _, _, overrides in jobs]
     if workers == 1:
         summaries = [_train(job) for job in work]
@@ -336,6 +358,27 @@ def run_section(section: Section, runs_dir: Path, workers: int) -> list[Result]:
     return results + (_run(extra, runs_dir, workers) if extra else [])
 
 
+def _write(args: argparse.Namespace, finished: list[str], parts: list[str], training: dict[Path, float]) -> None:
+    """Rewrite the generated block of RESULTS.md with the sections finished so far and the command that makes them."""
+    if args.smoke:
+        command = "odeformer-reproduce --smoke"
+    elif finished == list(SECTIONS):
+        command = "odeformer-reproduce"
+    else:
+        command = "odeformer-reproduce --sections " + " ".join(finished)
+    trained = sum(training.values()) / 60
+    cpu = platform.processor() or platform.machine()
+    header = (
+        f"Generated by `{command}` on {os.cpu_count()} CPU cores ({cpu}), {time.strftime('%Y-%m-%d')}: "
+        f"{len(training)} runs, {trained:.0f} min of training summed over runs, {args.workers} single-thread "
+        f"worker(s) in parallel (about {trained / args.workers:.0f} min wall; finished runs are reused, so a rerun "
+        "only redraws the tables and figures). Each run is `odeformer-train` with the overrides in the section's "
+        'config (`odeformer/reproduce.py`); test metrics are taken at the best validation step. "time vs '
+        "diffusion\" is the median ratio of paired runs' training time.\n"
+    )
+    write_results(header + "\n" + "\n".join(parts), args.out / "RESULTS.md")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="odeformer-reproduce", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
@@ -353,17 +396,14 @@ def main(argv: list[str] | None = None) -> int:
     sections = {"smoke": SMOKE} if args.smoke else {name: SECTIONS[name] for name in args.sections}
     figures = args.out / "results"
     figures.mkdir(parents=True, exist_ok=True)
-    if args.smoke:
-        command = "odeformer-reproduce --smoke"
-    elif args.sections == list(SECTIONS):
-        command = "odeformer-reproduce"
-    else:
-        command = "odeformer-reproduce --sections " + " ".join(args.sections)
     started = time.time()
-    parts, training = [], []
+    parts: list[str] = []
+    training: dict[Path, float] = {}
+    finished: list[str] = []
     for key, section in sections.items():
         results = run_section(section, args.runs / key, args.workers)
-        training.extend(summary["wall_s"] for *_, summary in results)
+        for name, *_, summary in results:  # a run two sections share counts once
+            training[(args.runs / key / name).resolve()] = summary["wall_s"]
         markdown, cells = table(section, results)
         parts.append(f"### {section.title}\n\n{markdown}\n")
         if section.note:
@@ -378,19 +418,9 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(f"Per layer, {column} (seed 0, trained; numbers beside each PNG): {links}\n")
             if pngs:
                 parts.append(f"![{key} token cosine per layer, {column}](results/{folder}/{pngs[0]})\n")
-    minutes = (time.time() - started) / 60
-    trained = sum(training) / 60
-    cpu = platform.processor() or platform.machine()
-    header = (
-        f"Generated by `{command}` on {os.cpu_count()} CPU cores ({cpu}), {time.strftime('%Y-%m-%d')}: "
-        f"{len(training)} runs, {trained:.0f} min of training summed over runs, {args.workers} single-thread "
-        f"worker(s) in parallel (about {trained / args.workers:.0f} min wall; finished runs are reused, so a rerun "
-        "only redraws the tables and figures). Each run is `odeformer-train` with the overrides in the section's "
-        'config (`odeformer/reproduce.py`); test metrics are taken at the best validation step. "time vs '
-        "diffusion\" is the median ratio of paired runs' training time.\n"
-    )
-    write_results(header + "\n" + "\n".join(parts), args.out / "RESULTS.md")
-    print(f"wrote {args.out / 'RESULTS.md'} ({minutes:.1f} min)")
+        finished.append(key)
+        _write(args, finished, parts, training)  # after every section, so a stopped sweep keeps what it finished
+    print(f"wrote {args.out / 'RESULTS.md'} ({(time.time() - started) / 60:.1f} min)")
     return 0
 
 

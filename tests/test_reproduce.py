@@ -4,7 +4,18 @@ import json
 
 import pytest
 
-from odeformer.reproduce import BEGIN, END, SECTIONS, Section, cost_ratios, main, matched_jobs, table, write_results
+from odeformer.reproduce import (
+    BEGIN,
+    END,
+    SECTIONS,
+    Section,
+    _reuse,
+    cost_ratios,
+    main,
+    matched_jobs,
+    table,
+    write_results,
+)
 
 
 @pytest.mark.data("cora")
@@ -54,12 +65,29 @@ def test_sections_cover_the_issue_grid():
     assert list(depth.columns) == ["depth 4", "depth 8", "depth 20", "depth 32"] and "model.dt=0.2" in depth.fixed
     thetas = {o for row in depth.rows.values() for o in row if "theta0" in o}
     assert thetas == {f"solver.options.theta0={t}" for t in (-8.0, 0.0, 2.0, 4.0)}
-    assert {"diffusion", "full_wave", "damped", "mix"} <= set(depth.rows)
+    deep = SECTIONS["difformer_20"]
+    assert "model.depth=20" in deep.fixed and "model.dt=0.2" in deep.fixed and deep.matched
+    assert {"diffusion", "light_wave θ0=0", "full_wave", "damped", "mix"} <= set(deep.rows)
+    ablations = {tuple(o for o in row if o.startswith("model.")) for row in deep.rows.values()}
+    assert {("model.layer_dropout=0.0",), ("model.norm=none",), ("model.propagation=mean",)} <= ablations
     baseline = SECTIONS["difformer"]
     assert baseline.fixed == ["experiment=difformer_cora"] and len(baseline.seeds) == 5
     for key in ("digits", "fmnist"):
         assert list(SECTIONS[key].columns) == ["depth 6", "depth 12"]
         assert set(SECTIONS[key].rows) == {"diffusion", "full_wave", "light_wave", "mix"}
+
+
+def test_a_cell_two_sections_share_is_trained_once(tmp_path):
+    first = tmp_path / "a" / "diffusion__depth_20__seed=0"
+    first.mkdir(parents=True)
+    (first / "overrides.json").write_text('["x=1", "solver=diffusion", "model.depth=20"]')
+    (first / "summary.json").write_text('{"status": "completed"}')
+    jobs = [("diffusion__seed=0", "diffusion", "", 0, ["x=1", "model.depth=20", "solver=diffusion"])]
+    jobs.append(("full_wave__seed=0", "full_wave", "", 0, ["x=1", "model.depth=20", "solver=full_wave"]))
+    _reuse(jobs, tmp_path / "b", tmp_path)
+    twin = tmp_path / "b" / "diffusion__seed=0"
+    assert twin.is_symlink() and twin.resolve() == first.resolve()
+    assert not (tmp_path / "b" / "full_wave__seed=0").exists()  # nothing finished to reuse: trained
 
 
 def test_write_results_appends_a_block(tmp_path):
