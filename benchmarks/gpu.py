@@ -3,11 +3,14 @@ batch 128, bf16 autocast) for diffusion, light_wave, full_wave and reversible: o
 paper's throughput table. Beside them, the anchors of the same size (``benchmarks/anchors.py``): Hugging Face's
 ``ViTForImageClassification`` (sdpa attention; only where ``transformers`` is installed) and a ViT on
 ``nn.TransformerEncoder`` (under autocast and with 3 heads PyTorch's fused encoder fast path does not apply), under
-the same compile setting (``--compile`` compiles every model alike). Run by
-``benchmarks/gpu_check.sh``; prints a table and writes JSON. ``--render`` turns the files that script wrote into the
-GPU block of ``docs/RESULTS.md`` (on any machine, no GPU needed).
+the same compile setting (``--compile-mode`` compiles every model alike: ``default``, ``reduce-overhead`` (CUDA
+graphs) or ``max-autotune``; ``--compile`` is ``--compile-mode default``). Each model's training throughput is also
+given as MFU, the model FLOP/s it achieves over the chip's bf16 dense peak (``--peak-tflops``; FLOPs counted by
+:func:`step_flops`). Run by ``benchmarks/gpu_check.sh`` (eager and compiled side by side); prints a table and writes
+JSON. ``--render`` turns the files that script wrote into the GPU block of ``docs/RESULTS.md`` (on any machine, no
+GPU needed).
 
-    python -m benchmarks.gpu [--steps 20] [--compile] [--json gpu.json]
+    python -m benchmarks.gpu [--steps 10] [--compile-mode reduce-overhead] [--peak-tflops 989] [--json gpu.json]
     python -m benchmarks.gpu --render OUT_DIR --results docs/RESULTS.md
 """
 
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +32,45 @@ SOLVERS = ("diffusion", "light_wave", "full_wave", "reversible")
 ANCHORS = ("hf_vit", "torch_vit")
 """Hugging Face's ViTForImageClassification and the nn.TransformerEncoder ViT, DeiT-Ti-sized like the solvers."""
 DEIT_TI = dict(image_size=224, patch_size=16, in_chans=3, num_classes=1000, depth=12, dim=192, heads=3)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+"""``torch.compile`` modes: inductor's default, CUDA graphs on top of it, and autotuned kernels (plus CUDA graphs)."""
+H200_BF16_DENSE_TFLOPS = 989.0
+"""NVIDIA H200 SXM, BF16 Tensor Core, dense: NVIDIA's H200 datasheet lists 1,979 TFLOPS *with* 2:4 structured
+sparsity, twice the dense rate (989.4 TFLOP/s at the boost clock, as the H100 SXM: the same GH100 compute)."""
+VELOCITY_FFN = ("full_wave",)
+"""Solvers among :data:`SOLVERS` whose FFN also carries the velocity (its two products run again on ``v``)."""
+FLOPS_FORMULA = (
+    "train FLOPs = 3 × forward (backward ≈ 2 × forward); forward = L·[2·B·N·(4d² + 2dh) + 4·B·N²·d] "
+    "(+ L·2·B·N·2dh for full_wave's velocity through the FFN) + 2·B·P·(c·p²)·d (patch embedding) + 2·B·d·K (head); "
+    "N = P + 1 tokens, P = (image/p)² patches, h = 4d; matrix products only, 2 FLOPs per multiply-add"
+)
+
+
+def step_flops(name: str, batch: int, sizes: dict | None = None) -> dict[str, float]:
+    """Model FLOPs of one forward pass and of one training step of model ``name`` at ``sizes`` (default DeiT-Ti).
+
+    Counted analytically, matrix products only (2 FLOPs per multiply-add; LayerNorms, activations, softmax and the
+    optimiser are left out), as :data:`FLOPS_FORMULA` says. Per layer, with B images, N = P + 1 tokens, width d and
+    FFN width h = 4d: the attention's four projections 2·B·N·4d², the FFN's two products 2·B·N·2dh, and the attention
+    itself (``Q Kᵀ`` and ``A V``) 4·B·N²·d; Full Wave adds the FFN's two products on the velocity, 2·B·N·2dh. The
+    patch embedding is a ``c·p² -> d`` product per patch, the head a ``d -> K`` product on the CLS token. A training
+    step is counted as three forward passes (the backward pass of every product is two products of its size); the
+    reversible preset's recomputation in its backward pass is not counted (these are model FLOPs, not hardware FLOPs).
+    """
+    s = {**DEIT_TI, **(sizes or {})}
+    d, depth, p = s["dim"], s["depth"], s["patch_size"]
+    patches = (s["image_size"] // p) ** 2
+    tokens, hidden = patches + 1, 4 * d
+    layer = 2 * batch * tokens * (4 * d * d + 2 * d * hidden) + 4 * batch * tokens**2 * d
+    if name in VELOCITY_FFN:
+        layer += 2 * batch * tokens * 2 * d * hidden
+    forward = depth * layer + 2 * batch * patches * s["in_chans"] * p * p * d + 2 * batch * d * s["num_classes"]
+    return {"forward": float(forward), "train": 3.0 * forward}
+
+
+def mfu(images_per_s: float, train_flops_per_step: float, batch: int, peak_tflops: float) -> float:
+    """Model FLOPs utilisation: the FLOP/s that ``images_per_s`` training throughput achieves, over the peak."""
+    return images_per_s / batch * train_flops_per_step / (peak_tflops * 1e12)
 
 
 def models() -> tuple[str, ...]:
@@ -49,18 +93,23 @@ def build(name: str) -> torch.nn.Module:
     return odeformer.ViT(**DEIT_TI, solver=name, dt=dt)
 
 
-def _model(name: str, compile: bool = False) -> torch.nn.Module:
+def _model(name: str, compile_mode: str | None = None) -> torch.nn.Module:
     model = build(name).cuda()
-    return torch.compile(model) if compile else model
+    return torch.compile(model, mode=compile_mode) if compile_mode else model
 
 
-def _steps(model: torch.nn.Module, batch: int) -> dict[str, Callable[[], None]]:
-    """The training step (forward, backward, AdamW) and the inference step of ``model`` on a fixed synthetic batch."""
+def _steps(model: torch.nn.Module, batch: int, compile_mode: str | None = None) -> dict[str, Callable[[], None]]:
+    """The training step (forward, backward, AdamW) and the inference step of ``model`` on a fixed synthetic batch.
+    Under CUDA graphs (``reduce-overhead``, ``max-autotune``) each step is marked as a new one, so that a replay may
+    reuse the memory of the last one's outputs."""
     optimiser = torch.optim.AdamW(model.parameters(), lr=1e-4)
     images = torch.randn(batch, 3, 224, 224, device="cuda")
     labels = torch.randint(0, 1000, (batch,), device="cuda")
+    graphs = compile_mode in ("reduce-overhead", "max-autotune")
 
     def train():
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = F.cross_entropy(model(images), labels)
         optimiser.zero_grad(set_to_none=True)
@@ -69,17 +118,19 @@ def _steps(model: torch.nn.Module, batch: int) -> dict[str, Callable[[], None]]:
 
     @torch.no_grad()
     def inference():
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             model(images)
 
     return {"train": train, "inference": inference}
 
 
-def peak_memory(solver: str, batch: int, compile: bool = False) -> dict[str, float]:
+def peak_memory(solver: str, batch: int, compile_mode: str | None = None) -> dict[str, float]:
     """Peak allocated GiB of a training and of an inference step, with only this model (and its optimiser) alive."""
-    model = _model(solver, compile)
+    model = _model(solver, compile_mode)
     out = {}
-    for mode, fn in _steps(model, batch).items():
+    for mode, fn in _steps(model, batch, compile_mode).items():
         for _ in range(2):
             fn()
         torch.cuda.synchronize()
@@ -92,20 +143,41 @@ def peak_memory(solver: str, batch: int, compile: bool = False) -> dict[str, flo
     return out
 
 
-def throughput(batch: int, steps: int, rounds: int, compile: bool = False) -> dict[str, dict[str, float]]:
+def throughput(
+    batch: int,
+    steps: int,
+    rounds: int,
+    compile_mode: str | None = None,
+    names: tuple[str, ...] | None = None,
+    time_limit: float | None = None,
+) -> tuple[dict[str, dict[str, float]], list[str]]:
     """Images/s per model and mode: the median over ``rounds`` blocks of ``steps`` steps, the models taking turns
-    block by block (so clock ramps and a busy neighbour hit all of them alike)."""
+    block by block (so clock ramps and a busy neighbour hit all of them alike).
+
+    Each model is built and warmed up (compiled, its CUDA graphs recorded) in turn, its seconds for that recorded as
+    ``warmup_s``; once ``time_limit`` seconds have passed, the models not yet started are skipped (returned second),
+    so that a slow compiler leaves the ones already compiled to be timed."""
     from benchmarks.run import interleaved
 
-    names = models()
-    runs = {name: _steps(_model(name, compile), batch) for name in names}
-    out: dict[str, dict[str, float]] = {name: {} for name in names}
+    started = time.perf_counter()
+    runs, out, skipped = {}, {}, []
+    for name in names or models():
+        if time_limit is not None and time.perf_counter() - started > time_limit:
+            skipped.append(name)
+            continue
+        begin = time.perf_counter()
+        runs[name] = _steps(_model(name, compile_mode), batch, compile_mode)
+        for fn in runs[name].values():
+            for _ in range(3):  # compile, then record and replay the CUDA graphs
+                fn()
+        torch.cuda.synchronize()
+        out[name] = {"warmup_s": time.perf_counter() - begin}
     for mode in ("train", "inference"):
-        blocks = {name: _repeat(runs[name][mode], steps) for name in names}
+        blocks = {name: _repeat(runs[name][mode], steps) for name in runs}
         seconds = interleaved(blocks, rounds, warmup=1, device="cuda")
-        for solver in names:
-            out[solver][f"{mode}_images_per_s"] = steps * batch / seconds[solver]
-    return out
+        for name in runs:
+            out[name][f"{mode}_images_per_s"] = steps * batch / seconds[name]
+    return out, skipped
 
 
 def _repeat(fn: Callable[[], None], times: int) -> Callable[[], None]:
@@ -119,34 +191,82 @@ def _repeat(fn: Callable[[], None], times: int) -> Callable[[], None]:
 BEGIN, END = "<!-- begin: gpu -->", "<!-- end: gpu -->"
 
 
+def setting(run: dict) -> str:
+    """How a run's models ran: ``eager`` or the ``torch.compile`` mode (older JSON: from its ``compile`` flag)."""
+    return run.get("compile_mode") or ("default" if run.get("compile") else "eager")
+
+
+def runs(folder: Path) -> list[dict]:
+    """The runs ``benchmarks/gpu_check.sh`` wrote into ``folder``: ``gpu.json`` (eager), then any ``gpu_<mode>.json``
+    (the same measurement under a compile mode)."""
+    return [json.loads(path.read_text()) for path in [folder / "gpu.json", *sorted(folder.glob("gpu_*.json"))]]
+
+
+def _train_speed(run: dict, name: str) -> tuple[float, float]:
+    """(TFLOP/s, MFU) of a model's training throughput in ``run``, from the JSON or, for runs recorded before they
+    were, from :func:`step_flops` and the H200 peak."""
+    r = run[name]
+    if "mfu" in r:
+        return r["train_tflops_per_s"], r["mfu"]
+    flops = step_flops(name, run["batch"], run.get("sizes"))["train"]
+    peak = run.get("peak_tflops", H200_BF16_DENSE_TFLOPS)
+    per_s = r["train_images_per_s"] / run["batch"]
+    return per_s * flops / 1e12, mfu(r["train_images_per_s"], flops, run["batch"], peak)
+
+
+def _cell(value: float | None, form: str) -> str:
+    return "–" if value is None else format(value, form)
+
+
 def render(folder: Path) -> str:
-    """Markdown for the files ``benchmarks/gpu_check.sh`` wrote into ``folder``."""
+    """Markdown for the files ``benchmarks/gpu_check.sh`` wrote into ``folder``: one table row per model and run
+    (eager, then each compile mode), with ratios against diffusion in the same run and, for a compiled run, the
+    speed-up over the eager run of the same model."""
     from benchmarks.run import table
 
-    gpu = json.loads((folder / "gpu.json").read_text())
-    base = gpu["diffusion"]
+    measured = runs(folder)
+    gpu, eager = measured[0], next((run for run in measured if setting(run) == "eager"), None)
+    commit = next((run["commit"] for run in measured if run.get("commit")), None)
+    settings = ", ".join(f"`{setting(run)}`" for run in measured)
+    peak = gpu.get("peak_tflops", H200_BF16_DENSE_TFLOPS)
     lines = [
-        f"Generated by `bash benchmarks/gpu_check.sh OUT` on one {gpu['gpu']} (torch {gpu['torch']}), then "
+        f"Generated by `bash benchmarks/gpu_check.sh OUT` on one {gpu['gpu']} (torch {gpu['torch']})"
+        f"{f' at commit `{commit}`' if commit else ''}, then "
         f"`python -m benchmarks.gpu --render OUT --results docs/RESULTS.md`. DeiT-Ti-sized ViT: dim 192, depth 12, "
         f"heads 3, 224² synthetic images, patch 16, batch {gpu['batch']}, bf16 autocast, AdamW; images/s is the "
-        f"median of {gpu['rounds']} blocks of {gpu['steps']} steps, the solvers taking turns; peak is "
-        "`torch.cuda.max_memory_allocated` "
-        f"of one step with only that model alive{', every model torch.compile-d' if gpu.get('compile') else ''}. "
-        "Ratios are against diffusion (the plain transformer); `hf_vit` is Hugging Face's ViTForImageClassification "
-        "(sdpa attention) and `torch_vit` a ViT on nn.TransformerEncoder, both of the same size, where measured.",
+        f"median of {gpu['rounds']} blocks of {gpu['steps']} steps, the models taking turns; peak is "
+        "`torch.cuda.max_memory_allocated` of one step with only that model alive. Runs (the compile column): "
+        f"{settings}, every model alike in each. Ratios are against diffusion (the plain transformer) in the same run; "
+        "`hf_vit` is Hugging Face's ViTForImageClassification (sdpa attention) and `torch_vit` a ViT on "
+        "nn.TransformerEncoder, both of the same size, where measured. MFU is the training step's model FLOP/s over "
+        f"the bf16 dense peak of {peak:g} TFLOP/s (H200 SXM: NVIDIA's 1,979 TFLOPS with sparsity, halved), counting "
+        f"{FLOPS_FORMULA}.",
         "",
-        "| solver | train img/s | train peak GiB | inference img/s | inference peak GiB | train time ratio | "
-        "train memory ratio |",
-        "|---|---|---|---|---|---|---|",
+        "| solver | compile | train img/s | train peak GiB | inference img/s | inference peak GiB | train time ratio | "
+        "train memory ratio | train TFLOP/s | MFU | vs eager |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for solver in (name for name in SOLVERS + ANCHORS if name in gpu):
-        r = gpu[solver]
-        lines.append(
-            f"| `{solver}` | {r['train_images_per_s']:.0f} | {r['train_peak_gib']:.2f} | "
-            f"{r['inference_images_per_s']:.0f} | {r['inference_peak_gib']:.2f} | "
-            f"{base['train_images_per_s'] / r['train_images_per_s']:.2f} | "
-            f"{r['train_peak_gib'] / base['train_peak_gib']:.2f} |"
-        )
+    for name in SOLVERS + ANCHORS:
+        for run in measured:
+            if name not in run:
+                continue
+            r, base = run[name], run.get("diffusion", {})
+            ratio = base["train_images_per_s"] / r["train_images_per_s"] if base else None
+            memory = r["train_peak_gib"] / base["train_peak_gib"] if "train_peak_gib" in r and base else None
+            tflops, used = _train_speed(run, name)
+            speedup = None
+            if run is not eager and eager is not None and name in eager:
+                speedup = r["train_images_per_s"] / eager[name]["train_images_per_s"]
+            lines.append(
+                f"| `{name}` | {setting(run)} | {r['train_images_per_s']:.0f} | "
+                f"{_cell(r.get('train_peak_gib'), '.2f')} | {r['inference_images_per_s']:.0f} | "
+                f"{_cell(r.get('inference_peak_gib'), '.2f')} | "
+                f"{_cell(ratio, '.2f')} | {_cell(memory, '.2f')} | {tflops:.1f} | {100 * used:.1f} % | "
+                f"{'–' if speedup is None else f'{speedup:.2f}×'} |"
+            )
+    for run in measured:
+        if run.get("skipped"):
+            lines += ["", f"Not measured under `{setting(run)}` (compile time limit): {', '.join(run['skipped'])}."]
     lines += [
         "",
         "Paper (DeiT-Ti, their GPU): Full Wave about 2× time and 2× memory; Light Wave about 1.0× time, 1.1× memory.",
@@ -174,16 +294,45 @@ def render(folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def _model_names(text: str) -> tuple[str, ...]:
+    known = models()
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown model(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(known)}"
+        )
+    return names
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10, help="steps per timed block")
     parser.add_argument("--rounds", type=int, default=5, help="timed blocks per solver (they take turns)")
     parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--compile", action="store_true", help="torch.compile every model, solvers and anchors alike")
+    parser.add_argument("--compile", action="store_true", help="torch.compile every model alike (mode 'default')")
+    parser.add_argument(
+        "--compile-mode",
+        choices=COMPILE_MODES,
+        default=None,
+        help="torch.compile every model alike in this mode ('reduce-overhead': CUDA graphs); implies --compile",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=H200_BF16_DENSE_TFLOPS,
+        help="the chip's bf16 dense peak in TFLOP/s for the MFU column (default: H200 SXM, NVIDIA's 1,979 with "
+        "sparsity, halved)",
+    )
+    parser.add_argument("--models", type=_model_names, default=None, help="comma-separated subset of the models")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory steps (one model at a time)")
+    parser.add_argument(
+        "--time-limit", type=float, default=None, help="seconds after which no further model is built and compiled"
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--render", type=Path, default=None, help="a folder written by benchmarks/gpu_check.sh")
     parser.add_argument("--results", type=Path, default=None, help="with --render: rewrite this markdown's GPU block")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.render is not None:
         from odeformer.reproduce import write_results
 
@@ -192,29 +341,44 @@ def main() -> None:
         if args.results:
             write_results(text, args.results, BEGIN, END)
         return
+    if args.peak_tflops <= 0:
+        parser.error(f"--peak-tflops must be positive, got {args.peak_tflops}")
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.gpu needs a CUDA device.")
     torch.backends.cuda.matmul.allow_tf32 = True
+    mode = args.compile_mode or ("default" if args.compile else None)
     results = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
+        "commit": os.environ.get("ODEFORMER_COMMIT") or None,
         "batch": args.batch,
         "steps": args.steps,
         "rounds": args.rounds,
-        "compile": args.compile,
+        "compile": mode is not None,
+        "compile_mode": mode,
+        "peak_tflops": args.peak_tflops,
+        "flops_formula": FLOPS_FORMULA,
+        "sizes": DEIT_TI,
     }
-    names = models()
-    if "hf_vit" not in names:
+    names = args.models or models()
+    if "hf_vit" not in models():
         print("transformers is not installed: no Hugging Face anchor (pip install transformers)")
-    memory = {name: peak_memory(name, args.batch, args.compile) for name in names}
-    speed = throughput(args.batch, args.steps, args.rounds, args.compile)
-    print(f"{'model':<12} {'train img/s':>12} {'train GiB':>10} {'infer img/s':>12} {'infer GiB':>10}")
-    for solver in names:
-        r = results[solver] = {**speed[solver], **memory[solver]}
+    memory = {} if args.no_memory else {name: peak_memory(name, args.batch, mode) for name in names}
+    speed, results["skipped"] = throughput(args.batch, args.steps, args.rounds, mode, names, args.time_limit)
+    print(f"{'model':<12} {'train img/s':>12} {'train GiB':>10} {'infer img/s':>12} {'infer GiB':>10} {'MFU':>7}")
+    for name in speed:
+        flops = step_flops(name, args.batch)["train"]
+        r = results[name] = {**speed[name], **memory.get(name, {}), "train_flops_per_step": flops}
+        r["train_tflops_per_s"] = r["train_images_per_s"] / args.batch * flops / 1e12
+        r["mfu"] = mfu(r["train_images_per_s"], flops, args.batch, args.peak_tflops)
         print(
-            f"{solver:<12} {r['train_images_per_s']:>12.0f} {r['train_peak_gib']:>10.2f} "
-            f"{r['inference_images_per_s']:>12.0f} {r['inference_peak_gib']:>10.2f}"
+            f"{name:<12} {r['train_images_per_s']:>12.0f} {r.get('train_peak_gib', float('nan')):>10.2f} "
+            f"{r['inference_images_per_s']:>12.0f} {r.get('inference_peak_gib', float('nan')):>10.2f} "
+            f"{100 * r['mfu']:>6.2f}%"
         )
+    print(f"compile: {mode or 'eager'}; MFU over {args.peak_tflops:g} TFLOP/s bf16 dense; {FLOPS_FORMULA}")
+    if results["skipped"]:
+        print(f"not compiled within --time-limit {args.time_limit:g} s: {', '.join(results['skipped'])}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -32,8 +32,9 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd import forward_ad
 from torch.overrides import TorchFunctionMode
+
+from solvers._base import transformed
 
 from ._amp import AutocastState
 
@@ -143,12 +144,6 @@ def activation(name: str) -> Activation:
     return ACTIVATIONS[name]
 
 
-def _transformed() -> bool:
-    """Whether a ``torch.func`` transform or a forward-mode AD level is active: then the joint modules run their plain
-    formulas (the fused Functions have first-order reverse-mode rules only). A flag read, no tensor work."""
-    return torch._C._are_functorch_transforms_active() or forward_ad._current_level >= 0
-
-
 def _normalise(x: Tensor, dims: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor]:
     """``(x̂, 1/s)`` over ``dims`` in ordinary operations: ``x̂ = (x - mean x) / s``, ``s = sqrt(var x + eps)``
     (biased variance), differentiable to every order in every mode (``torch.native_layer_norm``'s saved mean and
@@ -237,7 +232,7 @@ class JointLayerNorm(nn.Module):
 
     def stacked(self, x: Tensor, v: Tensor) -> Tensor:
         """``(x_out, v_out)`` stacked as one ``(2, ..., D)`` tensor (what :meth:`JointMLP.stacked` takes)."""
-        if _transformed():
+        if transformed():
             return _plain_joint_layer_norm(x, v, self.weight, self.bias, self.eps, self.mode == "exact")
         return _JointLayerNorm.apply(x, v, self.weight, self.bias, self.eps, self.mode == "exact")
 
@@ -336,7 +331,7 @@ class JointMLP(nn.Module):
             h_x, h_v = self._dropout(self.act.phi(pre_x), self.act.prime_times(pre[1], pre_x))
             out = F.linear(torch.stack((h_x, h_v)), self.fc2.weight)
             return self._dropout(out[0] + self.fc2.bias, out[1])
-        if _transformed():
+        if transformed():
             return _plain_joint_hidden(pre, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.act)
         return _JointHidden.apply(pre, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.act)
 

@@ -167,3 +167,215 @@ def test_gpu_anchor_rows_render_where_the_json_has_them(tmp_path):
     text = render(tmp_path)
     hf = next(line for line in text.splitlines() if line.startswith("| `hf_vit` |"))
     assert "| 1000 |" in hf and not any(line.startswith("| `torch_vit` |") for line in text.splitlines())
+
+
+# The GPU run's MFU, compile modes and shell driver, checked on the CPU.
+
+TINY = dict(image_size=8, patch_size=4, in_chans=3, num_classes=10, depth=2, dim=16, heads=2)
+
+
+def test_step_flops_equal_a_hand_count_for_a_tiny_vit():
+    """Batch 3, 8² images, patch 4 (P = 4 patches, N = 5 tokens), d = 16, h = 64, depth 2, 10 classes."""
+    from benchmarks.gpu import step_flops
+
+    projections = 2 * 3 * 5 * (4 * 16 * 16)  # q, k, v and the output projection: 30720
+    ffn = 2 * 3 * 5 * (2 * 16 * 64)  # d -> h -> d: 61440
+    scores = 4 * 3 * 5 * 5 * 16  # Q Kᵀ and A V: 4800
+    embedding, head = 2 * 3 * 4 * (3 * 4 * 4) * 16, 2 * 3 * 16 * 10  # 18432, 960
+    assert projections + ffn + scores == 96960 and (embedding, head) == (18432, 960)
+    diffusion = 2 * 96960 + embedding + head
+    assert diffusion == 213312 and diffusion + 2 * ffn == 336192
+    for name in ("diffusion", "light_wave", "reversible", "hf_vit", "torch_vit"):
+        assert step_flops(name, 3, TINY) == {"forward": 213312.0, "train": 3 * 213312.0}, name
+    assert step_flops("full_wave", 3, TINY) == {"forward": 336192.0, "train": 3 * 336192.0}
+
+
+def _tiny_model(name):
+    import odeformer
+    from benchmarks.anchors import TorchViT, hf_vit
+
+    torch.manual_seed(0)
+    if name == "torch_vit":
+        return TorchViT(**TINY)
+    if name == "hf_vit":
+        return hf_vit(**TINY)
+    return odeformer.ViT(**TINY, solver=name, dt=1.0 if name in ("diffusion", "light_wave") else None)
+
+
+@pytest.mark.parametrize("name", ["diffusion", "light_wave", "full_wave", "reversible", "hf_vit", "torch_vit"])
+def test_step_flops_are_the_products_the_models_run(name):
+    """The analytic count against PyTorch's FLOP counter on the tiny models (attention by the math kernel, which the
+    counter sees): the forward pass exactly; the backward pass is two products per forward product, less the patch
+    embedding's gradient for the images, which nothing asks for (so "backward ≈ 2 × forward")."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from benchmarks.gpu import step_flops
+
+    if name == "hf_vit":
+        pytest.importorskip("transformers")
+    model, images = _tiny_model(name), torch.randn(3, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as forward:
+        out = model(images)
+    counted = step_flops(name, 3, TINY)
+    assert forward.get_total_flops() == counted["forward"]
+    if name == "reversible":  # its backward pass runs each layer again: hardware FLOPs, not counted by step_flops
+        return
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as backward:
+        out.sum().backward()
+    embedding = 2 * 3 * 4 * (3 * 4 * 4) * 16
+    assert backward.get_total_flops() == 2 * counted["forward"] - embedding
+
+
+def test_mfu_is_the_achieved_flop_rate_over_the_peak():
+    from benchmarks.gpu import H200_BF16_DENSE_TFLOPS, mfu, step_flops
+
+    assert mfu(images_per_s=1280.0, train_flops_per_step=2e12, batch=128, peak_tflops=100.0) == pytest.approx(0.2)
+    assert H200_BF16_DENSE_TFLOPS == 989.0
+    # DeiT-Ti, 128 images: per layer 2·128·197·(4·192² + 2·192·768) + 4·128·197²·192 = 26124582912; twelve of them,
+    # the patch embedding 2·128·196·768·192 = 7398752256 and the head 2·128·192·1000 = 49152000; three times that
+    # for a training step: 0.96 TFLOP (the "about 1 TFLOP" of docs/RESULTS.md)
+    assert step_flops("diffusion", 128)["train"] == 3 * (12 * 26124582912 + 7398752256 + 49152000) == 962828697600
+
+
+def _fake_run(compile_mode, speeds, skipped=(), commit="0123abc", peak=989.0):
+    from benchmarks.gpu import DEIT_TI, FLOPS_FORMULA, mfu, step_flops
+
+    run = {
+        "gpu": "NVIDIA H200",
+        "torch": "2.11.0+cu130",
+        "commit": commit,
+        "batch": 128,
+        "steps": 10,
+        "rounds": 5,
+        "compile": compile_mode is not None,
+        "compile_mode": compile_mode,
+        "peak_tflops": peak,
+        "flops_formula": FLOPS_FORMULA,
+        "sizes": DEIT_TI,
+        "skipped": list(skipped),
+    }
+    for name, speed in speeds.items():
+        flops = step_flops(name, 128)["train"]
+        run[name] = {
+            "train_images_per_s": speed,
+            "inference_images_per_s": 4 * speed,
+            "train_flops_per_step": flops,
+            "train_tflops_per_s": speed / 128 * flops / 1e12,
+            "mfu": mfu(speed, flops, 128, peak),
+        }
+        if compile_mode is None:
+            run[name] |= {"train_peak_gib": 2.0 if name == "diffusion" else 3.0, "inference_peak_gib": 0.5}
+    return run
+
+
+def _row(text, name, setting):
+    return next(line for line in text.splitlines() if line.startswith(f"| `{name}` | {setting} |"))
+
+
+def test_gpu_render_puts_eager_and_compiled_side_by_side_with_mfu(tmp_path):
+    from benchmarks.gpu import FLOPS_FORMULA, render, step_flops
+
+    eager = _fake_run(None, {"diffusion": 3000.0, "full_wave": 2000.0, "reversible": 1500.0})
+    compiled = _fake_run("reduce-overhead", {"diffusion": 6000.0, "full_wave": 5000.0}, skipped=["reversible"])
+    (tmp_path / "gpu.json").write_text(json.dumps(eager))
+    (tmp_path / "gpu_reduce-overhead.json").write_text(json.dumps(compiled))
+    text = render(tmp_path)
+    assert "at commit `0123abc`" in text and FLOPS_FORMULA in text and "989 TFLOP/s" in text
+    assert "Not measured under `reduce-overhead` (compile time limit): reversible." in text
+    full_eager, full_graphs = _row(text, "full_wave", "eager"), _row(text, "full_wave", "reduce-overhead")
+    tflops = 5000.0 / 128 * step_flops("full_wave", 128)["train"] / 1e12
+    assert f"| {tflops:.1f} | {100 * tflops / 989:.1f} % | 2.50× |" in full_graphs  # 5000 / 2000 img/s
+    assert "| 5000 | – | 20000 | – | 1.20 | – |" in full_graphs  # against compiled diffusion; no memory measured
+    assert "| 2000 | 3.00 | 8000 | 0.50 | 1.50 | 1.50 |" in full_eager and full_eager.endswith("| – |")
+    lines = text.splitlines()
+    assert lines.index(full_eager) + 1 == lines.index(full_graphs)  # side by side
+    assert not any(line.startswith("| `reversible` | reduce-overhead |") for line in lines)
+
+
+def test_gpu_render_computes_mfu_for_runs_recorded_before_it():
+    """The recorded H200 JSON has no MFU fields: they follow from its throughput and the H200 peak."""
+    from benchmarks.gpu import render, step_flops
+
+    folder = ROOT / "benchmarks" / "results" / "h200"
+    gpu = json.loads((folder / "gpu.json").read_text())
+    text = render(folder)
+    speed = gpu["diffusion"]["train_images_per_s"]
+    tflops = speed / 128 * step_flops("diffusion", 128)["train"] / 1e12
+    assert f"| {tflops:.1f} | {100 * tflops / 989:.1f} % | – |" in _row(text, "diffusion", "eager")
+
+
+def test_gpu_options_name_what_is_allowed(capsys):
+    from benchmarks import gpu
+
+    for argv, allowed in (
+        (["--compile-mode", "fast"], "'default', 'reduce-overhead', 'max-autotune'"),
+        (["--models", "diffusion,gpt"], "unknown model(s) gpt; choose from diffusion, light_wave"),
+        (["--peak-tflops", "0"], "--peak-tflops must be positive"),
+    ):
+        with pytest.raises(SystemExit):
+            gpu.main(argv)
+        assert allowed in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="needs a CUDA device"):
+        if torch.cuda.is_available():
+            raise SystemExit("needs a CUDA device")  # on a GPU machine main would run; the check is for CPUs
+        gpu.main(["--compile-mode", "reduce-overhead", "--peak-tflops", "500"])
+
+
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+# python3 on a pretend GPU machine: logs its arguments; writes what each step of gpu_check.sh would write
+echo "$*" >> "$FAKE/calls.txt"
+if [ "$1" = -c ]; then echo "NVIDIA H200"; exit 0; fi
+json=""; prev=""
+for a in "$@"; do [ "$prev" = --json ] && json="$a"; prev="$a"; done
+case "$2" in
+  benchmarks.gpu)
+    name=gpu.json; case "$*" in *--compile-mode*) name=gpu_reduce-overhead.json;; esac
+    sed "s/COMMIT/$ODEFORMER_COMMIT/" "$FAKE/$name" > "$json";;
+  benchmarks.run) echo "ratios failed" >&2; exit 3;;
+  odeformer.train)
+    for a in "$@"; do case "$a" in train.out_dir=*) cp "$FAKE/summary.json" "${a#train.out_dir=}/";; esac; done;;
+esac
+"""
+
+
+def _fake_gpu_machine(tmp_path):
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "python3").write_text(FAKE_PYTHON)
+    (fake / "python3").chmod(0o755)
+    eager = _fake_run(None, {"diffusion": 3000.0, "full_wave": 2000.0}, commit="COMMIT")
+    compiled = _fake_run("reduce-overhead", {"diffusion": 6000.0, "full_wave": 5000.0}, commit="COMMIT")
+    (fake / "gpu.json").write_text(json.dumps(eager))
+    (fake / "gpu_reduce-overhead.json").write_text(json.dumps(compiled))
+    summary = dict(solver="full_wave", depth=4, metric="accuracy", test=0.96, steps=600, wall_s=17, status="completed")
+    (fake / "summary.json").write_text(json.dumps(summary))
+    return fake
+
+
+@pytest.mark.parametrize("given", [None, "feedbeef"], ids=["from_git", "from_environment"])
+def test_gpu_check_runs_eager_and_compiled_and_records_the_commit(tmp_path, given):
+    """benchmarks/gpu_check.sh on a pretend GPU (a python3 stub on PATH): the eager and the reduce-overhead runs, the
+    commit in OUT/commit.txt and in the JSON, and a failing step reported at the end without stopping the others."""
+    import os
+
+    from benchmarks.gpu import render
+
+    fake, out = _fake_gpu_machine(tmp_path), tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "ODEFORMER_COMMIT"}
+    env |= {"PATH": f"{fake}:{env['PATH']}", "FAKE": str(fake)} | ({"ODEFORMER_COMMIT": given} if given else {})
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), str(out)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 1 and "failed: ratios (exit 3)" in done.stderr, done.stderr
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = (out / "commit.txt").read_text().strip()
+    assert commit == given if given else commit in (head, f"{head}+uncommitted")
+    calls = (fake / "calls.txt").read_text().splitlines()
+    gpu_calls = [c for c in calls if c.startswith("-m benchmarks.gpu")]
+    assert gpu_calls[0] == f"-m benchmarks.gpu --json {out}/gpu.json"
+    assert gpu_calls[1].startswith("-m benchmarks.gpu --compile-mode reduce-overhead --no-memory --time-limit")
+    assert (out / "train_summary.json").exists()  # the step after the failing one ran
+    text = render(out)
+    assert f"at commit `{commit}`" in text
+    assert "| 2.50× |" in _row(text, "full_wave", "reduce-overhead")

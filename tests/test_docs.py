@@ -41,6 +41,7 @@ def shell(command, cwd, timeout=600):
     return subprocess.run(shlex.split(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # the page trains and diagnoses a run (about 40 s); CI runs it with the slow checks
 def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))

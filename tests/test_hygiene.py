@@ -18,7 +18,7 @@ def _imports(path):
 
 
 def test_solvers_imports_only_torch():
-    allowed = {"torch", "__future__", "typing", "collections", "math", "dataclasses", "importlib"}
+    allowed = {"torch"} | set(sys.stdlib_module_names)
     for path in (ROOT / "solvers").glob("*.py"):
         extra = set(_imports(path)) - allowed - ({"hypothesis"} if path.name == "testing.py" else set())
         assert not extra, f"{path.name} imports {extra}: solvers/ may import only torch and the standard library"
