@@ -234,7 +234,10 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
         (["solver=wave"], "unknown solver 'wave'; choose one of: bosh3, damped, diffusion, dopri5"),
         (["model=gpt"], "unknown model 'gpt'; choose one of: causal_lm, difformer, masked_lm, node_classifier, vit"),
         (["solver=rk4", "solver.splitting=strang"], "solver rk4 takes the whole block as its field, so splitting"),
-        (["solver=light_wave", "solver.options.gamma=1.0"], "unknown key 'solver.options.gamma'; the keys of solver.options are: theta0"),
+        (
+            ["solver=light_wave", "solver.options.gamma=1.0"],
+            "unknown key 'solver.options.gamma'; the keys of solver.options are: theta0",
+        ),
         (["solver=mix", "solver.options.theta0=high"], "bad options"),
         (["solver.stepper=math.pi"], "not a solvers.AbstractStepper subclass"),
         (["data=imagenet"], "unknown data 'imagenet'; choose one of: digits, fashion_mnist"),
