@@ -114,9 +114,21 @@ SECTIONS = {
         diagnose=("depth 20", "depth 32"),
         matched=False,
     ),
+    "difformer_ablation": Section(
+        "DIFFormer-s on Cora at 20 layers, τ = 0.2: which ingredient the depth collapse hangs on",
+        ["experiment=difformer_cora", "model.dt=0.2", "model.depth=20"],
+        {
+            "diffusion": ["solver=diffusion"],
+            "no dropout on the state": ["solver=diffusion", "model.layer_dropout=0.0"],
+            "no per-layer LayerNorm": ["solver=diffusion", "model.norm=none"],
+            "Attn and Â averaged": ["solver=diffusion", "model.propagation=mean"],
+        },
+        seeds=[0, 1],
+        note="Each row after the first is diffusion with one ingredient of DIFFormer's layer removed or changed.",
+        matched=False,
+    ),
     "difformer_20": Section(
-        "DIFFormer-s on Cora at 20 layers, τ = 0.2: the other wave presets, compute-matched diffusion, and which "
-        "ingredient the depth collapse hangs on",
+        "DIFFormer-s on Cora at 20 layers, τ = 0.2: the other wave presets, and diffusion at their training time",
         ["experiment=difformer_cora", "model.dt=0.2", "model.depth=20"],
         {
             "diffusion": ["solver=diffusion"],
@@ -124,30 +136,10 @@ SECTIONS = {
             "full_wave": ["solver=full_wave"],
             "damped": ["solver=damped"],
             "mix": ["solver=mix"],
-            "diffusion, no dropout on the state": ["solver=diffusion", "model.layer_dropout=0.0"],
-            "diffusion, no per-layer LayerNorm": ["solver=diffusion", "model.norm=none"],
-            "diffusion, Attn and Â averaged": ["solver=diffusion", "model.propagation=mean"],
         },
         seeds=[0, 1],
-        note="Rows with a comma are diffusion with one ingredient of DIFFormer's layer removed or changed; the "
-        "compute-matched rows give diffusion as many more epochs as the wave preset's training time over "
+        note="The compute-matched rows give diffusion as many more epochs as the wave preset's training time over "
         "diffusion's.",
-    ),
-    "digits": Section(
-        "ViT on scikit-learn digits (8×8, patch 2, dim 48)",
-        ["experiment=digits_vit", "train.max_steps=600"],
-        VISION,
-        _depths([6, 12]),
-        plot=True,
-        diagnose=("depth 12",),
-    ),
-    "fmnist": Section(
-        "ViT on a 10k-image Fashion-MNIST subset (28×28, patch 7, dim 48)",
-        ["experiment=fmnist_vit", "model.dim=48", "data.batch_size=64", "train.max_steps=500", "train.eval_every=100"],
-        VISION,
-        _depths([6, 12]),
-        plot=True,
-        diagnose=("depth 12",),
     ),
     "shakespeare": Section(
         "Tiny Shakespeare, character-level causal LM (depth 4, dim 64, context 64)",
@@ -162,11 +154,27 @@ SECTIONS = {
         LANGUAGE,
         seeds=[0, 1],
     ),
+    "digits": Section(
+        "ViT on scikit-learn digits (8×8, patch 2, dim 48)",
+        ["experiment=digits_vit", "train.max_steps=600"],
+        VISION,
+        _depths([6, 12]),
+        plot=True,
+        diagnose=("depth 12",),
+    ),
     "sst2": Section(
         "SST-2 sentiment, masked-LM encoder + classification head from scratch (depth 4, dim 64)",
         ["experiment=sst2", "train.max_steps=500", "train.eval_every=100"],
         LANGUAGE,
         seeds=[0, 1],
+    ),
+    "fmnist": Section(
+        "ViT on a 10k-image Fashion-MNIST subset (28×28, patch 7, dim 48)",
+        ["experiment=fmnist_vit", "model.dim=48", "data.batch_size=64", "train.max_steps=500", "train.eval_every=100"],
+        VISION,
+        _depths([6, 12]),
+        plot=True,
+        diagnose=("depth 12",),
     ),
 }
 SMOKE = Section(

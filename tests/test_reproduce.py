@@ -68,7 +68,9 @@ def test_sections_cover_the_issue_grid():
     deep = SECTIONS["difformer_20"]
     assert "model.depth=20" in deep.fixed and "model.dt=0.2" in deep.fixed and deep.matched
     assert {"diffusion", "light_wave θ0=0", "full_wave", "damped", "mix"} <= set(deep.rows)
-    ablations = {tuple(o for o in row if o.startswith("model.")) for row in deep.rows.values()}
+    ablation = SECTIONS["difformer_ablation"]
+    assert "model.depth=20" in ablation.fixed and "model.dt=0.2" in ablation.fixed
+    ablations = {tuple(o for o in row if o.startswith("model.")) for row in ablation.rows.values()}
     assert {("model.layer_dropout=0.0",), ("model.norm=none",), ("model.propagation=mean",)} <= ablations
     baseline = SECTIONS["difformer"]
     assert baseline.fixed == ["experiment=difformer_cora"] and len(baseline.seeds) == 5
