@@ -122,9 +122,17 @@ SECTIONS = {
             "no dropout on the state": ["solver=diffusion", "model.layer_dropout=0.0"],
             "no per-layer LayerNorm": ["solver=diffusion", "model.norm=none"],
             "Attn and Â averaged": ["solver=diffusion", "model.propagation=mean"],
+            "light_wave θ0=0": ["solver=light_wave", "solver.options.theta0=0.0"],
+            "light_wave θ0=0, no dropout on the state": [
+                "solver=light_wave",
+                "solver.options.theta0=0.0",
+                "model.layer_dropout=0.0",
+            ],
         },
         seeds=[0, 1],
-        note="Each row after the first is diffusion with one ingredient of DIFFormer's layer removed or changed.",
+        note="The rows after diffusion's first are diffusion with one ingredient of DIFFormer's layer removed or "
+        "changed; the last two ask whether Light Wave's momentum fails through the dropout on the state (the "
+        "difference of two dropped-out states is mostly mask noise).",
         matched=False,
     ),
     "difformer_20": Section(
