@@ -130,9 +130,10 @@ SECTIONS = {
             ],
         },
         seeds=[0, 1],
-        note="The rows after diffusion's first are diffusion with one ingredient of DIFFormer's layer removed or "
+        note="The three rows after diffusion are diffusion with one ingredient of DIFFormer's layer removed or "
         "changed; the last two ask whether Light Wave's momentum fails through the dropout on the state (the "
         "difference of two dropped-out states is mostly mask noise).",
+        diagnose=("",),
         matched=False,
     ),
     "difformer_20": Section(
@@ -190,6 +191,7 @@ SMOKE = Section(
     ["experiment=difformer_cora", "model.depth=2", "train.max_steps=3", "train.eval_every=3"],
     {"diffusion": ["solver=diffusion"]},
     seeds=[0],
+    diagnose=("",),
     matched=False,
 )
 
@@ -428,12 +430,13 @@ def main(argv: list[str] | None = None) -> int:
             accuracy_plot(section, cells, figures / f"{key}_accuracy.png")
             parts.append(f"![{key} accuracy against depth](results/{key}_accuracy.png)\n")
         for column in section.diagnose:
-            folder = f"{key}_oversmoothing_{_slug(column)}"
+            folder = f"{key}_oversmoothing_{_slug(column)}" if column else f"{key}_oversmoothing"
             pngs = oversmoothing(section, column, results, args.runs / key, figures / folder)
             links = " ".join(f"[{p[:-4]}](results/{folder}/{p})" for p in pngs)
-            parts.append(f"Per layer, {column} (seed 0, trained; numbers beside each PNG): {links}\n")
+            where = f", {column}" if column else ""
+            parts.append(f"Per layer{where} (seed 0, trained; numbers beside each PNG): {links}\n")
             if pngs:
-                parts.append(f"![{key} token cosine per layer, {column}](results/{folder}/{pngs[0]})\n")
+                parts.append(f"![{key} token cosine per layer{where}](results/{folder}/{pngs[0]})\n")
         finished.append(key)
         _write(args, finished, parts, training)  # after every section, so a stopped sweep keeps what it finished
     print(f"wrote {args.out / 'RESULTS.md'} ({(time.time() - started) / 60:.1f} min)")
