@@ -128,11 +128,16 @@ SECTIONS = {
                 "solver.options.theta0=0.0",
                 "model.layer_dropout=0.0",
             ],
+            "light_wave θ0=0, Attn and Â averaged": [
+                "solver=light_wave",
+                "solver.options.theta0=0.0",
+                "model.propagation=mean",
+            ],
         },
         seeds=[0, 1],
         note="The three rows after diffusion are diffusion with one ingredient of DIFFormer's layer removed or "
-        "changed; the last two ask whether Light Wave's momentum fails through the dropout on the state (the "
-        "difference of two dropped-out states is mostly mask noise).",
+        "changed; the last three ask whether Light Wave fails through the same ingredients (the dropout on the state: "
+        "the difference of two dropped-out states is mostly mask noise; the sum, whose leading eigenvalue is 2).",
         diagnose=("",),
         matched=False,
     ),
