@@ -10,9 +10,10 @@ with one thread (two workers fill the two cores of the reference machine). Runs 
 (``<runs>/<section>/<run>``); a run whose ``summary.json`` says it completed is not run again, and an interrupted one
 resumes from its ``last.pt``, so an interrupted sweep resumes where it stopped.
 
-Where a row trains more than 1.1× as long as diffusion in the same section (the median ratio of paired runs' wall
-time), the section gets a *compute-matched* row: diffusion given that many times more steps, so the comparison can be
-read at equal training time as well as at equal steps. The tables (mean ± std over seeds), accuracy-against-depth PNGs
+Before its runs, a section measures each row's training step against diffusion's, side by side in one process (the
+models taking turns; ``<runs>/<section>/costs.json``). Where a row's step costs more than 1.1× diffusion's, the section
+gets a *compute-matched* row: diffusion given that many times more steps, so the comparison can be read at equal
+compute as well as at equal steps. The tables (mean ± std over seeds), accuracy-against-depth PNGs
 and per-layer diagnostics go into ``docs/RESULTS.md`` between its ``reproduce`` markers, with the command, the
 hardware and the training time.
 """
@@ -251,35 +252,82 @@ def _run(jobs: list[tuple[str, str, str, int, list[str]]], runs_dir: Path, worke
     return [(*job, summary) for job, summary in zip(jobs, summaries)]
 
 
-def cost_ratios(results: list[Result]) -> dict[str, float]:
-    """Per row, the median over paired runs (same column and seed) of its training time over diffusion's."""
-    wall = {(row, column, seed): s["wall_s"] for _, row, column, seed, _, s in results}
-    ratios: dict[str, float] = {}
-    for row in dict.fromkeys(r for _, r, _, _, _, _ in results):
-        pairs = [
-            wall[(row, c, s)] / wall[("diffusion", c, s)]
-            for (r, c, s) in wall
-            if r == row and ("diffusion", c, s) in wall and wall[("diffusion", c, s)] > 0
-        ]
-        if pairs and row != "diffusion":
-            ratios[row] = statistics.median(pairs)
-    return ratios
+def _measure_costs(job: tuple[list[str], dict[str, list[str]], dict[str, list[str]], int]) -> dict[str, float]:
+    """Worker: per row, its training step's time over diffusion's, measured side by side in one process with one
+    thread (the rows' models built from seed 0 take turns step by step, ``rounds`` times per column); the median
+    over the columns."""
+    import torch
+
+    torch.set_num_threads(1)
+    from omegaconf import OmegaConf
+
+    from . import train
+    from .objectives import make_objective
+    from .runs import build
+
+    fixed, rows, columns, rounds = job
+    per_column = []
+    for column_overrides in columns.values():
+        steps = {}
+        for row, row_overrides in rows.items():
+            config = OmegaConf.to_container(train.compose([*fixed, *row_overrides, *column_overrides]), resolve=True)
+            torch.manual_seed(0)
+            data, model, _ = build(config)
+            objective = make_objective(data, model, config["data"]["batch_size"], 0, torch.device("cpu"))
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+            def step(model=model, objective=objective, optimizer=optimizer):
+                loss = objective.loss(model, objective.batch(0, 1))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+            step()  # warm-up
+            steps[row] = step
+        seconds: dict[str, list[float]] = {row: [] for row in steps}
+        for _ in range(rounds):
+            for row, step in steps.items():
+                started = time.perf_counter()
+                step()
+                seconds[row].append(time.perf_counter() - started)
+        base = statistics.median(seconds["diffusion"])
+        per_column.append({row: statistics.median(times) / base for row, times in seconds.items()})
+    return {row: statistics.median(c[row] for c in per_column) for row in rows if row != "diffusion"}
 
 
-def matched_jobs(section: Section, results: list[Result]) -> list[tuple[str, str, str, int, list[str]]]:
-    """Compute-matched diffusion runs: for every row costing more than 1.1× diffusion, diffusion with that many times
-    its steps (rounded), in every column and seed."""
+def step_costs(section: Section, runs_dir: Path, rounds: int = 7) -> dict[str, float]:
+    """Per row, its training step's cost relative to diffusion's (:func:`_measure_costs`, in a fresh worker
+    process), kept in ``<runs_dir>/costs.json`` so that a rerun reads the same numbers."""
+    if "diffusion" not in section.rows or len(section.rows) < 2:
+        return {}
+    path = runs_dir / "costs.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if set(saved) == set(section.rows) - {"diffusion"}:
+            return saved
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        costs = pool.submit(_measure_costs, (section.fixed, section.rows, section.columns, rounds)).result()
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(costs, indent=2, ensure_ascii=False) + "\n")
+    return costs
+
+
+def matched_jobs(
+    section: Section, results: list[Result], costs: dict[str, float]
+) -> list[tuple[str, str, str, int, list[str]]]:
+    """Compute-matched diffusion runs: for every row whose step costs more than 1.1× diffusion's (``costs``),
+    diffusion with that many times its steps (rounded), in every column and seed; the run's name carries its steps."""
     if not section.matched or "diffusion" not in section.rows:
         return []
     steps = {(c, s): summary["steps"] for _, row, c, s, _, summary in results if row == "diffusion"}
     jobs = []
-    for row, ratio in cost_ratios(results).items():
+    for row, ratio in costs.items():
         if ratio <= MATCH_ABOVE:
             continue
-        label = f"diffusion at {row}'s time (×{ratio:.2f} steps)"
+        label = f"diffusion at {row}'s cost (×{ratio:.2f} steps)"
         for (column, seed), n in steps.items():
             more = max(1, round(n * ratio))
-            name = _slug(f"diffusion_matched_{row}__{column}__seed={seed}")
+            name = _slug(f"diffusion_matched_{row}__{column}__steps={more}__seed={seed}")
             overrides = [*section.fixed, *section.rows["diffusion"], *section.columns[column]]
             jobs.append((name, label, column, seed, [*overrides, f"train.seed={seed}", f"train.max_steps={more}"]))
     return jobs
@@ -294,9 +342,9 @@ def _fmt(values: list[float], percent: bool) -> str:
     return f"{mean:.1f} ± {spread:.1f}" if percent else f"{mean:.3f} ± {spread:.3f}"
 
 
-def table(section: Section, results: list[Result]) -> tuple[str, dict]:
+def table(section: Section, results: list[Result], costs: dict[str, float]) -> tuple[str, dict]:
     """Markdown table: one row per row label, one column per column label, mean ± std of the test metric over
-    seeds; then the training time of each row relative to diffusion."""
+    seeds; then the cost of each row's training step relative to diffusion's (``costs``)."""
     metric = results[0][5]["metric"]
     percent = metric == "accuracy"
     cells: dict[str, dict[str, list[float]]] = {}
@@ -306,11 +354,10 @@ def table(section: Section, results: list[Result]) -> tuple[str, dict]:
         walls.setdefault(row, []).append(summary["wall_s"])
     columns = list(dict.fromkeys(c for row in cells.values() for c in row))
     label = f"test {metric}" + (" (%)" if percent else " (nats/char)")
-    ratios = cost_ratios([r for r in results if not r[1].startswith("diffusion at ")])
-    head = "| solver | " + " | ".join(c or label for c in columns) + " | time vs diffusion |"
+    head = "| solver | " + " | ".join(c or label for c in columns) + " | step cost vs diffusion |"
     lines = [head, "|" + "---|" * (len(columns) + 2)]
     for row, by_column in cells.items():
-        ratio = "1.00" if row == "diffusion" else (f"{ratios[row]:.2f}" if row in ratios else "–")
+        ratio = "1.00" if row == "diffusion" else (f"{costs[row]:.2f}" if row in costs else "–")
         shown = f"`{row}`" if " " not in row else row
         lines.append(
             f"| {shown} | " + " | ".join(_fmt(by_column.get(c, []), percent) for c in columns) + f" | {ratio} |"
@@ -374,11 +421,13 @@ def write_results(markdown: str, path: Path, begin: str = BEGIN, end: str = END)
     path.write_text(text)
 
 
-def run_section(section: Section, runs_dir: Path, workers: int) -> list[Result]:
-    """Train every cell (reusing finished runs), then the compute-matched rows the first results call for."""
+def run_section(section: Section, runs_dir: Path, workers: int) -> tuple[list[Result], dict[str, float]]:
+    """Measure the rows' step costs, train every cell (reusing finished runs), then the compute-matched rows the
+    costs call for."""
+    costs = step_costs(section, runs_dir)
     results = _run(section.runs(), runs_dir, workers)
-    extra = matched_jobs(section, results)
-    return results + (_run(extra, runs_dir, workers) if extra else [])
+    extra = matched_jobs(section, results, costs)
+    return results + (_run(extra, runs_dir, workers) if extra else []), costs
 
 
 def _write(args: argparse.Namespace, finished: list[str], parts: list[str], training: dict[Path, float]) -> None:
@@ -396,8 +445,10 @@ def _write(args: argparse.Namespace, finished: list[str], parts: list[str], trai
         f"{len(training)} runs, {trained:.0f} min of training summed over runs, {args.workers} single-thread "
         f"worker(s) in parallel (about {trained / args.workers:.0f} min wall; finished runs are reused, so a rerun "
         "only redraws the tables and figures). Each run is `odeformer-train` with the overrides in the section's "
-        'config (`odeformer/reproduce.py`); test metrics are taken at the best validation step. "time vs '
-        "diffusion\" is the median ratio of paired runs' training time.\n"
+        'config (`odeformer/reproduce.py`); test metrics are taken at the best validation step. "step cost vs '
+        "diffusion\" is the time of a row's training step over diffusion's, measured side by side in one process "
+        "with one thread, the models taking turns (median over 7 rounds and the columns; the runs' own wall times "
+        "vary with the machine's load).\n"
     )
     write_results(header + "\n" + "\n".join(parts), args.out / "RESULTS.md")
 
@@ -424,10 +475,10 @@ def main(argv: list[str] | None = None) -> int:
     training: dict[Path, float] = {}
     finished: list[str] = []
     for key, section in sections.items():
-        results = run_section(section, args.runs / key, args.workers)
+        results, costs = run_section(section, args.runs / key, args.workers)
         for name, *_, summary in results:  # a run two sections share counts once
             training[(args.runs / key / name).resolve()] = summary["wall_s"]
-        markdown, cells = table(section, results)
+        markdown, cells = table(section, results, costs)
         parts.append(f"### {section.title}\n\n{markdown}\n")
         if section.note:
             parts.append(section.note + "\n")

@@ -4,15 +4,16 @@ import json
 
 import pytest
 
+from odeformer import reproduce
 from odeformer.reproduce import (
     BEGIN,
     END,
     SECTIONS,
     Section,
     _reuse,
-    cost_ratios,
     main,
     matched_jobs,
+    step_costs,
     table,
     write_results,
 )
@@ -47,19 +48,34 @@ def _results(section, tests, walls=None):
 
 def test_table_is_mean_and_std_over_seeds():
     section = Section("t", ["experiment=x"], {"a": ["solver=a"]}, {"depth 2": ["model.depth=2"]}, seeds=[0, 1])
-    markdown, cells = table(section, _results(section, [0.5, 0.7]))
+    markdown, cells = table(section, _results(section, [0.5, 0.7]), {})
     assert "| `a` | 60.0 ± 14.1 | – |" in markdown and cells == {"a": {"depth 2": [0.5, 0.7]}}
 
 
 def test_a_costlier_row_gets_a_compute_matched_diffusion_row():
     section = Section("t", ["experiment=x"], {"diffusion": ["solver=diffusion"], "full_wave": ["solver=full_wave"]})
-    results = _results(section, [0.5] * 6, walls=[1.0, 1.0, 1.0, 1.7, 1.5, 1.9])  # full_wave: 1.7, 1.5, 1.9 × as long
-    assert cost_ratios(results) == {"full_wave": 1.7}
-    jobs = matched_jobs(section, results)
+    results = _results(section, [0.5] * 6)
+    jobs = matched_jobs(section, results, {"full_wave": 1.7})
     assert len(jobs) == 3 and all(overrides[-1] == "train.max_steps=17" for *_, overrides in jobs)
-    assert jobs[0][1] == "diffusion at full_wave's time (×1.70 steps)"
-    cheap = _results(section, [0.5] * 6, walls=[1.0, 1.0, 1.0, 1.05, 1.0, 1.1])
-    assert matched_jobs(section, cheap) == []  # within 1.1×: no matched row
+    assert jobs[0][1] == "diffusion at full_wave's cost (×1.70 steps)" and "steps=17" in jobs[0][0]
+    assert matched_jobs(section, results, {"full_wave": 1.05}) == []  # within 1.1×: no matched row
+    markdown, _ = table(section, results, {"full_wave": 1.7})
+    assert "| `full_wave` | 50.0 ± 0.0 | 1.70 |" in markdown
+
+
+def test_step_costs_are_measured_side_by_side_once_and_kept(tmp_path, monkeypatch):
+    section = Section(
+        "t",
+        ["data=synthetic", "data.options.task=image", "data.options.n=64", "model.dim=16", "model.heads=2"],
+        {"diffusion": ["solver=diffusion"], "full_wave": ["solver=full_wave"]},
+        {"depth 1": ["model.depth=1"], "depth 2": ["model.depth=2"]},
+    )
+    costs = step_costs(section, tmp_path, rounds=2)
+    assert set(costs) == {"full_wave"} and 0 < costs["full_wave"] < 100
+    assert json.loads((tmp_path / "costs.json").read_text()) == costs
+    monkeypatch.setattr(reproduce, "_measure_costs", None)  # a rerun reads the file, it does not measure again
+    assert step_costs(section, tmp_path) == costs
+    assert step_costs(Section("t", [], {"diffusion": []}), tmp_path / "x") == {}  # nothing to compare
 
 
 def test_sections_cover_the_issue_grid():
