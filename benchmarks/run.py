@@ -45,6 +45,11 @@ GOALS = {
     "integrate_vs_torchdiffeq": ("<=", 0.9, "solvers.integrate (rk4_38) / torchdiffeq.odeint(method='rk4') time"),
     "integrate_vs_torchode": ("<=", 1.0, "solvers.integrate (heun) / torchode Heun fixed-step time"),
     "compile_speedup": (">=", 1.2, "eager / torch.compile train-step time (diffusion ViT)"),
+    "joint_mlp_vs_doubled_mlp_time": (
+        "<=",
+        1.05,
+        "Full Wave's MLP on (state, velocity) / plain MLP on the doubled batch (same products), forward + backward",
+    ),
     "diffusion_vs_hf_time": ("<=", 1.0, "diffusion ViT / Hugging Face ViTForImageClassification train-step time"),
     "diffusion_vs_hf_inference_time": ("<=", 1.0, "diffusion ViT / Hugging Face ViT inference time (no grad)"),
     "diffusion_vs_hf_memory": ("<=", 1.0, "diffusion ViT / Hugging Face ViT train-step memory"),
@@ -221,6 +226,29 @@ def integrate_times(rounds: int, device: str) -> dict[str, float]:
         return interleaved(functions, rounds, warmup=2, device=device)
 
 
+def joint_mlp_times(rounds: int, device: str) -> dict[str, float]:
+    """Full Wave's joint MLP (state and velocity, the velocity by the chain rule) against a plain MLP of the same
+    weights on a batch twice as large: the same matrix products, so the ratio is what the velocity path's elementwise
+    work (φ', φ'', the stacking) costs on top of them. ViT timing sizes; forward and backward."""
+    from odeformer.joint import JointMLP
+
+    torch.manual_seed(0)
+    dim, tokens = VIT["dim"], (VIT["image"] // VIT["patch"]) ** 2 + 1
+    joint = JointMLP(dim, 4 * dim).to(device)
+    plain = torch.nn.Sequential(joint.fc1, torch.nn.GELU(), joint.fc2)
+    x, v = (torch.randn(VIT["batch"], tokens, dim, device=device, requires_grad=True) for _ in range(2))
+    doubled = torch.randn(2 * VIT["batch"], tokens, dim, device=device, requires_grad=True)
+
+    def joint_step():
+        out_x, out_v = joint(x, v)
+        (out_x.sum() + out_v.sum()).backward()
+
+    def plain_step():
+        plain(doubled).sum().backward()
+
+    return interleaved({"joint": joint_step, "plain": plain_step}, rounds, warmup=2, device=device)
+
+
 def compile_times(rounds: int, device: str) -> dict[str, float]:
     eager = build_model("diffusion", VIT["depth"], VIT["dim"], VIT["image"], VIT["patch"]).to(device)
     compiled_model = build_model("diffusion", VIT["depth"], VIT["dim"], VIT["image"], VIT["patch"]).to(device)
@@ -258,6 +286,7 @@ def run(quick: bool, device: str) -> dict:
     vit = vit_times(rounds, device)
     integ = integrate_times(rounds * 2, device)
     comp = compile_times(max(3, rounds // 2), device)
+    mlp = joint_mlp_times(rounds * 2, device)
     mem = {
         f"{s}_d{d}": memory(s, d, device)
         for s, d in [("diffusion", 6), ("full_wave", 6), ("reversible", 6), ("reversible", 48)]
@@ -274,6 +303,7 @@ def run(quick: bool, device: str) -> dict:
         "integrate_vs_torchdiffeq": integ["ours_rk4_38"] / integ["torchdiffeq_rk4"],
         "integrate_vs_torchode": integ["ours_heun"] / integ["torchode_heun"],
         "compile_speedup": comp["eager"] / comp["compiled"],
+        "joint_mlp_vs_doubled_mlp_time": mlp["joint"] / mlp["plain"],
         "diffusion_vs_torch_time": anchors["diffusion_train"] / anchors["torch_train"],
         "diffusion_vs_torch_inference_time": anchors["diffusion_inference"] / anchors["torch_inference"],
         "diffusion_vs_torch_memory": mem["diffusion_d6"]["peak_mb"] / mem["torch_d6"]["peak_mb"],
@@ -290,6 +320,7 @@ def run(quick: bool, device: str) -> dict:
         "vit_step_s": vit,
         "integrate_s": integ,
         "compile_step_s": comp,
+        "mlp_s": mlp,
         "anchor_s": anchors,
         "attention": used,
         "memory_mb": mem,
