@@ -274,10 +274,11 @@ def _measure_costs(job: tuple[list[str], dict[str, list[str]], dict[str, list[st
             torch.manual_seed(0)
             data, model, _ = build(config)
             objective = make_objective(data, model, config["data"]["batch_size"], 0, torch.device("cpu"))
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            network = objective.network(model)  # what the trainer steps (e.g. the encoder and its task head)
+            optimizer = torch.optim.AdamW(network.parameters(), lr=1e-4)
 
-            def step(model=model, objective=objective, optimizer=optimizer):
-                loss = objective.loss(model, objective.batch(0, 1))
+            def step(network=network, objective=objective, optimizer=optimizer):
+                loss = objective.loss(network, objective.batch(0, 1))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()

@@ -78,6 +78,16 @@ def test_step_costs_are_measured_side_by_side_once_and_kept(tmp_path, monkeypatc
     assert step_costs(Section("t", [], {"diffusion": []}), tmp_path / "x") == {}  # nothing to compare
 
 
+def test_step_costs_step_what_the_trainer_steps(tmp_path):
+    section = Section(  # sequence classification: the encoder under a task head the objective adds
+        "t",
+        ["model=masked_lm", "data=synthetic", "data.options.task=sequence", "data.options.n=64", "model.dim=16"],
+        {"diffusion": ["solver=diffusion"], "light_wave": ["solver=light_wave"]},
+        {"depth 1": ["model.depth=1", "model.heads=2"]},
+    )
+    assert set(step_costs(section, tmp_path, rounds=1)) == {"light_wave"}
+
+
 def test_sections_cover_the_issue_grid():
     depth = SECTIONS["difformer_depth"]
     assert list(depth.columns) == ["depth 4", "depth 8", "depth 20", "depth 32"] and "model.dt=0.2" in depth.fixed
