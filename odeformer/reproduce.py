@@ -138,12 +138,12 @@ SECTIONS = {
         seeds=[0, 1],
         note="The three rows after diffusion are diffusion with one ingredient of DIFFormer's layer removed or "
         "changed; the last three ask whether Light Wave fails through the same ingredients (the dropout on the state: "
-        "the difference of two dropped-out states is mostly mask noise; the sum, whose leading eigenvalue is 2).",
+        "the difference of two dropped-out states is mostly mask noise; the sum, whose leading eigenvalue is near 2).",
         diagnose=("",),
         matched=False,
     ),
     "difformer_20": Section(
-        "DIFFormer-s on Cora at 20 layers, τ = 0.2: the other wave presets, and diffusion at their training time",
+        "DIFFormer-s on Cora at 20 layers, τ = 0.2: the other wave presets, and diffusion at their cost",
         ["experiment=difformer_cora", "model.dt=0.2", "model.depth=20"],
         {
             "diffusion": ["solver=diffusion"],
@@ -153,7 +153,7 @@ SECTIONS = {
             "mix": ["solver=mix"],
         },
         seeds=[0, 1],
-        note="The compute-matched rows give diffusion as many more epochs as the wave preset's training time over "
+        note="The compute-matched rows give diffusion as many more epochs as the wave preset's step costs over "
         "diffusion's.",
     ),
     "shakespeare": Section(
