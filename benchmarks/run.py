@@ -226,16 +226,21 @@ def integrate_times(rounds: int, device: str) -> dict[str, float]:
         return interleaved(functions, rounds, warmup=2, device=device)
 
 
+def mlp_pair(dim: int, device: str = "cpu") -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Full Wave's joint MLP and a plain MLP sharing its weights (so both run the same products)."""
+    from odeformer.joint import JointMLP
+
+    joint = JointMLP(dim, 4 * dim).to(device)
+    return joint, torch.nn.Sequential(joint.fc1, torch.nn.GELU(), joint.fc2)
+
+
 def joint_mlp_times(rounds: int, device: str) -> dict[str, float]:
     """Full Wave's joint MLP (state and velocity, the velocity by the chain rule) against a plain MLP of the same
     weights on a batch twice as large: the same matrix products, so the ratio is what the velocity path's elementwise
     work (φ', φ'', the stacking) costs on top of them. ViT timing sizes; forward and backward."""
-    from odeformer.joint import JointMLP
-
     torch.manual_seed(0)
     dim, tokens = VIT["dim"], (VIT["image"] // VIT["patch"]) ** 2 + 1
-    joint = JointMLP(dim, 4 * dim).to(device)
-    plain = torch.nn.Sequential(joint.fc1, torch.nn.GELU(), joint.fc2)
+    joint, plain = mlp_pair(dim, device)
     x, v = (torch.randn(VIT["batch"], tokens, dim, device=device, requires_grad=True) for _ in range(2))
     doubled = torch.randn(2 * VIT["batch"], tokens, dim, device=device, requires_grad=True)
 

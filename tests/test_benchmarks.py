@@ -382,13 +382,10 @@ def test_gpu_check_runs_eager_and_compiled_and_records_the_commit(tmp_path, give
 
 
 def test_joint_mlp_benchmark_compares_the_same_products():
-    from benchmarks.run import joint_mlp_times
+    from benchmarks.run import joint_mlp_times, mlp_pair
 
     times = joint_mlp_times(1, "cpu")
     assert set(times) == {"joint", "plain"} and all(t > 0 for t in times.values())
-    from odeformer.joint import JointMLP
-
-    joint = JointMLP(8, 32)
-    plain = torch.nn.Sequential(joint.fc1, torch.nn.GELU(), joint.fc2)  # as the benchmark builds its twin
+    joint, plain = mlp_pair(8)  # the pair the benchmark times
     x, v = torch.randn(2, 3, 8), torch.randn(2, 3, 8)
     torch.testing.assert_close(joint(x, v)[0], plain(x))
