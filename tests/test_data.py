@@ -394,6 +394,62 @@ def test_planetoid_places_test_rows_and_pads_gaps_as_kipf(tmp_path, write_data, 
     assert edge_index.shape[1] == 2 * 520  # the ring's 519 undirected edges and the chord, each both ways
 
 
+def _class_rand_splits(labels, seed, per_class, num_val, num_test):
+    """DIFFormer's ``class_rand_splits`` after ``torch.manual_seed(seed)``, written from its description: per class
+    (ascending), a permutation of the class's node ids, the first ``per_class`` to train and the rest, in that order,
+    to a pool; the pool permuted, then ``num_val`` validation and ``num_test`` test nodes."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        train, pool = [], []
+        for c in labels.unique():
+            members = torch.nonzero(labels == c).flatten()
+            members = members[torch.randperm(len(members))]
+            train.append(members[:per_class])
+            pool.append(members[per_class:])
+        pool = torch.cat(pool)
+        pool = pool[torch.randperm(len(pool))]
+    return torch.cat(train), pool[:num_val], pool[num_val : num_val + num_test]
+
+
+def _check_class_split(data, labelled, per_class, num_val, num_test):
+    train, val, test = (data.splits[s][0] for s in ("train", "val", "test"))
+    labels = data.graph[2]
+    assert [len(train), len(val), len(test)] == [per_class * data.meta["num_classes"], num_val, num_test]
+    assert torch.bincount(labels[train], minlength=data.meta["num_classes"]).tolist() == [per_class] * len(
+        labels[labelled].unique()
+    )
+    everything = torch.cat([train, val, test])
+    assert len(everything.unique()) == len(everything) and bool(labelled[everything].all())
+
+
+@pytest.mark.parametrize("split", ["random", "difformer"])
+def test_planetoid_class_splits_draw_per_class_then_the_rest(tmp_path, write_data, split):
+    """Both class-balanced splits: sizes, balance, disjoint, labelled nodes only, fixed by the seed alone."""
+    write_data.planetoid(tmp_path, name="toy")
+    options = dict(name="toy", split=split, per_class=2, num_val=5, num_test=4)
+    data = load("planetoid", tmp_path, seed=3, **options)
+    labelled = torch.ones(519, dtype=torch.bool)
+    labelled[[515, 517]] = False  # the ids test.index skips
+    _check_class_split(data, labelled, 2, 5, 4)
+    assert _same(data, load("planetoid", tmp_path, seed=3, **options))
+    assert not _same(data, load("planetoid", tmp_path, seed=4, **options))
+
+
+@pytest.mark.data("cora")
+@pytest.mark.parametrize("seed", [123, 0])
+def test_difformer_split_is_the_official_draw(data_root, seed):
+    """``split="difformer"`` is the split DIFFormer's code draws on Cora (``run.sh``: seed 123); ``"random"`` draws
+    the same protocol from node-id order, so its split differs."""
+    data = load("planetoid", data_root, name="cora", split="difformer", seed=seed)
+    _check_class_split(data, torch.ones(2708, dtype=torch.bool), 20, 500, 1000)
+    expected = _class_rand_splits(data.graph[2], seed, 20, 500, 1000)
+    for split, nodes in zip(("train", "val", "test"), expected):
+        assert torch.equal(data.splits[split][0], nodes.sort().values), split
+    other = load("planetoid", data_root, name="cora", split="random", seed=seed)
+    assert torch.equal(other.splits["train"][0], data.splits["train"][0])  # the same per-class draws
+    assert not torch.equal(other.splits["test"][0], data.splits["test"][0])
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "forbidden_class"])
 def test_planetoid_corrupt_pickle(tiny_root, write_data, damage):
     path = tiny_root / "planetoid" / "ind.cora.allx"

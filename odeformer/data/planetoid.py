@@ -24,6 +24,7 @@ SOURCE = (
     "<root>/planetoid/"
 )
 PICKLES = ("x", "y", "tx", "ty", "allx", "ally", "graph")
+SPLITS = ("public", "random", "difformer")
 NUM_VAL = 500  # Kipf's validation split: the 500 nodes after the labelled training nodes
 
 _SPARSE = {"csr_matrix", "csc_matrix", "coo_matrix", "lil_matrix", "dok_matrix", "bsr_matrix", "dia_matrix"}
@@ -93,22 +94,38 @@ def _edge_index(graph: dict, num_nodes: int, path: Path) -> np.ndarray:
 
 
 def _random_split(
-    labels: torch.Tensor, labelled: torch.Tensor, seed: int, per_class: int, num_val: int, num_test: int, path: Path
+    labels: torch.Tensor,
+    labelled: torch.Tensor,
+    seed: int,
+    per_class: int,
+    num_val: int,
+    num_test: int,
+    path: Path,
+    pool: str,
 ) -> dict[str, tuple[torch.Tensor]]:
-    """``per_class`` random labelled nodes of each class (train), then ``num_val`` and ``num_test`` of the rest."""
+    """``per_class`` random labelled nodes of each class (train), then ``num_val`` and ``num_test`` of the rest.
+
+    The rest is shuffled from node-id order (``pool="sorted"``) or from the order the per-class draws left it in,
+    class after class (``pool="drawn"``: DIFFormer's ``class_rand_splits``, so that a seed gives the split that code
+    draws after ``torch.manual_seed(seed)``, on the same PyTorch random-permutation algorithm)."""
     g = torch.Generator().manual_seed(seed)
-    train = []
+    train, leftovers = [], []
     for c in range(int(labels.max()) + 1):
         members = torch.nonzero((labels == c) & labelled).flatten()
         if len(members) < per_class:
             raise ValueError(
                 f"planetoid: class {c} has {len(members)} labelled nodes in {path}, fewer than {per_class}."
             )
-        train.append(members[torch.randperm(len(members), generator=g)[:per_class]])
+        drawn = members[torch.randperm(len(members), generator=g)]
+        train.append(drawn[:per_class])
+        leftovers.append(drawn[per_class:])
     train = torch.cat(train)
-    rest = torch.ones_like(labelled)
-    rest[train] = False
-    rest = torch.nonzero(rest & labelled).flatten()
+    if pool == "drawn":
+        rest = torch.cat(leftovers)
+    else:
+        rest = torch.ones_like(labelled)
+        rest[train] = False
+        rest = torch.nonzero(rest & labelled).flatten()
     if len(rest) < num_val + num_test:
         raise ValueError(
             f"planetoid: {len(rest)} labelled nodes remain after the train split, fewer than {num_val} + {num_test}."
@@ -138,12 +155,14 @@ def planetoid(
     or duplicates.
 
     ``split="public"`` (Planetoid's): train = the first ``len(y)`` nodes (140 for Cora), val = the next 500, test =
-    the sorted test ids (1000). ``split="random"`` (DIFFormer's ``class_rand_splits``): ``per_class`` random nodes of
-    every class for training, then ``num_val`` and ``num_test`` random nodes of the rest, drawn from ``seed`` — one
-    fixed split per seed, whatever the model's seed.
+    the sorted test ids (1000). ``split="random"`` (the protocol of DIFFormer's ``class_rand_splits``): ``per_class``
+    random nodes of every class for training, then ``num_val`` and ``num_test`` random nodes of the rest, drawn from
+    ``seed`` — one fixed split per seed, whatever the model's seed. ``split="difformer"`` draws the same way in that
+    code's order, so that ``seed=123`` (its ``run.sh``) is its Cora split when PyTorch permutes as it did there; on
+    CiteSeer it still differs, because that code also draws the isolated nodes (as class 0) and this loader does not.
     """
-    if split not in ("public", "random"):
-        raise ValueError(f"planetoid split must be 'public' or 'random', got {split!r}.")
+    if split not in SPLITS:
+        raise ValueError(f"planetoid split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}.")
     for label, value in (("seed", seed), ("per_class", per_class), ("num_val", num_val), ("num_test", num_test)):
         check_int(f"planetoid {label}", value, 0 if label == "seed" else 1)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
@@ -201,7 +220,8 @@ def planetoid(
         }
     else:
         labelled = torch.from_numpy(one_hot.sum(axis=1) > 0)
-        splits = _random_split(labels, labelled, seed, per_class, num_val, num_test, paths["ally"])
+        pool = "drawn" if split == "difformer" else "sorted"
+        splits = _random_split(labels, labelled, seed, per_class, num_val, num_test, paths["ally"], pool)
     graph_tensors = (torch.from_numpy(features), torch.from_numpy(edge_index), labels)
     meta = {"name": name, "in_features": features.shape[1], "num_classes": one_hot.shape[1], "num_nodes": num_nodes}
     return TaskData("graph", splits, meta, graph=graph_tensors)
