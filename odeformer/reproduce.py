@@ -300,18 +300,23 @@ def _measure_costs(job: tuple[list[str], dict[str, list[str]], dict[str, list[st
 
 def step_costs(section: Section, runs_dir: Path, rounds: int = 7) -> dict[str, float]:
     """Per row, its training step's cost relative to diffusion's (:func:`_measure_costs`, in a fresh worker
-    process), kept in ``<runs_dir>/costs.json`` so that a rerun reads the same numbers."""
+    process), kept in ``<runs_dir>/costs.json`` with what was measured (the section's overrides and the rounds), so
+    that a rerun of the same section reads the same numbers and a changed section is measured again."""
     if "diffusion" not in section.rows or len(section.rows) < 2:
         return {}
     path = runs_dir / "costs.json"
+    measured = {"fixed": section.fixed, "rows": section.rows, "columns": section.columns, "rounds": rounds}
     if path.exists():
         saved = json.loads(path.read_text())
-        if set(saved) == set(section.rows) - {"diffusion"}:
-            return saved
+        if "costs" not in saved and set(saved) == set(section.rows) - {"diffusion"}:
+            saved = {"measured": measured, "costs": saved}  # a file from before the key was kept: adopted once
+            path.write_text(json.dumps(saved, indent=2, ensure_ascii=False) + "\n")
+        if saved.get("measured") == measured:
+            return saved["costs"]
     with ProcessPoolExecutor(max_workers=1) as pool:
         costs = pool.submit(_measure_costs, (section.fixed, section.rows, section.columns, rounds)).result()
     runs_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(costs, indent=2, ensure_ascii=False) + "\n")
+    path.write_text(json.dumps({"measured": measured, "costs": costs}, indent=2, ensure_ascii=False) + "\n")
     return costs
 
 

@@ -63,6 +63,10 @@ def test_a_costlier_row_gets_a_compute_matched_diffusion_row():
     assert "| `full_wave` | 50.0 ± 0.0 | 1.70 |" in markdown
 
 
+def _fake_costs(job):
+    return {"full_wave": 9.0}
+
+
 def test_step_costs_are_measured_side_by_side_once_and_kept(tmp_path, monkeypatch):
     section = Section(
         "t",
@@ -72,9 +76,15 @@ def test_step_costs_are_measured_side_by_side_once_and_kept(tmp_path, monkeypatc
     )
     costs = step_costs(section, tmp_path, rounds=2)
     assert set(costs) == {"full_wave"} and 0 < costs["full_wave"] < 100
-    assert json.loads((tmp_path / "costs.json").read_text()) == costs
-    monkeypatch.setattr(reproduce, "_measure_costs", None)  # a rerun reads the file, it does not measure again
-    assert step_costs(section, tmp_path) == costs
+    saved = json.loads((tmp_path / "costs.json").read_text())
+    assert saved["costs"] == costs and saved["measured"]["columns"] == section.columns
+    monkeypatch.setattr(reproduce, "_measure_costs", _fake_costs)  # what a new measurement would give
+    assert step_costs(section, tmp_path, rounds=2) == costs  # a rerun reads the file
+    changed = Section("t", section.fixed, section.rows, {"depth 3": ["model.depth=3"]})
+    assert step_costs(changed, tmp_path, rounds=2) == _fake_costs(None)  # a changed section is measured again
+    (tmp_path / "costs.json").write_text(json.dumps({"full_wave": 1.5}))  # a file from before the key: adopted
+    assert step_costs(section, tmp_path, rounds=2) == {"full_wave": 1.5}
+    assert json.loads((tmp_path / "costs.json").read_text())["measured"]["rounds"] == 2
     assert step_costs(Section("t", [], {"diffusion": []}), tmp_path / "x") == {}  # nothing to compare
 
 
