@@ -25,9 +25,10 @@ instead of the Functions, so every transform composes with them.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -66,14 +67,23 @@ def _gelu_tanh_second(z: Tensor) -> Tensor:
     return (1.0 - th * th) * (du + 0.5 * z * (ddu - 2.0 * th * du * du))
 
 
-def _gelu_derivatives(z: Tensor) -> tuple[Tensor, Tensor]:
-    density = torch.exp(z * z * -0.5).mul_(_INV_SQRT_2PI)  # the standard normal density at z
-    prime = torch.erf(z * (1 / _SQRT_2)).add_(1.0).mul_(0.5).addcmul_(z, density)
-    return prime, density.mul_((z * z).neg_().add_(2.0))
+def _add_gelu_curvature(acc: Tensor, g: Tensor, z: Tensor, scratch: Tensor) -> None:
+    """``acc += g ⊙ φ''(z)`` for the exact GELU without temporaries: with ``s = -z²/2``,
+    ``φ''(z) = ϕ(z)(2 - z²) = 2 e^s (1 + s) / √(2π)``. Overwrites ``g`` and ``scratch``."""
+    torch.addcmul(z.new_zeros(()), z, z, value=-0.5, out=scratch)  # s
+    g.addcmul_(g, scratch)  # g (1 + s)
+    acc.addcmul_(g, scratch.exp_(), value=2.0 * _INV_SQRT_2PI)
 
 
-def _separately(prime, second):
-    return lambda z: (prime(z), second(z))
+def _curvature_by(second: Callable[[Tensor], Tensor]) -> Callable[[Tensor, Tensor, Tensor, Tensor], None]:
+    def add(acc: Tensor, g: Tensor, z: Tensor, scratch: Tensor) -> None:
+        acc.addcmul_(g, second(z))
+
+    return add
+
+
+def _no_curvature(acc: Tensor, g: Tensor, z: Tensor, scratch: Tensor) -> None:
+    """ReLU: ``φ'' = 0`` away from the kink."""
 
 
 def _relu_prime(z: Tensor) -> Tensor:
@@ -94,40 +104,67 @@ def _silu_second(z: Tensor) -> Tensor:
     return s * (1.0 - s) * (2.0 + z * (1.0 - 2.0 * s))
 
 
+def _out_of(kernel: Callable[..., Tensor], **options: Any) -> Callable[..., Tensor]:
+    """``kernel`` as ``f(*args, out=None)``: writes into ``out`` when given one, allocates otherwise."""
+    return lambda *args, out=None: kernel(*args, **options) if out is None else kernel(*args, **options, out=out)
+
+
 class Activation(NamedTuple):
-    """An activation with what the velocity path needs: ``φ``, ``φ'``, ``φ''`` and the fused ``g ⊙ φ'(z)``."""
+    """An activation with what the velocity path needs: ``φ``, ``φ'``, ``φ''`` and single-pass kernels of the products
+    the fused Full Wave MLP computes (each writes into ``out=`` when given one, so that state and velocity halves fill
+    one buffer without a copy)."""
 
     phi: Callable[[Tensor], Tensor]
     prime: Callable[[Tensor], Tensor]
     second: Callable[[Tensor], Tensor]
-    prime_times: Callable[[Tensor, Tensor], Tensor]  # (g, z) -> g ⊙ φ'(z), one fused kernel
-    derivatives: Callable[[Tensor], tuple[Tensor, Tensor]]  # z -> (φ'(z), φ''(z)), sharing subexpressions
+    phi_into: Callable[..., Tensor]  # (z, out=None) -> φ(z), one kernel
+    prime_times: Callable[..., Tensor]  # (g, z, out=None) -> g ⊙ φ'(z), one fused kernel
+    add_curvature: Callable[[Tensor, Tensor, Tensor, Tensor], None]  # (acc, g, z, scratch): acc += g ⊙ φ''(z)
+
+
+def _backward_kernel(op, *args: Any, **options: Any) -> Callable[..., Tensor]:
+    """``(g, z, out=None) -> g ⊙ φ'(z)`` by an ATen ``*_backward`` kernel (one pass), into ``out`` when given one."""
+
+    def kernel(g: Tensor, z: Tensor, out: Tensor | None = None) -> Tensor:
+        if out is None:
+            return op(g, z, *args, **options)
+        return op.grad_input(g, z, *args, **options, grad_input=out)
+
+    return kernel
 
 
 ACTIVATIONS: dict[str, Activation] = {
     "gelu": Activation(
-        F.gelu, _gelu_prime, _gelu_second, lambda g, z: torch.ops.aten.gelu_backward(g, z), _gelu_derivatives
+        F.gelu,
+        _gelu_prime,
+        _gelu_second,
+        _out_of(torch._C._nn.gelu),
+        _backward_kernel(torch.ops.aten.gelu_backward),
+        _add_gelu_curvature,
     ),
     "gelu_tanh": Activation(
         lambda z: F.gelu(z, approximate="tanh"),
         _gelu_tanh_prime,
         _gelu_tanh_second,
-        lambda g, z: torch.ops.aten.gelu_backward(g, z, approximate="tanh"),
-        _separately(_gelu_tanh_prime, _gelu_tanh_second),
+        _out_of(torch._C._nn.gelu, approximate="tanh"),
+        _backward_kernel(torch.ops.aten.gelu_backward, approximate="tanh"),
+        _curvature_by(_gelu_tanh_second),
     ),
     "relu": Activation(
         F.relu,
         _relu_prime,
         _relu_second,
-        lambda g, z: torch.ops.aten.threshold_backward(g, z, 0.0),
-        _separately(_relu_prime, _relu_second),
+        _out_of(partial(torch.clamp_min, min=0.0)),
+        _backward_kernel(torch.ops.aten.threshold_backward, 0.0),
+        _no_curvature,
     ),
     "silu": Activation(
         F.silu,
         _silu_prime,
         _silu_second,
-        lambda g, z: torch.ops.aten.silu_backward(g, z),
-        _separately(_silu_prime, _silu_second),
+        _out_of(torch._C._nn.silu),
+        _backward_kernel(torch.ops.aten.silu_backward),
+        _curvature_by(_silu_second),
     ),
 }
 """Activation name -> :class:`Activation`. Only activations with exact derivatives here may carry a velocity
@@ -325,15 +362,16 @@ class JointMLP(nn.Module):
 
     def stacked(self, xv: Tensor) -> tuple[Tensor, Tensor]:
         """The joint map of ``xv = stack(x, v)``, ``(2, ..., D)``: one GEMM per weight for state and velocity."""
-        pre = F.linear(xv, self.fc1.weight)  # (2, ..., H), without the bias (it acts on the state only)
+        weights = (self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)
         if self.training and self.drop.p > 0:
+            pre = F.linear(xv, self.fc1.weight)  # (2, ..., H), without the bias (it acts on the state only)
             pre_x = pre[0] + self.fc1.bias
             h_x, h_v = self._dropout(self.act.phi(pre_x), self.act.prime_times(pre[1], pre_x))
             out = F.linear(torch.stack((h_x, h_v)), self.fc2.weight)
             return self._dropout(out[0] + self.fc2.bias, out[1])
         if transformed():
-            return _plain_joint_hidden(pre, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.act)
-        return _JointHidden.apply(pre, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.act)
+            return _plain_joint_mlp(xv, *weights, self.act)
+        return _JointMLP.apply(xv, *weights, self.act)
 
     def _dropout(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Dropout with one mask for state and velocity: the velocity must see the map the state went through."""
@@ -344,64 +382,118 @@ class JointMLP(nn.Module):
         return x * keep, v * keep
 
 
-def _plain_joint_hidden(
-    pre: Tensor, bias1: Tensor, weight: Tensor, bias2: Tensor, act: Activation
+def _plain_joint_mlp(
+    xv: Tensor, weight1: Tensor, bias1: Tensor, weight2: Tensor, bias2: Tensor, act: Activation
 ) -> tuple[Tensor, Tensor]:
-    """:class:`_JointHidden`'s map, ``(φ(p_x) W₂ᵀ + b₂, (φ'(p_x) ⊙ p_v) W₂ᵀ)``, in ordinary differentiable operations
-    (``φ'`` written out, so that it has derivatives of every order in every mode)."""
+    """:class:`_JointMLP`'s map, ``(φ(p_x) W₂ᵀ + b₂, (φ'(p_x) ⊙ p_v) W₂ᵀ)`` with ``p_x = x W₁ᵀ + b₁``, ``p_v = v W₁ᵀ``,
+    in ordinary differentiable operations (``φ'`` written out, so that it has derivatives of every order in every
+    mode)."""
+    pre = F.linear(xv, weight1)
     pre_x = pre[0] + bias1
-    out = F.linear(torch.stack((act.phi(pre_x), act.prime(pre_x) * pre[1])), weight)  # (2, ..., D)
+    out = F.linear(torch.stack((act.phi(pre_x), act.prime(pre_x) * pre[1])), weight2)  # (2, ..., D)
     return out[0] + bias2, out[1]
 
 
-class _JointHidden(torch.autograd.Function):
-    """``pre = stack(x W₁ᵀ, v W₁ᵀ) -> (φ(p_x) W₂ᵀ + b₂, (φ'(p_x) ⊙ p_v) W₂ᵀ)`` with ``p_x = pre[0] + b₁``, saving
-    only ``pre``.
+class _Workspace(threading.local):
+    """Scratch buffers of the fused MLP on CPU, kept from call to call (one set per thread).
 
-    Left to autograd, the chain ``φ'(p_x) ⊙ p_v`` saves every intermediate of ``φ'`` and both hidden activations;
-    here the backward pass recomputes them (elementwise, with the fused ``g ⊙ φ'`` kernels) instead, which keeps Full
-    Wave's memory near diffusion's, and the gradient for ``pre`` comes back as one tensor. Under ``create_graph=True``
-    the backward pass is autograd's through :func:`_plain_joint_hidden`, so that double backward is exact.
+    The hidden pair and its gradient are ``(2M, H)`` buffers that live only within one forward or backward call. On
+    CPU a fresh buffer of that size comes from the operating system as new pages on nearly every call; reusing one
+    keeps it mapped and in cache, which is most of what separates the fused MLP from a plain MLP on the doubled batch
+    (``joint_mlp_vs_doubled_mlp_time`` in ``docs/RESULTS.md``). The cost is holding the two largest buffers between
+    steps. CUDA's caching allocator already reuses memory and a compiled graph plans its own, so there (and under
+    ``torch.compile``) buffers are allocated. Nothing returned or saved for backward is a view of these buffers.
+    """
+
+    def __init__(self):
+        self.buffers: dict[str, Tensor] = {}
+
+    def take(self, name: str, like: Tensor) -> Tensor:
+        """An uninitialised tensor shaped and typed as ``like``: the named buffer (grown as needed) on CPU."""
+        if like.device.type != "cpu" or torch.compiler.is_compiling():
+            return torch.empty_like(like)
+        buffer = self.buffers.get(name)
+        if buffer is None or buffer.dtype != like.dtype or buffer.numel() < like.numel():
+            buffer = self.buffers[name] = torch.empty(like.numel(), dtype=like.dtype)
+        return buffer[: like.numel()].view(like.shape)
+
+
+_WORKSPACE = _Workspace()
+
+
+def _product_into(a: Tensor, b: Tensor, out: Tensor) -> Tensor:
+    """``a @ b`` written into ``out`` where the dtypes agree; otherwise (mixed under autocast) a new tensor."""
+    if a.dtype == b.dtype == out.dtype:
+        return torch.mm(a, b, out=out)
+    return a @ b
+
+
+class _JointMLP(torch.autograd.Function):
+    """``xv = stack(x, v) -> (φ(p_x) W₂ᵀ + b₂, (φ'(p_x) ⊙ p_v) W₂ᵀ)``, ``p = stack(x W₁ᵀ + b₁, v W₁ᵀ)``, saving ``xv``
+    and ``p`` (what autograd's two linear layers would save) and recomputing the hidden layer in the backward pass.
+
+    Each weight meets state and velocity in one matrix product on ``(2M, ·)`` rows (M tokens). The elementwise work is
+    written for few passes over the hidden layer: the bias added in place, the hidden pair written by one kernel each
+    into one buffer (``φ`` and the fused ``g ⊙ φ'``, no stacking copy), and in the backward pass ``φ'`` once (the
+    transcendental pass) for its three products and ``g ⊙ φ''`` in place (:attr:`Activation.add_curvature`); the
+    large scratch buffers are reused from call to call (:class:`_Workspace`). Left to autograd, the chain would save
+    every intermediate of ``φ'`` and both hidden activations; recomputing keeps Full Wave's memory near diffusion's.
+    Under ``create_graph=True`` the backward pass is autograd's through :func:`_plain_joint_mlp`, so that
+    double backward is exact.
     """
 
     @staticmethod
-    def forward(ctx, pre: Tensor, bias1: Tensor, weight: Tensor, bias2: Tensor, act: Activation):
-        pre_x = pre[0] + bias1
-        hidden = torch.stack((act.phi(pre_x), act.prime_times(pre[1], pre_x)))  # (2, ..., H)
-        out = F.linear(hidden, weight)  # (2, ..., D)
-        ctx.save_for_backward(pre, bias1, weight, bias2)
+    def forward(ctx, xv: Tensor, weight1: Tensor, bias1: Tensor, weight2: Tensor, bias2: Tensor, act: Activation):
+        rows = xv.reshape(-1, xv.shape[-1])  # (2M, D): the state's rows, then the velocity's
+        pre = rows @ weight1.t()  # (2M, H)
+        tokens = pre.shape[0] // 2
+        pre_x, pre_v = pre[:tokens], pre[tokens:]
+        pre_x += bias1
+        hidden = _WORKSPACE.take("hidden", pre)
+        act.phi_into(pre_x, out=hidden[:tokens])
+        act.prime_times(pre_v, pre_x, out=hidden[tokens:])
+        out = hidden @ weight2.t()  # (2M, D)
+        out[:tokens] += bias2
+        ctx.save_for_backward(xv, pre, weight1, bias1, weight2, bias2)
         ctx.act = act
         ctx.autocast = AutocastState.capture(pre)
-        return out[0] + bias2, out[1]
+        return out.view(xv.shape[:-1] + out.shape[-1:]).unbind(0)
 
     @staticmethod
     def backward(ctx, grad_x: Tensor, grad_v: Tensor):
         with ctx.autocast():  # under bf16 autocast the products mix dtypes, as in the forward pass
             if torch.is_grad_enabled():  # create_graph: a backward pass that can itself be differentiated
-                pre, bias1, weight, bias2 = ctx.saved_tensors
-                plain = partial(_plain_joint_hidden, act=ctx.act)
-                return (*_vjp_with_graph(plain, (pre, bias1, weight, bias2), (grad_x, grad_v)), None)
-            return _JointHidden._backward(ctx, grad_x, grad_v)
+                xv, _, weight1, bias1, weight2, bias2 = ctx.saved_tensors
+                plain = partial(_plain_joint_mlp, act=ctx.act)
+                return (*_vjp_with_graph(plain, (xv, weight1, bias1, weight2, bias2), (grad_x, grad_v)), None)
+            return _JointMLP._backward(ctx, grad_x, grad_v)
 
     @staticmethod
     def _backward(ctx, grad_x: Tensor, grad_v: Tensor):
-        # φ' and φ'' once (they share subexpressions); in place where the buffers are ours, so that few hidden-size
-        # tensors are alive at once.
-        pre, bias1, weight, _ = ctx.saved_tensors
-        act = ctx.act
-        pre_x, pre_v = pre[0] + bias1, pre[1]
-        width = pre.shape[-1]
-        flat_x, flat_v = grad_x.reshape(-1, grad_x.shape[-1]), grad_v.reshape(-1, grad_v.shape[-1])
-        grad_weight = flat_x.t() @ act.phi(pre_x).reshape(-1, width)
-        slope, curvature = act.derivatives(pre_x)
-        grad_weight += flat_v.t() @ (slope * pre_v).reshape(-1, width)
-        grad_pre = F.linear(torch.stack((grad_x, grad_v)), weight.t())  # (2, ..., H): gradient of the hidden pair
-        curvature.mul_(pre_v).mul_(grad_pre[1])
-        grad_pre.mul_(slope)
-        grad_pre[0] += curvature
-        del curvature, slope
-        grad_bias1 = grad_pre[0].reshape(-1, width).sum(0)
-        return grad_pre, grad_bias1, grad_weight, flat_x.sum(0), None
+        xv, pre, weight1, _, weight2, _ = ctx.saved_tensors
+        act, tokens = ctx.act, pre.shape[0] // 2
+        pre_x, pre_v = pre[:tokens], pre[tokens:]
+        grads = torch.stack((grad_x, grad_v)).reshape(pre.shape[0], -1)  # (2M, D)
+        hidden = _WORKSPACE.take("hidden", pre)  # the forward's hidden pair again, for W₂'s gradient
+        act.phi_into(pre_x, out=hidden[:tokens])
+        slope = act.prime_times(pre_x.new_ones(()).expand_as(pre_x), pre_x, out=_WORKSPACE.take("slope", pre_x))
+        torch.mul(slope, pre_v, out=hidden[tokens:])  # φ'(p_x) once: it multiplies three tensors here
+        grad_weight2 = grads.t() @ hidden
+        grad_pre = _product_into(grads, weight2, _WORKSPACE.take("grad_pre", pre))  # (2M, H): turned into p's in place
+        g_x, g_v = grad_pre[:tokens], grad_pre[tokens:]
+        curved = torch.mul(g_v, pre_v, out=hidden[:tokens])  # g_v ⊙ p_v, for p_x's term g_v ⊙ p_v ⊙ φ''(p_x)
+        g_v.mul_(slope)
+        g_x.mul_(slope)
+        act.add_curvature(g_x, curved, pre_x, hidden[tokens:])
+        rows = xv.reshape(pre.shape[0], -1)
+        return (
+            (grad_pre @ weight1).view(xv.shape),
+            grad_pre.t() @ rows,
+            g_x.sum(0),
+            grad_weight2,
+            grads[:tokens].sum(0),
+            None,
+        )
 
 
 class JointJVP(nn.Module):

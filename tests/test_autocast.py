@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 import odeformer
 from odeformer import PRESETS
-from odeformer.joint import JointMLP, _JointHidden
+from odeformer.joint import JointMLP, _JointMLP
 
 
 def _bf16():
@@ -34,10 +34,11 @@ def test_fused_full_wave_hidden_matches_autograd_under_autocast():
     def grads(fused: bool):
         mlp.zero_grad()
         with _bf16():
-            pre = F.linear(torch.stack((x, v)), mlp.fc1.weight)
             if fused:
-                out_x, out_v = _JointHidden.apply(pre, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias, mlp.act)
+                weights = (mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias)
+                out_x, out_v = _JointMLP.apply(torch.stack((x, v)), *weights, mlp.act)
             else:  # the same formulas left to autograd
+                pre = F.linear(torch.stack((x, v)), mlp.fc1.weight)
                 pre_x = pre[0] + mlp.fc1.bias
                 hidden = torch.stack((mlp.act.phi(pre_x), mlp.act.prime_times(pre[1], pre_x)))
                 out = F.linear(hidden, mlp.fc2.weight)

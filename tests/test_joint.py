@@ -15,8 +15,8 @@ from odeformer.joint import (
     JointLayerNorm,
     JointMLP,
     JointSequential,
-    _JointHidden,
     _JointLayerNorm,
+    _JointMLP,
 )
 
 seeds = st.integers(0, 2**31 - 1)
@@ -152,19 +152,32 @@ def test_dropout_uses_one_mask_for_state_and_velocity():
 
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
 def test_second_derivatives_are_exact(name):
-    phi, phi_prime, phi_second, prime_times, derivatives = ACTIVATIONS[name]
+    act = ACTIVATIONS[name]
     z = torch.linspace(-6, 6, 2001, dtype=torch.float64).requires_grad_()
-    (first,) = torch.autograd.grad(phi(z).sum(), z, create_graph=True)
-    torch.testing.assert_close(first, phi_prime(z), rtol=1e-12, atol=1e-12)
-    slope = phi_prime(z)
+    (first,) = torch.autograd.grad(act.phi(z).sum(), z, create_graph=True)
+    torch.testing.assert_close(first, act.prime(z), rtol=1e-12, atol=1e-12)
+    slope = act.prime(z)
     second = torch.autograd.grad(slope.sum(), z)[0] if slope.requires_grad else torch.zeros_like(z)  # relu: a step
     mask = z.abs() > 1e-9  # relu's kink
-    torch.testing.assert_close(second[mask], phi_second(z.detach())[mask], rtol=1e-10, atol=1e-12)
-    g = torch.randn_like(z)
-    torch.testing.assert_close(prime_times(g, z.detach()), g * phi_prime(z.detach()), rtol=1e-12, atol=1e-12)
-    both = derivatives(z.detach())
-    torch.testing.assert_close(both[0], phi_prime(z.detach()), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(both[1], phi_second(z.detach()), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(second[mask], act.second(z.detach())[mask], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_kernels_compute_their_products(name):
+    """The single-pass kernels of the fused MLP (allocating, and writing into ``out``) against the plain formulas."""
+    act = ACTIVATIONS[name]
+    g = torch.Generator().manual_seed(1)
+    z = torch.linspace(-6, 6, 2001, dtype=torch.float64)
+    grad, acc = (torch.randn(z.shape, generator=g, dtype=z.dtype) for _ in range(2))
+    out = torch.full_like(z, float("nan"))
+    torch.testing.assert_close(act.phi_into(z), act.phi(z), rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(act.phi_into(z, out=out), act.phi(z), rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(act.prime_times(grad, z), grad * act.prime(z), rtol=1e-12, atol=1e-12)
+    out.fill_(float("nan"))
+    torch.testing.assert_close(act.prime_times(grad, z, out=out), grad * act.prime(z), rtol=1e-12, atol=1e-12)
+    expected = acc + grad * act.second(z)
+    act.add_curvature(acc, grad.clone(), z, torch.full_like(z, float("nan")))
+    torch.testing.assert_close(acc[z.abs() > 1e-9], expected[z.abs() > 1e-9], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
@@ -192,6 +205,33 @@ def test_joint_mlp_backward_equals_autograd_of_its_definition(name):
         assert torch.autograd.gradcheck(
             lambda x, v, *p: plain(x, v, *p)[0] * 0 + mlp(x, v)[0] + mlp(x, v)[1], (x, v, *params)
         )
+
+
+def test_joint_mlp_results_do_not_depend_on_the_calls_between():
+    """The fused MLP reuses its scratch buffers on CPU from call to call: outputs and gradients of one call stay what
+    they were while other MLPs (other shapes, another dtype) run between its forward and its backward."""
+    g, x, v = _draw(3, (2, 3, 5), 1.0)
+    first = _randomise(JointMLP(5, 9).double(), g)
+    x, v = x.requires_grad_(), v.requires_grad_()
+    out = first(x, v)
+    kept = [o.detach().clone() for o in out]
+    for dim, hidden, dtype in ((5, 9, torch.float64), (7, 30, torch.float64), (5, 9, torch.float32)):
+        other = JointMLP(dim, hidden).to(dtype)
+        a, b = other(torch.randn(4, 6, dim, dtype=dtype), torch.randn(4, 6, dim, dtype=dtype))
+        (a.sum() + b.sum()).backward()
+    for o, k in zip(out, kept):
+        assert torch.equal(o, k)
+    weights = [torch.randn(o.shape, generator=g, dtype=o.dtype) for o in out]
+    params = [x, v, first.fc1.weight, first.fc1.bias, first.fc2.weight, first.fc2.bias]
+    fused = torch.autograd.grad(out, params, weights)
+    act = first.act
+
+    def plain(x, v, w1, b1, w2, b2):
+        pre_x, pre_v = x @ w1.T + b1, v @ w1.T
+        return act.phi(pre_x) @ w2.T + b2, (act.prime(pre_x) * pre_v) @ w2.T
+
+    for a, b in zip(fused, torch.autograd.grad(plain(*params), params, weights)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("mode", ["paper", "exact"])
@@ -328,12 +368,12 @@ def _layer_norm_formula(x, v, w, b, eps, mode):
     return torch.stack((x_hat * w + b, u * w))
 
 
-def _hidden_formula(name):
+def _mlp_formula(name):
     phi, phi_prime = ACTIVATIONS[name].phi, ACTIVATIONS[name].prime
 
-    def formula(pre, b1, w2, b2):
-        pre_x = pre[0] + b1
-        return phi(pre_x) @ w2.T + b2, (phi_prime(pre_x) * pre[1]) @ w2.T
+    def formula(xv, w1, b1, w2, b2):
+        pre_x, pre_v = xv[0] @ w1.T + b1, xv[1] @ w1.T
+        return phi(pre_x) @ w2.T + b2, (phi_prime(pre_x) * pre_v) @ w2.T
 
     return formula
 
@@ -349,8 +389,8 @@ def _fused_layer_norm(eps, mode):
     return lambda x, v, w, b: _JointLayerNorm.apply(x, v, w, b, eps, mode == "exact")
 
 
-def _fused_hidden(act):
-    return lambda pre, b1, w2, b2: _JointHidden.apply(pre, b1, w2, b2, act)
+def _fused_mlp(act):
+    return lambda xv, w1, b1, w2, b2: _JointMLP.apply(xv, w1, b1, w2, b2, act)
 
 
 def _fused_functions():
@@ -364,9 +404,9 @@ def _fused_functions():
         cases.append((f"layer_norm_{mode}", _fused_layer_norm(ln.eps, mode), formula, inputs))
     for name in sorted(ACTIVATIONS):
         mlp = _randomise(JointMLP(5, 7, name).double(), g)
-        pre = torch.nn.functional.linear(torch.stack((x, v)), mlp.fc1.weight).detach()  # (2, B, N, H)
-        inputs = [pre, *(p.detach().clone() for p in (mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias))]
-        cases.append((f"hidden_{name}", _fused_hidden(mlp.act), _hidden_formula(name), inputs))
+        weights = (mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias)
+        inputs = [torch.stack((x, v)), *(p.detach().clone() for p in weights)]  # xv: (2, B, N, D)
+        cases.append((f"mlp_{name}", _fused_mlp(mlp.act), _mlp_formula(name), inputs))
     return cases
 
 
@@ -418,7 +458,7 @@ def test_outside_transforms_the_fused_functions_run():
     ln, mlp = _chain(4, "exact", "gelu", g)
     x = x.requires_grad_()
     assert type(ln.stacked(x, v).grad_fn).__name__ == "_JointLayerNormBackward"
-    assert type(mlp(x, v)[1].grad_fn).__name__ == "_JointHiddenBackward"
+    assert type(mlp(x, v)[1].grad_fn).__name__ == "_JointMLPBackward"
 
 
 @pytest.mark.parametrize("mode", ["paper", "exact"])
