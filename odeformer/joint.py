@@ -355,7 +355,12 @@ class JointMLP(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def position(self, x: Tensor) -> Tensor:
-        return self.drop(self.fc2(self.drop(self.act.phi(self.fc1(x)))))
+        hidden = self.fc1(x)
+        if hidden.requires_grad or transformed():
+            hidden = self.act.phi(hidden)
+        else:  # nothing will differentiate it (inference): φ in place, without a second hidden-size buffer
+            hidden = self.act.phi_into(hidden, out=hidden)
+        return self.drop(self.fc2(self.drop(hidden)))
 
     def forward(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         return self.stacked(torch.stack((x, v)))

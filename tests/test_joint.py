@@ -207,6 +207,22 @@ def test_joint_mlp_backward_equals_autograd_of_its_definition(name):
         )
 
 
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_mlp_position_without_gradients_equals_the_differentiable_one(name):
+    """Where nothing differentiates it, the plain MLP applies φ in place; the values are the same."""
+    g, x, _ = _draw(2, (2, 3, 5), 2.0)
+    mlp = _randomise(JointMLP(5, 9, name).double(), g)
+    expected = mlp.position(x)
+    assert expected.requires_grad
+    with torch.no_grad():
+        torch.testing.assert_close(mlp.position(x), expected, rtol=0, atol=0)
+    tangent = torch.randn(x.shape, generator=g, dtype=x.dtype)
+    with torch.no_grad():  # forward mode on a no-grad module call still sees φ's derivative
+        _, jvp = torch.func.jvp(mlp.position, (x,), (tangent,))
+    _, reference = torch.func.jvp(mlp.position, (x,), (tangent,))
+    torch.testing.assert_close(jvp, reference, rtol=1e-12, atol=1e-14)  # rounding: autograd's order of products
+
+
 def test_joint_mlp_results_do_not_depend_on_the_calls_between():
     """The fused MLP reuses its scratch buffers on CPU from call to call: outputs and gradients of one call stay what
     they were while other MLPs (other shapes, another dtype) run between its forward and its backward."""
