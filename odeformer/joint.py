@@ -406,8 +406,9 @@ class _Workspace(threading.local):
     CPU a fresh buffer of that size comes from the operating system as new pages on nearly every call; reusing one
     keeps it mapped and in cache, which is most of what separates the fused MLP from a plain MLP on the doubled batch
     (``joint_mlp_vs_doubled_mlp_time`` in ``docs/RESULTS.md``). The cost is holding the two largest buffers between
-    steps. CUDA's caching allocator already reuses memory and a compiled graph plans its own, so there (and under
-    ``torch.compile``) buffers are allocated. Nothing returned or saved for backward is a view of these buffers.
+    steps (:func:`release_workspace` frees them). CUDA's caching allocator already reuses memory and a compiled graph
+    plans its own, so there (and under ``torch.compile``) buffers are allocated. Nothing returned or saved for backward
+    is a view of these buffers.
     """
 
     def __init__(self):
@@ -424,6 +425,14 @@ class _Workspace(threading.local):
 
 
 _WORKSPACE = _Workspace()
+
+
+def release_workspace() -> int:
+    """Free the fused MLP's kept scratch buffers (this thread's); returns the bytes released. The next Full Wave step
+    allocates them again."""
+    released = sum(b.numel() * b.element_size() for b in _WORKSPACE.buffers.values())
+    _WORKSPACE.buffers.clear()
+    return released
 
 
 def _product_into(a: Tensor, b: Tensor, out: Tensor) -> Tensor:
