@@ -193,13 +193,15 @@ class GlobalSimpleAttention(nn.Module):
         scale = (squared_norm(Wq, bq) * squared_norm(Wk, bk)).rsqrt().view(B, 1, 1, 1)  # 1 / (‖q‖ ‖k‖)
         keys_values = (Wk @ gram.unsqueeze(1) + bk.view(1, H, D, 1) * total.view(B, 1, 1, D)) * scale  # (B,H,D,D)
         key_sum = (torch.einsum("hde,be->bhd", Wk, total) + N * bk).unsqueeze(-1) * scale  # (B, H, D, 1)
-        # q M = h (W_qᵀ M) + b_q M for M = [k̃ᵀ h | Σ k̃] per head: one product with h for every head
-        right = torch.cat([keys_values, key_sum], -1)  # (B, H, D, D + 1)
-        through = Wq.transpose(-2, -1) @ right  # (B, H, D, D + 1): W_qᵀ M
-        projected = h.unsqueeze(1) @ through + (bq.view(1, H, 1, D) @ right)  # (B, H, N, D + 1)
-        numerator = projected[..., :D] + total.view(B, 1, 1, D)  # Σ_j h_j + q̃ (k̃ᵀ h)
-        denominator = projected[..., D:] + N  # N + q̃ · Σ_j k̃_j
-        return (numerator / denominator).mean(1)  # (B, N, D)
+        # q M = h (W_qᵀ M) + b_q M per head, for M = k̃ᵀ h and for M = Σ k̃ (two products with h rather than one
+        # with [k̃ᵀ h | Σ k̃], whose column slices would each cost a zero-filled N × (D + 1) gradient)
+        rows = h.unsqueeze(1)  # (B, 1, N, D)
+        numerator = rows @ (Wq.transpose(-2, -1) @ keys_values) + (
+            bq.view(1, H, 1, D) @ keys_values + total.view(B, 1, 1, D)
+        )  # (B, H, N, D): Σ_j h_j + q̃ (k̃ᵀ h)
+        denominator = rows @ (Wq.transpose(-2, -1) @ key_sum) + (bq.view(1, H, 1, D) @ key_sum + N)  # N + q̃ · Σ k̃
+        attended = numerator / denominator  # (B, H, N, D)
+        return attended[:, 0] if H == 1 else attended.mean(1)  # (B, N, D)
 
     def weights(self, h: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """The dense attention matrices, ``(B, heads, N, N)`` (for diagnostics; rows sum to 1)."""
