@@ -11,6 +11,8 @@ from odeformer.reproduce import (
     SECTIONS,
     Section,
     _reuse,
+    _train,
+    config_drift,
     main,
     matched_jobs,
     step_costs,
@@ -135,3 +137,21 @@ def test_write_results_appends_a_block(tmp_path):
     path.write_text("# Results\n")
     write_results("hello", path)
     assert path.read_text().endswith(f"{BEGIN}\nhello\n{END}\n")
+
+
+def test_a_finished_run_whose_overrides_now_mean_another_run_is_refused(tmp_path):
+    """A run is reused by its overrides; if they compose to another configuration today (a changed default of an
+    experiment or a group), the sweep stops with one line naming what changed instead of reusing its numbers."""
+    base = ["data=synthetic", "data.options.task=image", "data.options.n=64", "model.dim=16", "model.heads=2"]
+    run = ["train.max_steps=2", "train.eval_every=2", "train.seed=0"]
+    out = tmp_path / "r"
+    summary = _train(("r", [*base, "model.depth=1", *run], str(out)))
+    assert summary["status"] == "completed"
+    assert config_drift(out, [*base, "model.depth=1", *run]) == []
+    assert _train(("r", [*base, "model.depth=1", *run], str(out))) == summary  # reused, not retrained
+    # the same folder asked for under overrides that now compose to depth 2 (as if the default had changed)
+    drifted = [*base, "model.depth=2", *run]
+    assert config_drift(out, drifted) == ["model.depth: 1 → 2"]
+    with pytest.raises(ValueError, match=r"model.depth: 1 → 2.*delete the folder") as info:
+        _train(("r", drifted, str(out)))
+    assert "\n" not in str(info.value)
