@@ -119,13 +119,9 @@ def _random_split(
         drawn = members[torch.randperm(len(members), generator=g)]
         train.append(drawn[:per_class])
         leftovers.append(drawn[per_class:])
-    train = torch.cat(train)
-    if pool == "drawn":
-        rest = torch.cat(leftovers)
-    else:
-        rest = torch.ones_like(labelled)
-        rest[train] = False
-        rest = torch.nonzero(rest & labelled).flatten()
+    train, rest = torch.cat(train), torch.cat(leftovers)  # every labelled node not drawn for training
+    if pool == "sorted":
+        rest = rest.sort().values
     if len(rest) < num_val + num_test:
         raise ValueError(
             f"planetoid: {len(rest)} labelled nodes remain after the train split, fewer than {num_val} + {num_test}."

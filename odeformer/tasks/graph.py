@@ -200,8 +200,7 @@ class GlobalSimpleAttention(nn.Module):
             bq.view(1, H, 1, D) @ keys_values + total.view(B, 1, 1, D)
         )  # (B, H, N, D): Σ_j h_j + q̃ (k̃ᵀ h)
         denominator = rows @ (Wq.transpose(-2, -1) @ key_sum) + (bq.view(1, H, 1, D) @ key_sum + N)  # N + q̃ · Σ k̃
-        attended = numerator / denominator  # (B, H, N, D)
-        return attended[:, 0] if H == 1 else attended.mean(1)  # (B, N, D)
+        return (numerator / denominator).mean(1)  # (B, N, D)
 
     def weights(self, h: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """The dense attention matrices, ``(B, heads, N, N)`` (for diagnostics; rows sum to 1)."""
