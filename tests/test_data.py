@@ -164,6 +164,12 @@ def test_bad_option_values(tiny_root, name, options, error):
     _one_line(info, list(options)[-1])
 
 
+def test_unknown_planetoid_split_lists_the_three(tiny_root):
+    with pytest.raises(ValueError) as info:
+        load("planetoid", tiny_root, split="official")
+    _one_line(info, "'official'", "'public'", "'random'", "'difformer'")
+
+
 def test_unknown_synthetic_task_lists_the_four():
     with pytest.raises(ValueError) as info:
         load("synthetic", task="audio")
