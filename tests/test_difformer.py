@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import odeformer
 import odeformer.train as entry
-from odeformer.tasks.graph import GlobalSimpleAttention
+from odeformer.tasks.graph import GlobalSimpleAttention, _Gram, _HeadRatios
 
 
 def _graph(seed=0, n=12, features=9, edges=20):
@@ -74,6 +74,47 @@ def test_the_attention_equals_its_dense_weights_for_several_heads():
     dense_spectrum = torch.linalg.eigvals(weights.mean(1)).abs().sort(descending=True).values[..., :4]
     low_rank = attention.eigenvalues(h).abs().sort(descending=True).values[:, 0, :4]
     torch.testing.assert_close(low_rank, dense_spectrum, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("batch, nodes, dim, heads", [(1, 6, 3, 1), (2, 5, 3, 2), (1, 4, 2, 3)])
+def test_the_attentions_written_out_backward_passes_are_their_derivatives(batch, nodes, dim, heads):
+    """The head ratios and the Gram matrix, first and second derivatives against finite differences, with the
+    arguments laid out as ``attend`` passes them (the denominator's matrix a transposed view)."""
+    g = torch.Generator().manual_seed(batch * 100 + heads)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    h = rand(batch, nodes, dim).requires_grad_()
+    M, c = rand(batch, dim, heads * dim).requires_grad_(), rand(batch, 1, heads * dim).requires_grad_()
+    m = rand(batch, heads, dim).transpose(1, 2).detach().requires_grad_()  # (B, D, H), not contiguous
+    c0 = (2 * nodes + rand(batch, 1, heads).abs()).requires_grad_()  # denominators kept away from zero
+    assert torch.autograd.gradcheck(_HeadRatios.apply, (h, M, c, m, c0))
+    assert torch.autograd.gradgradcheck(_HeadRatios.apply, (h, M, c, m, c0))
+    assert torch.autograd.gradcheck(_Gram.apply, (h,))
+    assert torch.autograd.gradgradcheck(_Gram.apply, (h,))
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_the_attentions_gradients_are_those_of_its_plain_formula(heads):
+    """Autograd through the fused Functions equals torch.func.grad (which takes the plain operations), for the
+    state and every weight."""
+    torch.manual_seed(heads)
+    attention = GlobalSimpleAttention(4, heads=heads).double()
+    attention.forward = attention.attend  # a module call for functional_call
+    h = torch.randn(2, 9, 4, dtype=torch.float64)
+    weights = torch.randn(2, 9, 4, dtype=torch.float64)
+    params = {name: p.detach() for name, p in attention.named_parameters()}
+
+    def loss(params, h):
+        return (torch.func.functional_call(attention, params, (h,), strict=True) * weights).sum()
+
+    expected = torch.func.grad(loss, argnums=(0, 1))(params, h)
+    leaf = h.clone().requires_grad_()
+    (attention(leaf) * weights).sum().backward()
+    torch.testing.assert_close(leaf.grad, expected[1], rtol=1e-12, atol=1e-12)
+    for name, p in attention.named_parameters():
+        torch.testing.assert_close(p.grad, expected[0][name], rtol=1e-12, atol=1e-12, msg=name)
 
 
 def test_gradients_through_the_sparse_fast_paths_match_dense_autograd():

@@ -24,7 +24,7 @@ from solvers._base import transformed
 from ..blocks import JointDropout
 from ..continuous import ContinuousPreset
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
-from ..joint import JointLayerNorm, JointSequential
+from ..joint import JointLayerNorm, JointSequential, _vjp_with_graph
 from ..model import Solver, backbone, schedule
 from ._common import TaskModel
 
@@ -176,31 +176,37 @@ class GlobalSimpleAttention(nn.Module):
         ``k = h W_kᵀ + b_k`` per head, ``kᵀ h = W_k G + b_k (Σ_j h_j)ᵀ``, ``Σ_j k_j = W_k Σ_j h_j + N b_k`` and
         ``‖k‖²_F = Σ_heads tr(W_k G W_kᵀ) + 2 b_kᵀ W_k Σ_j h_j + N ‖b_k‖²`` (likewise ``‖q‖_F``) are ``D × D`` algebra,
         so the queries and keys are never formed: two ``N × D × D`` products (``G`` and ``h`` times the queries'
-        matrix) instead of four, forward and backward."""
+        matrix) instead of four. The two parts over all ``N`` rows have their backward passes written out
+        (:class:`_Gram`, :class:`_HeadRatios`); under ``torch.func`` transforms they are plain operations."""
         if attn_mask is not None:
             raise ValueError("GlobalSimpleAttention is all-pair and takes no attn_mask.")
         B, N, D = h.shape
         H = self.heads
+        plain = transformed()  # torch.func / forward-mode AD: ordinary operations (the Functions are reverse-mode)
         total = h.sum(1)  # (B, D): Σ_j h_j
-        gram = h.transpose(1, 2) @ h  # (B, D, D): hᵀ h
+        gram = h.transpose(1, 2) @ h if plain else _Gram.apply(h)  # (B, D, D): hᵀ h
         Wq, Wk = self.query.weight.view(H, D, D), self.key.weight.view(H, D, D)  # (H, D_out, D_in)
         bq, bk = self.query.bias.view(H, D), self.key.bias.view(H, D)
 
-        def squared_norm(W, b):  # ‖h Wᵀ + b‖²_F over the whole (N, H, D) tensor, per sample: (B,)
-            quadratic = ((W @ gram.unsqueeze(1)) * W).sum((-1, -2, -3))  # Σ_h tr(W G Wᵀ)
-            return quadratic + 2 * torch.einsum("hd,hde,be->b", b, W, total) + N * b.square().sum()
+        def projected(W, b):  # W G (B, H, D, D), W Σ_j h_j (B, H, D) and ‖h Wᵀ + b‖²_F over all heads (B,)
+            WG, Wt = W @ gram.unsqueeze(1), (W @ total.view(B, 1, D, 1)).squeeze(-1)
+            return WG, Wt, (WG * W).sum((-1, -2, -3)) + 2 * (b * Wt).sum((-1, -2)) + N * b.square().sum()
 
-        scale = (squared_norm(Wq, bq) * squared_norm(Wk, bk)).rsqrt().view(B, 1, 1, 1)  # 1 / (‖q‖ ‖k‖)
-        keys_values = (Wk @ gram.unsqueeze(1) + bk.view(1, H, D, 1) * total.view(B, 1, 1, D)) * scale  # (B,H,D,D)
-        key_sum = (torch.einsum("hde,be->bhd", Wk, total) + N * bk).unsqueeze(-1) * scale  # (B, H, D, 1)
-        # q M = h (W_qᵀ M) + b_q M per head, for M = k̃ᵀ h and for M = Σ k̃ (two products with h rather than one
-        # with [k̃ᵀ h | Σ k̃], whose column slices would each cost a zero-filled N × (D + 1) gradient)
-        rows = h.unsqueeze(1)  # (B, 1, N, D)
-        numerator = rows @ (Wq.transpose(-2, -1) @ keys_values) + (
-            bq.view(1, H, 1, D) @ keys_values + total.view(B, 1, 1, D)
-        )  # (B, H, N, D): Σ_j h_j + q̃ (k̃ᵀ h)
-        denominator = rows @ (Wq.transpose(-2, -1) @ key_sum) + (bq.view(1, H, 1, D) @ key_sum + N)  # N + q̃ · Σ k̃
-        return (numerator / denominator).mean(1)  # (B, N, D)
+        _, _, query_norm = projected(Wq, bq)
+        WkG, Wkt, key_norm = projected(Wk, bk)
+        scale = (query_norm * key_norm).rsqrt().view(B, 1, 1, 1)  # 1 / (‖q‖ ‖k‖)
+        keys_values = (WkG + bk.view(1, H, D, 1) * total.view(B, 1, 1, D)) * scale  # (B, H, D, D): k̃ᵀ h
+        key_sum = (Wkt + N * bk).unsqueeze(-1) * scale  # (B, H, D, 1): Σ_j k̃_j
+        # q̃_i M = h_i (W_qᵀ M) + b_q M per head, for M = k̃ᵀ h (numerator, plus Σ_j h_j) and M = Σ k̃ (denominator,
+        # plus N): every head's numerator is one column block of h times a D × (H D) matrix, its denominator one
+        # column of h times a D × H matrix
+        queries = Wq.transpose(-2, -1)  # (H, D_in, D_out)
+        numerator = (queries @ keys_values).permute(0, 2, 1, 3).reshape(B, D, H * D)
+        numerator_offset = (bq.view(1, H, 1, D) @ keys_values + total.view(B, 1, 1, D)).reshape(B, 1, H * D)
+        denominator = (queries @ key_sum).reshape(B, H, D).transpose(1, 2)  # (B, D, H)
+        denominator_offset = (bq.view(1, H, 1, D) @ key_sum + N).reshape(B, 1, H)
+        terms = (h, numerator, numerator_offset, denominator, denominator_offset)
+        return _head_ratios(*terms) if plain else _HeadRatios.apply(*terms)  # (B, N, D)
 
     def weights(self, h: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """The dense attention matrices, ``(B, heads, N, N)`` (for diagnostics; rows sum to 1)."""
@@ -219,6 +225,75 @@ class GlobalSimpleAttention(nn.Module):
         V = torch.cat([ones, k], -1)
         U, V = U.transpose(1, 2).flatten(2), V.transpose(1, 2).flatten(2)  # (B, N, H (D + 1))
         return torch.linalg.eigvals((V.transpose(-2, -1) @ U).double()).unsqueeze(1)
+
+
+def _head_ratios(h: Tensor, M: Tensor, c: Tensor, m: Tensor, c0: Tensor) -> Tensor:
+    """``mean over heads of (h M_head + c_head) / (h m_head + c0_head)``: ``h`` ``(B, N, D)``, ``M`` ``(B, D, H D)``,
+    ``c`` ``(B, 1, H D)``, ``m`` ``(B, D, H)``, ``c0`` ``(B, 1, H)``; returns ``(B, N, D)``."""
+    B, N, _ = h.shape
+    heads = m.shape[-1]
+    return (torch.baddbmm(c, h, M).view(B, N, heads, -1) / torch.baddbmm(c0, h, m).unsqueeze(-1)).mean(2)
+
+
+class _HeadRatios(torch.autograd.Function):
+    """:func:`_head_ratios` with its backward pass written out: with ``ρ`` the per-head ratios, ``s`` their
+    denominators and ``g`` the output's gradient, ``∂/∂num = g / (H s)``, ``∂/∂s = -⟨∂/∂num, ρ⟩`` per row and head;
+    then ``∂/∂h = (∂/∂num) Mᵀ + (∂/∂s) mᵀ``, ``∂/∂M = hᵀ ∂/∂num``, ``∂/∂m = hᵀ ∂/∂s`` and the offsets' sums over rows.
+    Two ``N × D × HD`` products forward-and-back fewer passes over ``N × D`` than autograd's chain of broadcasts and
+    divisions. Under ``create_graph=True`` the backward pass is autograd's through :func:`_head_ratios` (double
+    backward exact)."""
+
+    @staticmethod
+    def forward(ctx, h, M, c, m, c0):
+        B, N, _ = h.shape
+        denominator = torch.baddbmm(c0, h, m)  # (B, N, H)
+        ratios = torch.baddbmm(c, h, M).view(B, N, m.shape[-1], -1).div_(denominator.unsqueeze(-1))  # (B, N, H, D)
+        ctx.save_for_backward(h, M, c, m, c0, ratios, denominator)
+        return ratios.mean(2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, M, c, m, c0, ratios, denominator = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: a backward pass that can itself be differentiated
+            return tuple(_vjp_with_graph(_head_ratios, (h, M, c, m, c0), grad))
+        B, N, H, D = ratios.shape
+        grad_numerator = grad.unsqueeze(2) / (H * denominator).unsqueeze(-1)  # (B, N, H, D)
+        grad_denominator = -torch.linalg.vecdot(grad_numerator, ratios)  # (B, N, H)
+        grad_numerator = grad_numerator.view(B, N, H * D)
+        grad_h = grad_M = grad_c = grad_m = grad_c0 = None
+        if ctx.needs_input_grad[0]:
+            grad_h = torch.bmm(grad_numerator, M.transpose(1, 2)).baddbmm_(grad_denominator, m.transpose(1, 2))
+        rows = h.transpose(1, 2)  # (B, D, N)
+        if ctx.needs_input_grad[1]:
+            grad_M = rows @ grad_numerator
+        if ctx.needs_input_grad[2]:
+            grad_c = grad_numerator.sum(1, keepdim=True)
+        if ctx.needs_input_grad[3]:
+            grad_m = rows @ grad_denominator
+        if ctx.needs_input_grad[4]:
+            grad_c0 = grad_denominator.sum(1, keepdim=True)
+        return grad_h, grad_M, grad_c, grad_m, grad_c0
+
+
+def _gram(h: Tensor) -> Tensor:
+    return h.transpose(1, 2) @ h
+
+
+class _Gram(torch.autograd.Function):
+    """``hᵀ h`` for ``h`` ``(B, N, D)``, with the backward pass one product, ``h (g + gᵀ)``, rather than autograd's
+    two (one per factor). Under ``create_graph=True`` the backward pass is autograd's (double backward exact)."""
+
+    @staticmethod
+    def forward(ctx, h):
+        ctx.save_for_backward(h)
+        return _gram(h)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (h,) = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            return tuple(_vjp_with_graph(_gram, (h,), grad))
+        return h @ (grad + grad.transpose(1, 2))
 
 
 class _SymmetricPropagation(torch.autograd.Function):
