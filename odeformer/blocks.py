@@ -377,7 +377,8 @@ class JointDropout(nn.Module):
         self.p = p
 
     def _mask(self, x: Tensor) -> Tensor:
-        return (torch.rand_like(x) >= self.p).to(x.dtype) / (1.0 - self.p)  # uniform draws: cheaper than bernoulli
+        # uniform draws (cheaper than bernoulli), compared and scaled in place: the mask (u >= p) / (1 - p)
+        return torch.rand_like(x).ge_(self.p).div_(1.0 - self.p)
 
     def position(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
