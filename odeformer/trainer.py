@@ -98,7 +98,9 @@ def make_optimizer(model: nn.Module, settings: TrainConfig) -> torch.optim.Optim
     on, off = decayed(model, settings.decay)
     groups = [{"params": on, "weight_decay": settings.weight_decay}, {"params": off, "weight_decay": 0.0}]
     optimizer = torch.optim.AdamW if settings.optimizer == "adamw" else torch.optim.Adam
-    return optimizer(groups, lr=settings.lr)
+    # the fused kernel (one pass per tensor) where PyTorch has it: on CPU several times faster than the default loop
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in model.parameters())
+    return optimizer(groups, lr=settings.lr, fused=fused or None)
 
 
 class Trainer:
