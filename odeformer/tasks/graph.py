@@ -184,7 +184,7 @@ class GlobalSimpleAttention(nn.Module):
         H = self.heads
         plain = transformed()  # torch.func / forward-mode AD: ordinary operations (the Functions are reverse-mode)
         total = h.sum(1)  # (B, D): Σ_j h_j
-        gram = h.transpose(1, 2) @ h if plain else _Gram.apply(h)  # (B, D, D): hᵀ h
+        gram = _gram(h) if plain else _Gram.apply(h)  # (B, D, D): hᵀ h
         Wq, Wk = self.query.weight.view(H, D, D), self.key.weight.view(H, D, D)  # (H, D_out, D_in)
         bq, bk = self.query.bias.view(H, D), self.key.bias.view(H, D)
 
@@ -239,9 +239,9 @@ class _HeadRatios(torch.autograd.Function):
     """:func:`_head_ratios` with its backward pass written out: with ``ρ`` the per-head ratios, ``s`` their
     denominators and ``g`` the output's gradient, ``∂/∂num = g / (H s)``, ``∂/∂s = -⟨∂/∂num, ρ⟩`` per row and head;
     then ``∂/∂h = (∂/∂num) Mᵀ + (∂/∂s) mᵀ``, ``∂/∂M = hᵀ ∂/∂num``, ``∂/∂m = hᵀ ∂/∂s`` and the offsets' sums over rows.
-    Two ``N × D × HD`` products forward-and-back fewer passes over ``N × D`` than autograd's chain of broadcasts and
-    divisions. Under ``create_graph=True`` the backward pass is autograd's through :func:`_head_ratios` (double
-    backward exact)."""
+    The offsets ride in the products (``baddbmm``) and the division is in place, so there are fewer passes over the
+    ``N`` rows than in autograd's chain of broadcasts and divisions. Under ``create_graph=True`` the backward pass
+    is autograd's through :func:`_head_ratios` (double backward exact)."""
 
     @staticmethod
     def forward(ctx, h, M, c, m, c0):
