@@ -142,8 +142,8 @@ def test_gradients_through_the_sparse_fast_paths_match_dense_autograd():
 
 def test_the_cora_protocol_is_the_official_run():
     """The official Cora DIFFormer-s command (run.sh): lr 1e-3, weight decay 0.01 (Adam, every parameter), dropout
-    0.2, hidden 64, 8 layers, alpha 0.5, one head, 500 epochs, a random 20-per-class / 500 / 1000 split, test at the
-    best validation epoch (evaluated every epoch)."""
+    0.2, hidden 64, 8 layers, alpha 0.5, one head, 500 epochs, its random 20-per-class / 500 / 1000 split (the draw
+    of its class_rand_splits after seed 123), test at the best validation epoch (evaluated every epoch)."""
     cfg = entry.compose(["experiment=difformer_cora"])
     model, train, data = cfg.model, cfg.train, cfg.data
     assert (model._target_, model.depth, model.dim, model.heads, model.dt, model.dropout) == (
@@ -163,9 +163,11 @@ def test_the_cora_protocol_is_the_official_run():
         1.0,
         0.0,
     )
-    assert (data.name, data.options.split, data.options.per_class, data.options.num_val, data.options.num_test) == (
+    options = data.options
+    assert (data.name, options.split, options.seed, options.per_class, options.num_val, options.num_test) == (
         "planetoid",
-        "random",
+        "difformer",
+        123,
         20,
         500,
         1000,
