@@ -113,7 +113,7 @@ def _files_read_by(group):
     reads = {}
     for choice in entry.choices(group):
         data = _compose([f"{group}={choice}"]).data
-        name = data.options.get("name", "cora") if data.name == "planetoid" else data.name
+        name = data.options.name if data.name == "planetoid" else data.name  # a planetoid graph is named in options
         if name in SOURCES:
             reads[choice] = name
     return reads
