@@ -1,9 +1,12 @@
 """Small shared builders for the tests."""
 
+import contextlib
 import inspect
+import io
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import torch
 
@@ -46,3 +49,27 @@ def cli(*args, cwd=None, env=None, timeout=300):
         text=True,
         timeout=timeout,
     )
+
+
+def cli_in_process(*args):
+    """``odeformer-train`` called in this process, for command lines that stop before training (bad input): the same
+    ``main`` as :func:`cli` without an interpreter's start-up. Returns a ``CompletedProcess`` with its exit code and
+    what it printed; the global RNG and Hydra's global state are left as they were."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    import odeformer.train as entry
+
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    with (
+        torch.random.fork_rng(devices=[]),
+        mock.patch.object(sys, "argv", ["odeformer-train", *args]),
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
+        try:
+            entry.main()
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        finally:
+            GlobalHydra.instance().clear()
+    return subprocess.CompletedProcess(["odeformer-train", *args], code, stdout.getvalue(), stderr.getvalue())

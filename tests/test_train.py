@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 import odeformer.runs as runs
 import odeformer.train as entry
-from helpers import cli
+from helpers import cli, cli_in_process
 from odeformer import PRESETS
 from odeformer.batches import EpochSampler, WindowSampler
 from odeformer.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
@@ -265,7 +265,7 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     out = tmp_path / "run"
-    done = cli(*DEBUG[:1], *args, f"train.out_dir={out}")
+    done = cli_in_process(*DEBUG[:1], *args, f"train.out_dir={out}")
     assert done.returncode == 2, done.stderr
     line = _error_line(done)
     assert line.startswith("odeformer-train: error:") and message in line
@@ -281,7 +281,7 @@ def test_wrong_override_type_is_one_line():
 def test_unknown_choices_know_the_users_own_yaml(tmp_path):
     (tmp_path / "solver").mkdir()
     (tmp_path / "solver" / "my_wave.yaml").write_text("defaults:\n  - full_wave\n  - _self_\nsplitting: strang\n")
-    done = cli(f"hydra.searchpath=[file://{tmp_path}]", "solver=my_wav")
+    done = cli_in_process(f"hydra.searchpath=[file://{tmp_path}]", "solver=my_wav")
     assert done.returncode == 2 and "unknown solver 'my_wav'" in _error_line(done) and "my_wave" in _error_line(done)
     assert entry.compose([f"hydra.searchpath=[file://{tmp_path}]", "solver=my_wave"]).solver.splitting == "strang"
 
@@ -346,19 +346,19 @@ def test_multirun_sweep(tmp_path):
 
 
 def test_bad_sweep_values_are_one_line_each(tmp_path):
-    done = cli("-m", *DEBUG, "solver=diffusion,wav", f"hydra.sweep.dir={tmp_path}")
+    done = cli_in_process("-m", *DEBUG, "solver=diffusion,wav", f"hydra.sweep.dir={tmp_path}")
     assert done.returncode == 2 and _error_line(done).startswith("odeformer-train: error: unknown solver 'wav'")
     assert not list(tmp_path.iterdir())  # nothing ran
 
 
 def test_mistyped_keys_name_the_nearest_valid_one():
-    done = cli(*DEBUG, "model.dpeth=4")
+    done = cli_in_process(*DEBUG, "model.dpeth=4")
     line = _error_line(done)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert line.startswith("odeformer-train: error: unknown key 'model.dpeth'; did you mean model.depth? the keys of ")
-    done = cli(*DEBUG, "solver.options.theta0=-4.0")  # the default solver's stepper takes no options
+    done = cli_in_process(*DEBUG, "solver.options.theta0=-4.0")  # the default solver's stepper takes no options
     assert done.returncode == 2 and "solvers that do: light_wave, mix" in _error_line(done)
-    done = cli(*DEBUG, "train.lr=fast")
+    done = cli_in_process(*DEBUG, "train.lr=fast")
     assert done.returncode == 2 and "bad value for train.lr" in _error_line(done)
 
 
