@@ -290,11 +290,11 @@ def test_existing_run_and_corrupt_checkpoint_are_refused_without_writing(tmp_pat
     out = tmp_path / "run"
     assert cli(*DEBUG, f"train.out_dir={out}").returncode == 0
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
-    again = cli(*DEBUG, f"train.out_dir={out}")
+    again = cli_in_process(*DEBUG, f"train.out_dir={out}")
     assert again.returncode == 2 and "already holds a run; pass train.resume=true" in _error_line(again)
     (out / "last.pt").write_bytes(b"not a checkpoint")
     before["last.pt"] = b"not a checkpoint"
-    broken = cli(*DEBUG, f"train.out_dir={out}", "train.resume=true")
+    broken = cli_in_process(*DEBUG, f"train.out_dir={out}", "train.resume=true")
     assert broken.returncode == 2 and "is not a readable checkpoint" in _error_line(broken)
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert after == before
