@@ -160,7 +160,7 @@ class Backbone(nn.Module):
                     "the reversible preset needs dropout=0 (it was switched on after construction): its backward "
                     "rebuilds states by inverting each layer, which random dropout masks would break."
                 )
-            y = solvers.integrate_reversible(steppers, blocks, y0, dts, params=self._trainable())
+            y = solvers.integrate_reversible(steppers, blocks, y0, dts, modules=[self.layers])
         else:
             hook = _checkpointed if (self.checkpoint and torch.is_grad_enabled()) else None
             if record is not None:
@@ -170,9 +170,6 @@ class Backbone(nn.Module):
                 if record is not None:
                     record.append(y)
         return self.norm(y.x if isinstance(y, PhaseState) else y)
-
-    def _trainable(self) -> list[Tensor]:
-        return [p for p in self.layers.parameters() if p.requires_grad]
 
 
 def _drops(module: nn.Module) -> bool:

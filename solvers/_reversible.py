@@ -17,7 +17,7 @@ differentiated in the same precision. Under a ``torch.func`` transform (``jvp``,
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -54,6 +54,7 @@ class _Run(NamedTuple):
     dts: list[Any]
     t0: Any
     second_order: bool
+    bound: _Bound
 
     def times(self) -> list[Any]:
         t, out = self.t0, []
@@ -63,17 +64,61 @@ class _Run(NamedTuple):
         return out
 
 
-def _parameters(objects: Iterable[Any]) -> list[Tensor]:
-    seen, out = set(), []
-    for obj in objects:
-        parts = obj if isinstance(obj, tuple) else (obj,)  # a Block is a tuple of fields and maps
-        for part in parts:
-            if isinstance(part, nn.Module):
-                for p in part.parameters():
-                    if p.requires_grad and id(p) not in seen:
-                        seen.add(id(p))
-                        out.append(p)
-    return out
+def _modules(objects: Iterable[Any]) -> list[nn.Module]:
+    """The ``nn.Module`` among ``objects`` and the parts of each (a Block is a tuple of fields and maps)."""
+    return [
+        part for obj in objects for part in (obj if isinstance(obj, tuple) else (obj,)) if isinstance(part, nn.Module)
+    ]
+
+
+class _Holder(nn.Module):
+    """The modules a run reads, under one root, so that ``torch.func.functional_call`` can bind tensors into them."""
+
+    def __init__(self, modules: Sequence[nn.Module]):
+        super().__init__()
+        self.parts = nn.ModuleList(modules)
+
+    def forward(self, body: Callable[[], Any]) -> Any:
+        return body()
+
+    def tensors(self) -> dict[str, Tensor]:
+        """Every parameter and buffer by name, as the modules hold them now (tied ones under each of their names)."""
+        return {
+            **dict(self.named_parameters(remove_duplicate=False)),
+            **dict(self.named_buffers(remove_duplicate=False)),
+        }
+
+
+class _Bound(NamedTuple):
+    """The tensors the modules of a run held in its forward pass.
+
+    Under ``torch.func.functional_call`` the modules hold the substituted tensors only during the call; the backward
+    pass runs later, when the module's own tensors are back. Rebuilding and differentiating the steps with those
+    would give gradients of another function, so the backward binds the forward's tensors again where they differ.
+    """
+
+    holder: _Holder
+    tensors: dict[str, Tensor]
+
+    @classmethod
+    def capture(cls, modules: Sequence[nn.Module]) -> _Bound:
+        holder = _Holder(modules)
+        return cls(holder, holder.tensors())
+
+    def trainable(self) -> list[Tensor]:
+        seen, out = set(), []
+        for p in self.holder.parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+        return out
+
+    def call(self, body: Callable[[], Any]) -> Any:
+        """``body()`` with the modules holding the forward pass's tensors."""
+        now = self.holder.tensors()
+        if now.keys() == self.tensors.keys() and all(now[k] is t for k, t in self.tensors.items()):
+            return body()
+        return torch.func.functional_call(self.holder, self.tensors, (body,), strict=False)
 
 
 @torch.compiler.disable  # its backward calls autograd.grad, which Dynamo does not trace: this part stays eager
@@ -84,11 +129,15 @@ def integrate_reversible(
     dt: Any,
     t0: Any = 0.0,
     params: Sequence[Tensor] | None = None,
+    modules: Sequence[nn.Module] | None = None,
 ) -> Y:
     """:func:`~solvers.integrate`, with a backward pass that rebuilds states by inverting each step (see module doc).
 
-    ``params`` are the tensors the steps depend on besides ``y0`` (gradients reach them); by default the parameters
-    of the steppers and of every field, map or block that is an ``nn.Module``. Every stepper must declare
+    ``modules`` are the modules whose parameters and buffers the steps read; by default the steppers and every
+    field, map or block that is an ``nn.Module`` (pass them when a field reaches its module through a wrapper).
+    ``params`` are the tensors the steps depend on besides ``y0`` (gradients reach them); by default the trainable
+    parameters of ``modules``. The backward pass steps with the tensors the modules held in the forward pass, also
+    when those were substituted only for the call (``torch.func.functional_call``). Every stepper must declare
     ``reversible``; a schedule may not switch between first- and second-order steppers.
     """
     steppers = _per_step(stepper, fields)
@@ -105,9 +154,10 @@ def integrate_reversible(
         return integrate(steppers, fields, y0, dts, t0)  # transforms and forward-mode AD compose with the plain loop
     second = steppers[0].second_order
     tensors = (y0.x, y0.v) if second else (y0,)
+    bound = _Bound.capture(_modules([*steppers, *fields]) if modules is None else modules)
     if params is None:
-        params = _parameters([*steppers, *fields])
-    run = _Run(steppers, fields, dts, t0, second)
+        params = bound.trainable()
+    run = _Run(steppers, fields, dts, t0, second, bound)
     out = _RebuildingBackward.apply(run, len(tensors), *tensors, *params)
     return PhaseState(*out) if second else out[0]
 
@@ -135,6 +185,10 @@ class _RebuildingBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads: Tensor):
+        return ctx.run.bound.call(lambda: _RebuildingBackward._backward(ctx, grads))
+
+    @staticmethod
+    def _backward(ctx, grads: tuple[Tensor, ...]):
         run, count = ctx.run, ctx.count
         saved = ctx.saved_tensors
         inputs, outputs, params = saved[:count], saved[count : 2 * count], saved[2 * count :]

@@ -75,3 +75,62 @@ def test_activation_checkpointing_changes_nothing(solver):
 
 def test_transformer_accepts_checkpoint_option():
     assert odeformer.transformer(2, 16, 2, "diffusion", checkpoint=True).checkpoint
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_reversible_backward_under_functional_call_uses_the_substituted_weights(index):
+    """``torch.func.functional_call`` binds other weights only for the call; the backward pass, run after it, must
+    rebuild and differentiate with those weights, not with the module's own (which it did before: every layer weight
+    got no gradient)."""
+    model, inputs = _models("reversible")[index]
+    model = model.double()
+    inputs = tuple(i.double() if i.is_floating_point() else i for i in inputs)
+    g = torch.Generator().manual_seed(5)
+    other = {
+        n: p.detach() + 0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype) for n, p in model.named_parameters()
+    }
+    leaves = {n: t.clone().requires_grad_() for n, t in other.items()}
+    loss = torch.func.functional_call(model, leaves, inputs).square().sum()
+    got = torch.autograd.grad(loss, list(leaves.values()))
+    with torch.no_grad():  # the reference: the same weights loaded into the module, the plain loop (stored states)
+        for n, p in model.named_parameters():
+            p.copy_(other[n])
+    model.backbone.reversible = False
+    plain_loss, expected = _grads(model, inputs)
+    torch.testing.assert_close(loss.detach(), plain_loss, rtol=1e-12, atol=0)
+    for name, a, b in zip(leaves, got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_integrate_reversible_binds_the_forward_buffers_and_parameters_again():
+    """At the solvers level: a field module with a parameter and a buffer, both substituted by functional_call."""
+    import solvers
+
+    class Field(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.tensor([[0.3, -0.2], [0.1, 0.4]], dtype=torch.float64))
+            self.register_buffer("scale", torch.tensor(1.0, dtype=torch.float64))
+
+        def forward(self, t, x):
+            return -self.scale * torch.tanh(x @ self.w)
+
+    class Run(torch.nn.Module):
+        def __init__(self, reversible):
+            super().__init__()
+            self.field, self.integrate = Field(), solvers.integrate_reversible if reversible else solvers.integrate
+
+        def forward(self, x, v):
+            y = self.integrate(solvers.VelocityVerlet(), [self.field] * 5, solvers.PhaseState(x, v), 0.3)
+            return (y.x.square() + y.v).sum()
+
+    x, v = torch.randn(3, 2, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    bound = {
+        "field.w": torch.tensor([[1.0, 0.5], [-0.7, 0.2]], dtype=torch.float64).requires_grad_(),
+        "field.scale": torch.tensor(2.5, dtype=torch.float64),
+    }
+    grads = {}
+    for reversible in (True, False):
+        loss = torch.func.functional_call(Run(reversible), bound, (x, v))
+        grads[reversible] = torch.autograd.grad(loss, bound["field.w"])[0]
+    torch.testing.assert_close(grads[True], grads[False], rtol=1e-10, atol=1e-12)
