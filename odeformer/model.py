@@ -52,11 +52,6 @@ def schedule(solver: Solver, depth: int) -> list[Preset]:
     return presets
 
 
-def _checkpointed(stepper, field, t, y, dt, state):
-    """A step whose activations are recomputed in the backward pass instead of stored."""
-    return torch.utils.checkpoint.checkpoint(stepper.step, field, t, y, dt, state, use_reentrant=False)
-
-
 class Backbone(nn.Module):
     """A stack of :class:`~odeformer.blocks.Layer` s integrated in depth; see the module docstring.
 
@@ -162,7 +157,7 @@ class Backbone(nn.Module):
                 )
             y = solvers.integrate_reversible(steppers, blocks, y0, dts, modules=[self.layers])
         else:
-            hook = _checkpointed if (self.checkpoint and torch.is_grad_enabled()) else None
+            hook = solvers.checkpointed([self.layers]) if (self.checkpoint and torch.is_grad_enabled()) else None
             if record is not None:
                 record.append(x)
             y = y0

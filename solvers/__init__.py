@@ -2,10 +2,10 @@
 
 ``STEPPERS`` maps a config name to a stepper class; ``iterate`` is the one loop over depth (``integrate`` and
 ``trajectory`` keep its last or every state; ``integrate_reversible`` rebuilds states in the backward pass instead of
-storing them). ``Split`` and ``Whole`` make a layer of two sublayers one step of a block stepper over a ``Block`` of
-fields. The long explanation of the interface is in ``solvers/_base.py``; ``solvers.testing`` is the property kit
-(order, symplecticity, reversibility, evaluation count) that users run on their own schemes. This package imports
-only torch.
+storing them, and the ``checkpointed`` hook recomputes them). ``Split`` and ``Whole`` make a layer of two sublayers
+one step of a block stepper over a ``Block`` of fields. The long explanation of the interface is in
+``solvers/_base.py``; ``solvers.testing`` is the property kit (order, symplecticity, reversibility, evaluation
+count) that users run on their own schemes. This package imports only torch.
 """
 
 from ._base import AbstractStepper, Field, PhaseState, adapt, axpy, integrate, iterate, trajectory
@@ -15,6 +15,7 @@ from ._heun import Heun
 from ._leapfrog import Leapfrog
 from ._light_wave import LightWave
 from ._mix import Mix
+from ._recompute import checkpointed
 from ._reversible import integrate_reversible
 from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
@@ -55,6 +56,7 @@ __all__ = [
     "Whole",
     "adapt",
     "axpy",
+    "checkpointed",
     "integrate",
     "integrate_reversible",
     "iterate",

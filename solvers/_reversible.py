@@ -17,13 +17,14 @@ differentiated in the same precision. Under a ``torch.func`` transform (``jvp``,
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from ._base import AbstractStepper, PhaseState, Y, _per_step, _per_step_dt, integrate, transformed
+from ._recompute import Bindings, modules_of
 
 
 class AutocastState(NamedTuple):
@@ -54,7 +55,7 @@ class _Run(NamedTuple):
     dts: list[Any]
     t0: Any
     second_order: bool
-    bound: _Bound
+    bound: Bindings
 
     def times(self) -> list[Any]:
         t, out = self.t0, []
@@ -62,63 +63,6 @@ class _Run(NamedTuple):
             out.append(t)
             t = t + dt
         return out
-
-
-def _modules(objects: Iterable[Any]) -> list[nn.Module]:
-    """The ``nn.Module`` among ``objects`` and the parts of each (a Block is a tuple of fields and maps)."""
-    return [
-        part for obj in objects for part in (obj if isinstance(obj, tuple) else (obj,)) if isinstance(part, nn.Module)
-    ]
-
-
-class _Holder(nn.Module):
-    """The modules a run reads, under one root, so that ``torch.func.functional_call`` can bind tensors into them."""
-
-    def __init__(self, modules: Sequence[nn.Module]):
-        super().__init__()
-        self.parts = nn.ModuleList(modules)
-
-    def forward(self, body: Callable[[], Any]) -> Any:
-        return body()
-
-    def tensors(self) -> dict[str, Tensor]:
-        """Every parameter and buffer by name, as the modules hold them now (tied ones under each of their names)."""
-        return {
-            **dict(self.named_parameters(remove_duplicate=False)),
-            **dict(self.named_buffers(remove_duplicate=False)),
-        }
-
-
-class _Bound(NamedTuple):
-    """The tensors the modules of a run held in its forward pass.
-
-    Under ``torch.func.functional_call`` the modules hold the substituted tensors only during the call; the backward
-    pass runs later, when the module's own tensors are back. Rebuilding and differentiating the steps with those
-    would give gradients of another function, so the backward binds the forward's tensors again where they differ.
-    """
-
-    holder: _Holder
-    tensors: dict[str, Tensor]
-
-    @classmethod
-    def capture(cls, modules: Sequence[nn.Module]) -> _Bound:
-        holder = _Holder(modules)
-        return cls(holder, holder.tensors())
-
-    def trainable(self) -> list[Tensor]:
-        seen, out = set(), []
-        for p in self.holder.parameters():
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                out.append(p)
-        return out
-
-    def call(self, body: Callable[[], Any]) -> Any:
-        """``body()`` with the modules holding the forward pass's tensors."""
-        now = self.holder.tensors()
-        if now.keys() == self.tensors.keys() and all(now[k] is t for k, t in self.tensors.items()):
-            return body()
-        return torch.func.functional_call(self.holder, self.tensors, (body,), strict=False)
 
 
 @torch.compiler.disable  # its backward calls autograd.grad, which Dynamo does not trace: this part stays eager
@@ -154,7 +98,7 @@ def integrate_reversible(
         return integrate(steppers, fields, y0, dts, t0)  # transforms and forward-mode AD compose with the plain loop
     second = steppers[0].second_order
     tensors = (y0.x, y0.v) if second else (y0,)
-    bound = _Bound.capture(_modules([*steppers, *fields]) if modules is None else modules)
+    bound = Bindings.capture(modules_of([*steppers, *fields]) if modules is None else modules)
     if params is None:
         params = bound.trainable()
     run = _Run(steppers, fields, dts, t0, second, bound)

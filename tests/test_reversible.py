@@ -73,6 +73,31 @@ def test_activation_checkpointing_changes_nothing(solver):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("solver", sorted(PRESETS))
+def test_checkpointed_and_rebuilt_backward_under_functional_call_use_the_substituted_weights(solver):
+    """``torch.func.functional_call`` binds other weights only for the call; a backward pass that recomputes steps
+    (activation checkpointing) or rebuilds them (the reversible preset) runs after it, and must step with those
+    weights, not with the module's own (it did not: every layer weight got a wrong or no gradient)."""
+    model, inputs = _models(solver)[2]  # MaskedLM: its attention reaches the field through a context wrapper
+    model = model.double()
+    model.backbone.checkpoint = solver != "reversible"
+    g = torch.Generator().manual_seed(5)
+    other = {
+        n: p.detach() + 0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype) for n, p in model.named_parameters()
+    }
+    leaves = {n: t.clone().requires_grad_() for n, t in other.items()}
+    loss = torch.func.functional_call(model, leaves, inputs).square().sum()
+    got = torch.autograd.grad(loss, list(leaves.values()))
+    with torch.no_grad():  # the reference: the same weights loaded into the module, the plain loop (stored states)
+        for n, p in model.named_parameters():
+            p.copy_(other[n])
+    model.backbone.checkpoint = model.backbone.reversible = False
+    plain_loss, expected = _grads(model, inputs)
+    torch.testing.assert_close(loss.detach(), plain_loss, rtol=1e-12, atol=0)
+    for name, a, b in zip(leaves, got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9, msg=lambda m, name=name: f"{name}: {m}")
+
+
 def test_transformer_accepts_checkpoint_option():
     assert odeformer.transformer(2, 16, 2, "diffusion", checkpoint=True).checkpoint
 
