@@ -15,7 +15,8 @@ Any field also takes an extra boolean ``attn_mask`` (True = may attend), e.g. fo
 
 ``impl="math"`` computes ``softmax(Q Kᵀ / sqrt(d_h))`` explicitly (supports forward-mode AD, returns the attention
 matrix for diagnostics); ``impl="sdpa"`` calls ``scaled_dot_product_attention`` (fused; forward-mode AD through it
-fails on CPU). They agree to 1e-5 in float32.
+fails on CPU). They agree to 1e-5 in float32; a query the mask lets attend to nothing (e.g. in a fully padded
+sequence) gets a zero output and zero gradients from both.
 """
 
 from __future__ import annotations
@@ -105,13 +106,16 @@ class AttentionField(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(B, N, D))
 
     def weights(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
-        """The row-stochastic attention matrix ``A(x)``, shape ``(B, heads, N, N)``."""
+        """The attention matrix ``A(x)``, shape ``(B, heads, N, N)``: row-stochastic, except that a row with nothing
+        to attend to (all False in the mask) is zero, as SDPA makes it (instead of the NaN of a softmax over -inf)."""
         q, k, _ = self._qkv(x)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))  # (B, H, N, N)
         mask = self._mask(x, attn_mask)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        return scores.softmax(dim=-1)
+        if mask is None:
+            return scores.softmax(dim=-1)
+        empty = ~mask.any(-1, keepdim=True)  # rows with no allowed key: a finite softmax, then zeroed (zero gradient)
+        scores = scores.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
+        return scores.softmax(dim=-1).masked_fill(empty, 0.0)
 
     def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         if x.dim() != 3 or x.shape[-1] != self.dim:
@@ -122,6 +126,8 @@ class AttentionField(nn.Module):
 
     def _mask(self, x: Tensor, attn_mask: Tensor | None) -> Tensor | None:
         N = x.shape[1]
+        if attn_mask is not None and attn_mask.dtype != torch.bool:
+            raise ValueError(f"attn_mask must be bool (True where a query may attend), got {attn_mask.dtype}.")
         if self.mask == "graph" and attn_mask is None:
             raise ValueError("mask='graph' needs the graph's attention mask at call time: attn_mask=graph_mask(...).")
         if self.mask == "causal":
@@ -222,7 +228,7 @@ class FeedForward(nn.Module):
     ):
         super().__init__()
         self.norm = JointLayerNorm(dim, mode=ln_mode) if norm_layer is None else norm_layer(dim)
-        self.mlp = JointMLP(dim, hidden or 4 * dim, activation, dropout)
+        self.mlp = JointMLP(dim, 4 * dim if hidden is None else hidden, activation, dropout)
 
     def forward(self, t, x: Tensor) -> Tensor:
         return self.mlp.position(self.norm.position(x))

@@ -40,10 +40,11 @@ BertModel                  ``MaskedLM``  ``model.encode(t, mask) == last_hidden_
                                          == pooler_output`` (``pool="first"``, the pooler as classifier)
 ========================== ============= ==========================================================================
 
-``MaskedLM`` takes ``padding_mask`` (True on real tokens; HF's ``attention_mask``); without one it treats
-``pad_token_id`` as padding, where HF attends to every token. Anything the odeformer model cannot reproduce (a
-non-square image, another position embedding, a scaled or cross attention, an activation without an exact velocity
-rule, ...) is a one-line ``ValueError`` naming the config field.
+``MaskedLM`` takes ``padding_mask`` (True on real tokens; HF's 0/1 ``attention_mask`` as it is, of any integer or
+floating dtype); without one it treats ``pad_token_id`` as padding, where HF attends to every token. Anything the
+odeformer model cannot reproduce (a non-square image, another position embedding, a scaled or cross attention, an
+activation without an exact velocity rule, a zero-width MLP, ...) is a one-line ``ValueError`` naming the config
+field.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from .tasks import CausalLM, MaskedLM, ViT
 
 ACTIVATIONS = {
     "gelu": "gelu",
+    "gelu_python": "gelu",  # the same erf GELU, written out in Python
     "gelu_new": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
     "relu": "relu",
@@ -136,6 +138,19 @@ def _activation(config, field: str) -> str:
             "(the activations with an exact velocity rule)."
         )
     return ACTIVATIONS[value]
+
+
+def _width(config, field: str, default: int | None = None) -> int:
+    """The MLP's hidden width, ``config.<field>`` (``None``: ``default`` where HF has one, GPT-2's ``4 * n_embd``)."""
+    value = getattr(config, field)
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"from_hf: config.{field}={value!r} is not supported: the MLP's width must be a positive int "
+            "(odeformer has no zero-width MLP)."
+        )
+    return value
 
 
 def _heads(config) -> int:
@@ -235,7 +250,7 @@ def _vit(hf: nn.Module, solver: Solver, options: dict):
         heads=_heads(config),
         solver=solver,
         pool="cls",
-        mlp_hidden=config.intermediate_size,
+        mlp_hidden=_width(config, "intermediate_size"),
         activation=_activation(config, "hidden_act"),
         norm="pre",
         norm_eps=config.layer_norm_eps,
@@ -307,7 +322,7 @@ def _gpt2(hf: nn.Module, solver: Solver, options: dict):
         dim=dim,
         heads=_heads(config),
         solver=solver,
-        mlp_hidden=config.n_inner or 4 * dim,
+        mlp_hidden=_width(config, "n_inner", default=4 * dim),
         activation=_activation(config, "activation_function"),
         norm="pre",
         norm_eps=config.layer_norm_epsilon,
@@ -361,7 +376,7 @@ def _bert(hf: nn.Module, solver: Solver, options: dict):
         solver=solver,
         pool="first",
         embed_norm=True,
-        mlp_hidden=config.intermediate_size,
+        mlp_hidden=_width(config, "intermediate_size"),
         activation=_activation(config, "hidden_act"),
         norm="post",
         norm_eps=config.layer_norm_eps,

@@ -348,6 +348,8 @@ class JointMLP(nn.Module):
 
     def __init__(self, dim: int, hidden: int, activation_name: str = "gelu", dropout: float = 0.0):
         super().__init__()
+        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+            raise ValueError(f"the MLP's hidden width must be a positive int, got {hidden!r}.")
         self.act = activation(activation_name)
         self.activation_name = activation_name
         self.fc1 = nn.Linear(dim, hidden)

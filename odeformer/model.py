@@ -261,7 +261,7 @@ def transformer(
         make_ffn=partial(
             FeedForward,
             dim,
-            mlp_hidden or int(mlp_ratio * dim),
+            int(mlp_ratio * dim) if mlp_hidden is None else mlp_hidden,
             activation,
             ln_mode,
             dropout,

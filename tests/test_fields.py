@@ -5,6 +5,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import odeformer
 from odeformer.fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
 
 seeds = st.integers(0, 2**31 - 1)
@@ -40,6 +41,56 @@ def test_math_and_sdpa_agree_with_graph_and_padding_masks(seed):
         fused = AttentionField(16, 4, mask=mask_kind, impl="sdpa")
         fused.load_state_dict(field.state_dict())
         torch.testing.assert_close(field(0.0, x, attn_mask), fused(0.0, x, attn_mask), rtol=1e-5, atol=1e-5)
+
+
+def _nothing_to_attend_to(which, n):
+    """A mask with query rows that are all False (a fully padded sequence; a node with no edge, not even to itself),
+    and those rows, broadcastable to ``(B, heads, N)``."""
+    if which == "padded":
+        mask, empty = torch.ones(2, 1, 1, n, dtype=torch.bool), torch.zeros(2, 1, n, dtype=torch.bool)
+        mask[0, ..., n - 2 :] = False
+        mask[1], empty[1] = False, True
+    else:
+        mask, empty = torch.ones(n, n, dtype=torch.bool).triu(), torch.zeros(n, dtype=torch.bool)
+        mask[2], empty[2] = False, True
+    return mask, empty
+
+
+@pytest.mark.parametrize("mask_kind", ["full", "causal"])
+@pytest.mark.parametrize("which", ["padded", "lonely"])
+def test_math_and_sdpa_agree_on_queries_with_nothing_to_attend_to(mask_kind, which):
+    """A row with no allowed key gets zero weights from impl="math", as from SDPA: same values and gradients, no NaN."""
+    n = 5
+    attn_mask, empty = _nothing_to_attend_to(which, n)
+    torch.manual_seed(0)
+    field = AttentionField(8, 2, mask=mask_kind, impl="math").double()
+    fused = AttentionField(8, 2, mask=mask_kind, impl="sdpa").double()
+    fused.load_state_dict(field.state_dict())
+    weight = _x(1, N=n, D=8, dtype=torch.float64)
+    results = []
+    for f in (field, fused):
+        x = _x(0, N=n, D=8, dtype=torch.float64).requires_grad_()
+        out = f(0.0, x, attn_mask)
+        grads = torch.autograd.grad((out * weight).sum(), [x, *f.parameters()])
+        assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
+        results.append((out, grads))
+    (out, grads), (fused_out, fused_grads) = results
+    torch.testing.assert_close(out, fused_out, rtol=1e-12, atol=1e-12)
+    for g, fused_g in zip(grads, fused_grads):
+        torch.testing.assert_close(g, fused_g, rtol=1e-10, atol=1e-12)
+    A = field.weights(_x(0, N=n, D=8, dtype=torch.float64), attn_mask)  # (B, H, N, N)
+    empty = empty.expand(A.shape[:-1])
+    assert torch.all(A[empty] == 0)
+    torch.testing.assert_close(A[~empty].sum(-1), torch.ones_like(A[~empty].sum(-1)), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("impl", ["math", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_non_bool_attn_masks_are_refused(impl, dtype):
+    """SDPA would add a floating mask to the scores; only a bool mask (True = may attend) is taken."""
+    field = AttentionField(8, 2, impl=impl)
+    with pytest.raises(ValueError, match=f"attn_mask must be bool \\(True where a query may attend\\), got {dtype}"):
+        field(0.0, torch.zeros(2, 3, 8), torch.ones(2, 1, 1, 3, dtype=dtype))
 
 
 def test_forms():
@@ -127,6 +178,11 @@ def test_bad_field_arguments():
         AttentionField(8, 2)(0.0, torch.zeros(3, 8))
     with pytest.raises(ValueError, match="takes no attn_mask"):
         SimpleAttentionField(8)(0.0, torch.zeros(1, 3, 8), torch.ones(3, 3, dtype=torch.bool))
+    for hidden in (0, -4):  # a zero width is refused, not replaced by the default 4 * dim
+        with pytest.raises(ValueError, match=f"hidden width must be a positive int, got {hidden}"):
+            FeedForward(8, hidden=hidden)
+        with pytest.raises(ValueError, match=f"hidden width must be a positive int, got {hidden}"):
+            odeformer.transformer(1, 8, 2, "diffusion", mlp_hidden=hidden)
 
 
 @given(seed=seeds, heads=st.sampled_from([1, 2]), n=st.integers(3, 30))

@@ -11,12 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import odeformer
-from odeformer.joint import JointLayerNorm
+from odeformer.hf import ACTIVATIONS
+from odeformer.joint import JointLayerNorm, activation
 
 transformers = pytest.importorskip("transformers")
 
 EXAMPLES = settings(max_examples=8, deadline=None)
-ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+ACTS = ("gelu", "gelu_python", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 
 def _built(cls, config, seed: int, dtype=torch.float64, **kwargs):
@@ -169,6 +170,35 @@ def test_bert_under_diffusion_computes_the_hf_model(seed, heads, head_dim, depth
             assert _max_error(model.classify(tokens, real), out.pooler_output) < 1e-10
         else:
             assert model.classifier is None
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_every_supported_activation_name_is_hfs_function(act):
+    """Each HF name from_hf accepts is odeformer's function of the same name in its table, to round-off."""
+    x = torch.linspace(-8.0, 8.0, 1001, dtype=torch.float64)
+    ours = activation(ACTIVATIONS[act]).phi(x)
+    torch.testing.assert_close(ours, transformers.activations.ACT2FN[act](x), rtol=1e-14, atol=1e-15)
+    hf = _built(transformers.GPT2Model, _gpt2_config(activation_function=act), 0)
+    tokens = torch.randint(0, 37, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert _max_error(odeformer.from_hf(hf).encode(tokens), hf(tokens).last_hidden_state) < 1e-10
+
+
+def test_acts_are_every_supported_activation():
+    assert set(ACTS) == set(ACTIVATIONS)
+
+
+def test_bert_takes_hfs_attention_mask_as_it_is():
+    """HF's 0/1 attention_mask, as long or converted to the model's float dtype, is the padding mask (1 = real)."""
+    hf = _hf_models()["bert"]
+    model = odeformer.from_hf(hf)
+    tokens = torch.randint(1, 37, (3, 6), generator=torch.Generator().manual_seed(0))
+    attention_mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0]])
+    with torch.no_grad():
+        out = hf(tokens, attention_mask=attention_mask)
+        for mask in (attention_mask, attention_mask.to(torch.float64), attention_mask.float()):
+            assert _max_error(model.encode(tokens, mask), out.last_hidden_state) < 1e-10
+            assert _max_error(model.classify(tokens, mask), out.pooler_output) < 1e-10
 
 
 def test_float32_models_give_float32_copies_that_agree_to_float32_round_off():
@@ -342,8 +372,12 @@ def _error(hf, **kwargs) -> str:
         (lambda: transformers.GPT2Model(_gpt2_config(scale_attn_weights=False)), "scale_attn_weights"),
         (lambda: transformers.GPT2Model(_gpt2_config(activation_function="gelu_fast")), "activation_function"),
         (lambda: transformers.BertModel(_bert_config(hidden_act="gelu_fast")), "hidden_act"),
+        (lambda: transformers.GPT2Model(_gpt2_config(n_inner=0)), "n_inner"),
+        (lambda: transformers.BertModel(_bert_config(hidden=0)), "intermediate_size"),
+        (lambda: transformers.ViTModel(_vit_config(hidden=0)), "intermediate_size"),
     ],
 )
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors:UserWarning")  # HF's zero-width MLP Linears
 def test_unsupported_config_fields_are_one_line_errors_naming_the_field(build, field):
     assert f"config.{field}" in _error(build())
 

@@ -234,3 +234,53 @@ def test_bad_inputs_are_one_clear_sentence():
         node(torch.zeros(4, 6), torch.zeros(2, 1, dtype=torch.long))
     with pytest.raises(ValueError, match=r"edge_index refers to nodes outside \[0, 4\)"):
         node(torch.zeros(4, 5), torch.tensor([[0], [7]]))
+
+
+@pytest.mark.parametrize("impl", ["math", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.float64])
+def test_masked_lm_reads_a_0_1_padding_mask_as_hugging_faces_attention_mask(impl, dtype):
+    """A 0/1 padding mask of an integer or floating dtype (1 = real token) gives exactly the bool mask's outputs."""
+    torch.manual_seed(0)
+    model = MaskedLM(11, 6, depth=2, dim=16, heads=2, num_classes=3, impl=impl).double()
+    tokens = torch.randint(1, 11, (3, 6), generator=torch.Generator().manual_seed(0))  # no pad_id: the mask decides
+    real = torch.arange(6) < torch.tensor([[6], [4], [2]])  # (B, T): padding at the end
+    with torch.no_grad():
+        for method in (model.encode, model, model.classify):
+            assert torch.equal(method(tokens, real.to(dtype)), method(tokens, real))
+            assert not torch.equal(method(tokens, real), method(tokens, torch.ones_like(real)))  # the mask matters
+
+
+@pytest.mark.parametrize(
+    "mask, found",
+    [
+        (torch.full((2, 4), 0.5), "torch.float32 values such as 0.5"),
+        (torch.full((2, 4), -1.0, dtype=torch.float64), "torch.float64 values such as -1.0"),
+        (torch.full((2, 4), float("nan")), "torch.float32 values such as nan"),
+        (torch.full((2, 4), 2), "torch.int64 values such as 2"),
+        (torch.ones(2, 4, dtype=torch.complex64), "dtype torch.complex64"),
+    ],
+)
+def test_masked_lm_refuses_padding_masks_other_than_bool_or_0_1(mask, found):
+    model = MaskedLM(11, 8, depth=1, num_classes=2)
+    tokens = torch.ones(2, 4, dtype=torch.long)
+    for method in (model.encode, model, model.classify):
+        with pytest.raises(ValueError) as info:
+            method(tokens, mask)
+        message = str(info.value)
+        assert "\n" not in message
+        assert "padding_mask must be bool (True on real tokens) or 0/1 like Hugging Face's attention_mask" in message
+        assert found in message
+
+
+def test_masked_lm_gives_a_fully_padded_sequence_the_same_finite_output_under_math_and_sdpa():
+    """No key to attend to: SDPA's attention output is zero, and impl="math" matches it (no NaN)."""
+    torch.manual_seed(0)
+    math_model = MaskedLM(11, 6, depth=2, dim=16, heads=2, num_classes=3, impl="math").double()
+    sdpa_model = MaskedLM(11, 6, depth=2, dim=16, heads=2, num_classes=3, impl="sdpa").double()
+    sdpa_model.load_state_dict(math_model.state_dict())
+    tokens = torch.randint(1, 11, (2, 6), generator=torch.Generator().manual_seed(0))
+    tokens[1] = 0  # every token is pad_id
+    for method in ("encode", "classify"):
+        ours, fused = getattr(math_model, method)(tokens), getattr(sdpa_model, method)(tokens)
+        assert torch.isfinite(ours).all()
+        torch.testing.assert_close(ours, fused, rtol=1e-12, atol=1e-12)

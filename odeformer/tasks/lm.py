@@ -58,7 +58,8 @@ class MaskedLM(TaskModel):
     """BERT-like encoder: ``forward`` gives masked-token logits ``(B, T, vocab_size)``; ``classify`` gives sequence
     logits ``(B, num_classes)`` by mean pooling over real tokens (or the first token, ``pool="first"``).
 
-    Padding: ``padding_mask`` (B, T) with ``True`` on real tokens; by default every token ``!= pad_id``.
+    Padding: ``padding_mask`` (B, T), ``True`` on real tokens: bool, or 0/1 of an integer or floating dtype (as Hugging
+    Face's ``attention_mask``: 1 = real token); by default every token ``!= pad_id``.
 
     ``embed_norm`` (default: on when ``norm="post"``) adds a LayerNorm on the embeddings, ``LN(E_tok + E_pos)``, as
     BERT has; its epsilon is the backbone's post-norm epsilon (``norm_eps``, default 1e-6).
@@ -96,13 +97,7 @@ class MaskedLM(TaskModel):
     def encode(self, tokens: Tensor, padding_mask: Tensor | None = None, record: list | None = None) -> Tensor:
         """Contextual features ``(B, T, D)``."""
         check_tokens(tokens, self.vocab_size, self.max_len, "MaskedLM")
-        if padding_mask is None:
-            padding_mask = tokens != self.pad_id
-        if padding_mask.shape != tokens.shape:
-            raise ValueError(
-                f"padding_mask must have the tokens' shape {tuple(tokens.shape)}, got {tuple(padding_mask.shape)}."
-            )
-        keys = padding_mask[:, None, None, :]  # (B, 1, 1, T): queries see real tokens only
+        keys = self._real_tokens(tokens, padding_mask)[:, None, None, :]  # (B, 1, 1, T): queries see real tokens only
         return self.backbone(self.embed_norm(self.embed(tokens)), record=record, attn_mask=keys)
 
     def forward(self, tokens: Tensor, padding_mask: Tensor | None = None, record: list | None = None) -> Tensor:
@@ -111,10 +106,29 @@ class MaskedLM(TaskModel):
     def classify(self, tokens: Tensor, padding_mask: Tensor | None = None, record: list | None = None) -> Tensor:
         if self.classifier is None:
             raise ValueError("MaskedLM.classify needs a classification head: build it with num_classes=...")
-        if padding_mask is None:
-            padding_mask = tokens != self.pad_id
-        h = self.encode(tokens, padding_mask, record)  # (B, T, D)
+        real = self._real_tokens(tokens, padding_mask)
+        h = self.encode(tokens, real, record)  # (B, T, D)
         if self.pool == "first":
             return self.classifier(h[:, 0])
-        weights = padding_mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+        weights = real.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
         return self.classifier((h * weights).sum(1) / weights.sum(1).clamp_min(1.0))
+
+    def _real_tokens(self, tokens: Tensor, padding_mask: Tensor | None) -> Tensor:
+        """The padding mask as bool ``(B, T)``, ``True`` on real tokens; a 0/1 mask (HF's ``attention_mask``) is read
+        with ``.bool()``: passed on as it is, SDPA would add a floating mask to the scores instead of masking."""
+        if padding_mask is None:
+            return tokens != self.pad_id
+        if padding_mask.shape != tokens.shape:
+            raise ValueError(
+                f"padding_mask must have the tokens' shape {tuple(tokens.shape)}, got {tuple(padding_mask.shape)}."
+            )
+        if padding_mask.dtype == torch.bool:
+            return padding_mask
+        allowed = "padding_mask must be bool (True on real tokens) or 0/1 like Hugging Face's attention_mask"
+        if padding_mask.is_complex():
+            raise ValueError(f"{allowed}; got dtype {padding_mask.dtype}.")
+        if not torch.compiler.is_compiling():
+            other = padding_mask[(padding_mask != 0) & (padding_mask != 1)]
+            if other.numel():
+                raise ValueError(f"{allowed}; got {padding_mask.dtype} values such as {other[0].item()}.")
+        return padding_mask.bool()
