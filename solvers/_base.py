@@ -53,11 +53,14 @@ Every concrete stepper declares, as class variables, what it claims; :mod:`solve
 ``reversible``      a step can be undone exactly: ``inverse(field, t, y1, dt)`` returns the ``y`` that ``step`` (from a
                     fresh ``init``) took to ``y1``, up to rounding. A network of such steps can rebuild its states in
                     the backward pass instead of storing them.
-``evals_per_step``  field evaluations in one step from a fresh ``init``.
+``evals_per_step``  field evaluations in one step (from a fresh ``init``, unless ``startup_evals`` says otherwise).
 ``fsal``            (optional, default ``False``) "first same as last": when consecutive steps use the same field, one
                     evaluation is reused, so such steps cost ``evals_per_step - 1``.
 ``multistep``       (optional, default ``False``) the step reads history (an earlier position) from ``state``, so its
                     result depends on more than ``y``; a one-step scheme's ``state`` may only cache what ``y`` implies.
+``startup_evals``   (optional, default ``()``; multistep schemes) the evaluations of the first steps after ``init``
+                    where they differ from ``evals_per_step`` (a start-up scheme builds the history: an Adams–Bashforth
+                    method started by two Heun steps declares ``(2, 2)`` and ``evals_per_step = 1``).
 ``symmetric``       (optional, default ``False``) time-symmetric: ``step(-dt)`` undoes ``step(dt)`` (Hairer, Lubich &
                     Wanner, §V.1). A symmetric scheme is reversible, and its inverse is that backward step, so it
                     need not write ``inverse``; any other reversible scheme writes its own.
@@ -116,6 +119,7 @@ class AbstractStepper(nn.Module):
     fsal: ClassVar[bool] = False
     multistep: ClassVar[bool] = False
     symmetric: ClassVar[bool] = False
+    startup_evals: ClassVar[tuple[int, ...]] = ()
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

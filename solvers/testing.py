@@ -6,47 +6,65 @@ Run it on your own scheme::
     check_stepper(MyScheme)            # or an instance: check_stepper(MyScheme(dim=4, theta0=1.0))
 
 ``check_stepper`` runs every check the class's declarations call for and raises ``AssertionError`` with a readable
-message (the claim, and the numbers that contradict it) on the first claim the scheme does not live up to:
+message (the claim, and the numbers that contradict it) on the first claim the scheme does not live up to. The
+problems have the width of the stepper's per-channel parameters (``MyScheme(dim=4)``: states of width 4), else 4 for
+a first-order and 2 for a second-order scheme; ``check_stepper(stepper, dim=...)`` sets it.
 
-- :func:`check_evals`: a recording field counts the evaluations of every step at ``dt`` = 1, 0.5, 0.1 and 0.001,
-  starting at ``t = 0.25``, against ``evals_per_step`` (and ``evals_per_step - 1`` for repeated fields if ``fsal``),
-  with one fresh field per step and with one field for all steps. Every evaluation time must be ``t + c dt`` with
-  abscissae ``c`` that are the same at every ``dt``: where a scheme evaluates moves with its step. (``c`` may lie
-  outside ``[0, 1]``: a composition with a negative sub-step, such as Yoshida's triple jump, evaluates there.)
+- :func:`check_protocol`: one step from a fresh ``init`` returns ``(y1, state)`` with ``y1`` of ``y``'s kind, shape,
+  dtype and device (also for float32), leaves ``y`` untouched, gives the same ``y1`` when taken again (nothing kept
+  on the stepper), steps the samples of a batch independently, and has the gradient of the step (autograd along a
+  random direction equals the central difference: nothing computed on a detached tensor).
+- :func:`check_evals`: a recording field counts the evaluations of each of ten steps at ``dt`` = 1, 0.5, 0.1 and
+  0.001, starting at ``t = 0.25``, against ``evals_per_step`` (``evals_per_step - 1`` for repeated fields if
+  ``fsal``; the first steps against ``startup_evals`` if a multistep scheme declares it), with one fresh field per
+  step and with one field for all steps. Every evaluation time must be ``t + c dt`` with abscissae ``c`` that are the
+  same at every ``dt``: where a scheme evaluates moves with its step. (``c`` may lie outside ``[0, 1]``: a
+  composition with a negative sub-step, such as Yoshida's triple jump, evaluates there.)
 - :func:`check_order`: the global error (relative, the largest over eight checkpoints in ``[0, T]``) is measured on
   grids of ``n`` steps of ``T / n``, ``n`` doubling from 8, until the error nears the float64 rounding floor
   (``100 n eps``, a margin over the worst case of ``n`` steps' rounding) or ``dt <= 2**-12`` (at most 4096 steps), so
   the fit sits in the asymptotic range, not at coarse steps where a small lower-order defect still hides behind the
   leading term. The slope of log error against log dt over the three finest grids above the floor must match
-  ``order`` within 0.3, and the two local slopes there must agree within 0.1 (else the error has not settled to one
-  power of dt, and the check fails saying so). Problems (``T = 0.5``): a linear one (matrix-exponential reference) and
-  a forced pendulum (reference: classic RK4 at steps ``2**-10`` and ``2**-11``, Richardson-extrapolated, accurate to
-  rounding); a scheme whose error reaches the floor within three grids has its horizon doubled (up to four times),
-  so a high-order scheme still shows its order.
-- :func:`check_symplectic` (if ``symplectic``): the Jacobian ``M`` of one step from a fresh ``init``, at three random
-  points (``x, v`` standard normal, ``t in [0, 1]``, ``dt in [0.05, 0.5]``) of a linear Hamiltonian problem
+  ``order`` within 0.3, and the two local slopes there must agree within 0.1, or be settling toward a limit
+  geometrically (then the slope is that limit); else the error has not settled to one power of dt, and the check
+  fails saying so. Problems (``T = 0.5``): second-order schemes, coupled oscillators (matrix-exponential reference)
+  and pendulums whose force is modulated in time and forced (``x'' = -w² (1 + ½ cos 2t) sin x + ½ cos t``: time and
+  state enter jointly); first-order schemes, a linear problem, a nonlinear time-modulated one
+  (:func:`nonlinear_problem`) and the pendulums as a system ``[x, v]``; nonlinear references are classic RK4 at steps
+  ``2**-10`` and ``2**-11``, Richardson-extrapolated, accurate to rounding. The last problem is measured again on an
+  uneven grid (steps alternating ``4/3 dt`` and ``2/3 dt``, as layers with different steps), and, if the stepper has
+  learnable parameters, with them moved by ``N(0, 0.5²)`` from their start (a claim must hold wherever training
+  takes them). A scheme whose error reaches the floor within three grids, or before its slopes settle, has its
+  horizon doubled (up to four times), so a high-order scheme still shows its order. ``order = 0`` (no small-step
+  limit) is checked by :func:`check_no_limit` instead: ``limit_field`` raises ``ValueError`` and the step indeed does
+  not shrink with ``dt``.
+- :func:`check_symplectic` (if ``symplectic``): the Jacobian ``M`` of one step from a fresh ``init``, at four random
+  points (``x, v`` standard normal, ``t in [0, 1]``, ``dt in [0.05, 1.5]``) of a linear Hamiltonian problem
   (``x'' = -K x``) and of a coupled nonlinear one (``x'' = -K x - x³``), has ``Mᵀ J M = J`` and ``det M = 1`` to
   rounding (``max|Mᵀ J M - J| <= 1000 eps |M|²`` and ``|det M - 1| <= 1000 eps |M|^(2d)``, ``|M|`` the spectral norm
   but at least 1, ``d`` the dimension of ``x``); on the linear problem the energy error at ``dt = 0.1`` stays bounded
   over ``t in [0, 200]`` (last quarter at most twice the first) and halving ``dt`` shrinks it like ``dt**order``.
-- :func:`check_reversible` (if ``reversible``): at ``dt`` = 0.5, 0.1 and 0.01 on a forced nonlinear problem, every
-  step from a fresh ``init``: ``inverse(field, t, step(y), dt)`` recovers ``y`` and ``step(field, t, inverse(y1), dt)``
+- :func:`check_reversible` (if ``reversible``): at ``dt`` = 1, 0.5, 0.1 and 0.01 on modulated, forced pendulums,
+  and at 0.5, 0.1 and 0.01 on coupled anharmonic oscillators (a force whose Jacobian is not diagonal), every step
+  from a fresh ``init``: ``inverse(field, t, step(y), dt)`` recovers ``y`` and ``step(field, t, inverse(y1), dt)``
   recovers ``y1`` (a state the scheme has never produced, so nothing remembered can serve), to a relative ``1e-12``.
   If ``symmetric`` too: ``step(field, t + dt, y1, -dt)`` from a fresh ``init`` recovers the ``y`` that ``step(dt)``
   started from, and ``step(dt)`` undoes ``step(-dt)`` likewise. A reversible scheme must be one-step.
-- :func:`check_one_step` (unless ``multistep``): a step from the state carried along equals a step from a fresh
-  ``init``, so ``state`` holds no history that ``y`` does not imply.
+- :func:`check_one_step` (unless ``multistep``): along ten steps whose size changes every step, a step from the
+  state carried along equals a step from a fresh ``init``, from the state reached and from a perturbed copy of it,
+  so ``state`` holds no history (and no cache keyed on anything but ``y``) that ``y`` does not imply.
 
 The reference is the flow of ``stepper.limit_field(field)``: the dynamics the scheme claims to converge to.
 
 Problems are built from a seed with ``torch.Generator`` (float64). :func:`linear_problems`,
-:func:`oscillator_problems`, :func:`anharmonic_problems`, :func:`pendulum_problems` and :func:`problems` are
-hypothesis strategies over the same builders; hypothesis is needed only for those.
+:func:`oscillator_problems`, :func:`anharmonic_problems`, :func:`pendulum_problems`, :func:`nonlinear_problems` and
+:func:`problems` are hypothesis strategies over the same builders; hypothesis is needed only for those.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 from collections.abc import Callable
@@ -65,13 +83,15 @@ _MIN_DT = 2.0**-12  # refine at least to this step (unless the error reaches the
 _MAX_STEPS = 2**12  # ... or to T / 4096 on horizons longer than 1
 _GRIDS = 3  # the slope is fitted on the finest three usable grids
 _STEADY = 0.1  # their two local slopes must agree this closely
+_SETTLING = 0.7  # ... or be approaching a limit, each change at most this fraction of the one before
 _ORDER_T = 0.5  # horizon of the default order problems
 _REFERENCE_DT = 2.0**-10  # coarser of the two classic RK4 runs a nonlinear reference extrapolates from
 _CHECKPOINTS = 8  # errors are compared at t_k = k T / 8
 _EVAL_DTS = (1.0, 0.5, 0.1, 1e-3)
 _EVAL_T0 = 0.25
+_EVAL_STEPS = 10  # steps counted per run: a scheme that changes its count later (history, a refresh) shows it
 _SYMPLECTIC_RTOL = 1000 * _EPS
-_REVERSIBLE_DTS = (0.5, 0.1, 0.01)
+_REVERSIBLE_DTS = (1.0, 0.5, 0.1, 0.01)
 _REVERSIBLE_RTOL = 1e-12
 
 
@@ -190,25 +210,71 @@ def anharmonic_problem(
     )
 
 
-def pendulum_problem(seed: int = 0, dim: int = 2, forcing: float = 0.5, T: float = 2.0, batch: int = 2) -> Problem:
-    """Pendulums ``x'' = -w² sin x + forcing cos(t)``: nonlinear, and time-dependent unless ``forcing = 0``."""
+def pendulum_problem(
+    seed: int = 0, dim: int = 2, forcing: float = 0.5, T: float = 2.0, batch: int = 2, modulation: float = 0.0
+) -> Problem:
+    """Pendulums ``x'' = -w² (1 + modulation cos 2t) sin x + forcing cos t``: nonlinear; time-dependent unless
+    ``forcing = modulation = 0``. The modulation makes time and state enter the force jointly (a scheme that evaluates
+    at the wrong time fails there even if it handles an additive forcing right)."""
     g = _generator(seed)
     w2 = 0.5 + 1.5 * torch.rand(dim, generator=g, dtype=torch.float64)
     x0 = 2 * torch.rand(batch, dim, generator=g, dtype=torch.float64) - 1
     v0 = torch.randn(batch, dim, generator=g, dtype=torch.float64)
 
     def field(t, x):
-        return -w2 * torch.sin(x) + forcing * math.cos(float(t))
+        return -w2 * (1 + modulation * math.cos(2 * float(t))) * torch.sin(x) + forcing * math.cos(float(t))
 
-    potential = None if forcing else (lambda x: (w2 * (1 - torch.cos(x))).sum(-1))
-    name = f"pendulum(seed={seed}, dim={dim}, forcing={forcing:g}, T={T:g})"
+    potential = None if (forcing or modulation) else (lambda x: (w2 * (1 - torch.cos(x))).sum(-1))
+    modulated = f", modulation={modulation:g}" if modulation else ""
+    name = f"pendulum(seed={seed}, dim={dim}, forcing={forcing:g}{modulated}, T={T:g})"
     return Problem(name, field, x0, v0, T, False, potential)
 
 
-def default_problems(stepper: AbstractStepper) -> list[Problem]:
-    """The deterministic problems ``check_order`` uses: one linear, one nonlinear and time-dependent (``T = 0.5``)."""
-    second = [oscillator_problem(seed=1, T=_ORDER_T), pendulum_problem(seed=2, T=_ORDER_T)]
-    return second if stepper.second_order else [linear_problem(seed=0, T=_ORDER_T), *second]
+def nonlinear_problem(seed: int = 0, dim: int = 4, T: float = 1.0, batch: int = 2) -> Problem:
+    """``x' = (1 + ½ cos 2t) tanh(x A) + ½ sin t``, ``A`` random of spectral norm 1: a first-order problem of any
+    width, nonlinear and coupled, with time and state entering jointly."""
+    g = _generator(seed)
+    A = torch.randn(dim, dim, generator=g, dtype=torch.float64)
+    A = A / torch.linalg.matrix_norm(A, ord=2)
+    x0 = torch.randn(batch, dim, generator=g, dtype=torch.float64)
+
+    def field(t, x):
+        return (1 + 0.5 * math.cos(2 * float(t))) * torch.tanh(x @ A) + 0.5 * math.sin(float(t))
+
+    return Problem(f"nonlinear(seed={seed}, dim={dim}, T={T:g})", field, x0, None, T, linear=False)
+
+
+def stepper_width(stepper: AbstractStepper) -> int | None:
+    """The channel count a per-channel stepper is built for: the last dimension of its parameters and buffers that
+    have more than one element (``None`` if there are none, so any width will do)."""
+    widths = {int(t.shape[-1]) for t in (*stepper.parameters(), *stepper.buffers()) if t.dim() and t.shape[-1] > 1}
+    if len(widths) > 1:
+        raise AssertionError(
+            f"{_name(stepper)} has parameters of widths {sorted(widths)}: pass the state width (dim=...) to the check."
+        )
+    return widths.pop() if widths else None
+
+
+def _width(stepper: AbstractStepper, dim: int | None) -> int:
+    """The width of the state the kit's problems give ``stepper``: ``dim``, else its parameters', else 4 (first-order
+    steppers) or 2 (second-order ones)."""
+    width = dim if dim is not None else stepper_width(stepper)
+    return width if width is not None else (2 if stepper.second_order else 4)
+
+
+def default_problems(stepper: AbstractStepper, dim: int | None = None) -> list[Problem]:
+    """The deterministic problems ``check_order`` uses (``T = 0.5``), of the state width :func:`_width` gives.
+
+    Second-order steppers: coupled oscillators (linear) and modulated, forced pendulums. First-order steppers: a linear
+    problem, :func:`nonlinear_problem`, and (at an even width) the modulated, forced pendulums as a first-order system
+    ``[x, v]``. The last problem is nonlinear and time-dependent.
+    """
+    width = _width(stepper, dim)
+    pendulum = pendulum_problem(seed=2, T=_ORDER_T, modulation=0.5, dim=width if stepper.second_order else width // 2)
+    if stepper.second_order:
+        return [oscillator_problem(seed=1, dim=width, T=_ORDER_T), pendulum]
+    first = [linear_problem(seed=0, dim=width, T=_ORDER_T), nonlinear_problem(seed=3, dim=width, T=_ORDER_T)]
+    return first + ([pendulum] if width % 2 == 0 else [])
 
 
 class _TanhMLP:
@@ -290,7 +356,7 @@ def anharmonic_problems():
 
 
 def pendulum_problems():
-    """Strategy: :func:`pendulum_problem` with drawn seed, size, forcing and horizon ``T in [0.25, 0.5]``."""
+    """Strategy: :func:`pendulum_problem` with drawn seed, size, forcing, modulation and horizon in [0.25, 0.5]."""
     st = _st()
     return st.builds(
         pendulum_problem,
@@ -298,14 +364,21 @@ def pendulum_problems():
         dim=st.integers(1, 3),
         forcing=st.floats(0.0, 1.0),
         T=st.floats(0.25, 0.5),
+        modulation=st.floats(0.0, 0.9),
     )
+
+
+def nonlinear_problems():
+    """Strategy: :func:`nonlinear_problem` with drawn seed, size and horizon ``T in [0.25, 0.5]``."""
+    st = _st()
+    return st.builds(nonlinear_problem, seed=st.integers(0, 2**31 - 1), dim=st.integers(1, 4), T=st.floats(0.25, 0.5))
 
 
 def problems(second_order: bool = False):
     """Strategy over every problem family a stepper of this kind can run (second-order ones run on any stepper)."""
     st = _st()
     both = [oscillator_problems(), anharmonic_problems(), pendulum_problems()]
-    return st.one_of(both if second_order else [linear_problems(), *both])
+    return st.one_of(both if second_order else [linear_problems(), nonlinear_problems(), *both])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -415,7 +488,9 @@ class OrderMeasurement:
 
     ``slope`` is ``inf`` when fewer than three grids had an error above the rounding floor (no order can be read);
     ``local`` holds ``log2(e(dt) / e(dt/2))`` for consecutive grids; ``steady`` says whether the last two agree within
-    0.1, i.e. whether the fit sits where the error is one power of ``dt``.
+    0.1, i.e. whether the fit sits where the error is one power of ``dt``, or (``settling``) whether the last three
+    approach a limit geometrically; the slope is then that limit, ``2 s_last - s_before`` (Richardson extrapolation
+    of the local slopes, whose deviation halves with ``dt``).
     """
 
     problem: str
@@ -424,12 +499,13 @@ class OrderMeasurement:
     errors: tuple[float, ...]
     local: tuple[float, ...] = ()
     steady: bool = True
+    settling: bool = False
 
     def __str__(self) -> str:
         pairs = ", ".join(f"{e:.1e}@{d:.1e}" for d, e in zip(self.dts, self.errors))
         local = ", ".join(f"{s:.2f}" for s in self.local)
-        where = f"at the finest grids on {self.problem}"
-        return f"slope {self.slope:.2f} {where} (error@dt: {pairs}; local slopes: {local})"
+        where = "as the limit of the settling local slopes" if self.settling else "at the finest grids"
+        return f"slope {self.slope:.2f} {where} on {self.problem} (error@dt: {pairs}; local slopes: {local})"
 
 
 @contextlib.contextmanager
@@ -444,39 +520,57 @@ def _one_thread():
 
 
 @torch.no_grad()
-def measure_order(stepper: AbstractStepper | type[AbstractStepper], problem: Problem) -> OrderMeasurement:
+def measure_order(
+    stepper: AbstractStepper | type[AbstractStepper], problem: Problem, uneven: bool = False
+) -> OrderMeasurement:
     """Slope of log error against log dt where the error is asymptotic: on the finest grids float64 can resolve.
 
     Step counts double from 8 until the error falls below the rounding floor ``100 n eps`` (``n`` steps' worst-case
     rounding, with a margin) or, with at least three grids measured, ``dt <= 2**-12`` (at most 4096 steps). The
     least-squares slope over the three finest grids above the floor is reported, with the local slopes of the whole
     ladder; the measurement is ``steady`` if the two local slopes of those three grids agree within 0.1. A problem so
-    easy that fewer than three grids lie above the floor (a high-order scheme) has its horizon doubled, up to four
-    times, so the scheme still shows its order.
+    easy that fewer than three grids lie above the floor, or whose error has not settled before it reaches the floor
+    (a high-order scheme), has its horizon doubled, up to four times, so the scheme still shows its order.
+    ``uneven``: the steps alternate between ``4/3 dt`` and ``2/3 dt`` (the slope is read against the mean step
+    ``dt``), as in a model whose layers have different steps: a scheme that assumes one step size fails there.
     """
     stepper = _instance(stepper)
     with _one_thread():
-        return _measure_over_horizons(stepper, problem)
+        return _measure_over_horizons(stepper, problem, uneven)
 
 
-def _measure_over_horizons(stepper: AbstractStepper, problem: Problem) -> OrderMeasurement:
-    measurement, name = _measure(stepper, problem), problem.name
+def _measure_over_horizons(stepper: AbstractStepper, problem: Problem, uneven: bool = False) -> OrderMeasurement:
+    """:func:`_measure`, with the horizon doubled (up to four times) while fewer than three grids lie above the
+    rounding floor, or while the error has not settled there (a high-order scheme reaches the floor before its
+    asymptotic range); the first settled measurement counts, else the first one."""
+    first = measurement = _measure(stepper, problem, uneven)
+    name = problem.name
     for _ in range(4):
-        if len(measurement.errors) >= _GRIDS:
-            break
+        if len(measurement.errors) >= _GRIDS and measurement.steady:
+            return measurement
         problem = dataclasses.replace(problem, T=2 * problem.T, name=f"{name} over T={2 * problem.T:g}")
-        measurement = _measure(stepper, problem)
-    return measurement
+        measurement = _measure(stepper, problem, uneven)
+    if len(measurement.errors) >= _GRIDS and measurement.steady:
+        return measurement
+    return first if len(first.errors) >= _GRIDS else measurement
 
 
-def _measure(stepper: AbstractStepper, problem: Problem) -> OrderMeasurement:
+def _uneven(dt: float, n: int) -> list[float]:
+    """``n`` steps (``n`` even) alternating ``4/3 dt`` and ``2/3 dt``: every pair spans ``2 dt``."""
+    return [dt * (4 / 3 if i % 2 == 0 else 2 / 3) for i in range(n)]
+
+
+def _measure(stepper: AbstractStepper, problem: Problem, uneven: bool = False) -> OrderMeasurement:
     refs = reference(stepper, problem)
     y0, field = problem.initial(stepper), problem.field_for(stepper)
     dts, errors = [], []
-    n = _CHECKPOINTS
+    n = 2 * _CHECKPOINTS if uneven else _CHECKPOINTS  # an uneven grid has a whole number of step pairs per checkpoint
+    if uneven:
+        problem = dataclasses.replace(problem, name=f"{problem.name} on an uneven grid (steps 4/3 dt, 2/3 dt, ...)")
     while n <= _MAX_STEPS:
         dt = problem.T / n
-        ys = trajectory(stepper, [field] * n, y0, dt)[n // _CHECKPOINTS :: n // _CHECKPOINTS]
+        steps = _uneven(dt, n) if uneven else dt
+        ys = trajectory(stepper, [field] * n, y0, steps)[n // _CHECKPOINTS :: n // _CHECKPOINTS]
         error = _trajectory_error(ys, refs)
         if not math.isfinite(error):
             if errors:
@@ -502,7 +596,20 @@ def _measure(stepper: AbstractStepper, problem: Problem) -> OrderMeasurement:
         return OrderMeasurement(problem.name, math.inf, tuple(dts), tuple(errors), local, False)
     slope = _fit(dts[-_GRIDS:], errors[-_GRIDS:])
     steady = abs(local[-1] - local[-2]) <= _STEADY
+    if not steady and _settling(local):
+        return OrderMeasurement(problem.name, 2 * local[-1] - local[-2], tuple(dts), tuple(errors), local, True, True)
     return OrderMeasurement(problem.name, slope, tuple(dts), tuple(errors), local, steady)
+
+
+def _settling(local: tuple[float, ...]) -> bool:
+    """Whether the last local slopes approach a limit geometrically: the error's next power of ``dt`` fading (each
+    change in the same direction, at most ``_SETTLING`` times the one before and at most ``3 _STEADY``), as a
+    high-order scheme shows when the rounding floor stops the ladder first. A lower-order term taking over instead
+    makes the changes grow."""
+    if len(local) < 3:
+        return False
+    before, last = local[-2] - local[-3], local[-1] - local[-2]
+    return before * last > 0 and abs(last) <= _SETTLING * abs(before) and abs(last) <= 3 * _STEADY
 
 
 def _assert_order(name: str, order: int, m: OrderMeasurement, what: str = "") -> None:
@@ -517,37 +624,88 @@ def _assert_order(name: str, order: int, m: OrderMeasurement, what: str = "") ->
         raise AssertionError(
             f"{name} declares {what}order {order} but its error has not settled to one power of dt at the finest "
             f"grids (dt down to {m.dts[-1]:.1e}): local slopes {m.local[-2]:.2f} then {m.local[-1]:.2f}; {m}."
+            f"{_stalls(order, m)}"
         )
     if not abs(m.slope - order) <= ORDER_TOLERANCE:
         raise AssertionError(
             f"{name} declares {what}order {order} but its error falls like dt^{m.slope:.2f}: {m}. "
-            f"Fix the scheme or declare the order it has."
+            f"Fix the scheme or declare the order it has.{_stalls(order, m)}"
         )
 
 
-def check_order(stepper: AbstractStepper | type[AbstractStepper], problem: Problem | None = None) -> list[float]:
+def _stalls(order: int, m: OrderMeasurement) -> str:
+    """A hint when the error stops falling at a small level: the signature of an inexact coefficient."""
+    if m.errors and m.errors[-1] < 1e-6 and m.local and m.local[-1] < order - ORDER_TOLERANCE:
+        return (
+            f" An error that stops falling at a small level (here {m.errors[-1]:.1e}) is often an inexact "
+            "coefficient: a rounded decimal, or a float32 constant in a float64 step."
+        )
+    return ""
+
+
+def check_order(
+    stepper: AbstractStepper | type[AbstractStepper], problem: Problem | None = None, dim: int | None = None
+) -> list[float]:
     """Assert the error at the finest grids falls like ``dt**order`` (slope within 0.3, local slopes steady within
-    0.1) on each problem (default: :func:`default_problems`); return the measured slopes."""
+    0.1) on each problem (default: :func:`default_problems` of width ``dim``, the last of them also on an uneven grid);
+    if the stepper has learnable parameters, also with them moved away from their initial values (on the last
+    problem). Return the measured slopes."""
     stepper = _instance(stepper)
+    chosen = [problem] if problem is not None else default_problems(stepper, dim)
+    runs = [(stepper, p, False) for p in chosen]
+    if problem is None:
+        runs.append((stepper, chosen[-1], True))
+        moved = _moved(stepper)
+        if moved is not None:
+            runs.append((moved, chosen[-1], False))
     slopes = []
-    for p in [problem] if problem is not None else default_problems(stepper):
-        m = measure_order(stepper, p)
-        _assert_order(_name(stepper), stepper.order, m)
+    for s, p, uneven in runs:
+        m = measure_order(s, p, uneven)
+        name = _name(stepper) if s is stepper else f"{_name(stepper)}, its learnable parameters moved by N(0, 0.5²),"
+        _assert_order(name, stepper.order, m)
         slopes.append(m.slope)
     return slopes
 
 
-def check_no_limit(stepper: AbstractStepper, field: Any) -> str:
+def _moved(stepper: AbstractStepper, seed: int = 0) -> AbstractStepper | None:
+    """A copy of ``stepper`` with every learnable parameter moved by ``N(0, 0.5²)`` (``None`` if it has none): a
+    declaration must hold wherever training takes the parameters, not only at their start."""
+    learnable = [p for p in stepper.parameters() if p.requires_grad]
+    if not learnable:
+        return None
+    moved = copy.deepcopy(stepper)
+    g = _generator(seed)
+    with torch.no_grad():
+        for p in moved.parameters():
+            if p.requires_grad:
+                p.add_(0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype))
+    return moved
+
+
+def check_no_limit(stepper: AbstractStepper, problem: Problem) -> str:
     """For a scheme declaring order 0 (no small-step limit: a fixed-size part that does not shrink with ``dt``):
-    assert ``limit_field`` says so (a ``ValueError``) rather than offering an ODE no order was measured against."""
+    assert ``limit_field`` says so (a ``ValueError``) rather than offering an ODE no order was measured against, and
+    that the step indeed does not shrink with ``dt`` (from the problem's start, ``|step(dt) - y|`` at ``dt = 1e-4`` is
+    at least a tenth of that at ``dt = 1e-2``, where a scheme with a limit shrinks a hundredfold)."""
     try:
-        stepper.limit_field(field)
+        stepper.limit_field(problem.field)
     except ValueError as error:
-        return " ".join(str(error).split())
-    raise AssertionError(
-        f"{_name(stepper)} declares order 0 (no small-step limit) but limit_field returns a vector field; declare the "
-        "order it converges with, or raise ValueError there."
-    )
+        reason = " ".join(str(error).split())
+    else:
+        raise AssertionError(
+            f"{_name(stepper)} declares order 0 (no small-step limit) but limit_field returns a vector field; declare "
+            "the order it converges with, or raise ValueError there."
+        )
+    y, field = problem.initial(stepper), problem.field_for(stepper)
+    with torch.no_grad():
+        moves = [float((_flat(_fresh_step(stepper, field, 0.0, y, dt)) - _flat(y)).abs().max()) for dt in (1e-2, 1e-4)]
+    if not moves[1] >= 0.1 * moves[0]:
+        raise AssertionError(
+            f"{_name(stepper)} declares order 0 (no small-step limit) but its step shrinks with dt on {problem.name}: "
+            f"max|step(y, dt) - y| = {moves[0]:.2e} at dt = 1e-2 and {moves[1]:.2e} at dt = 1e-4, as a scheme with a "
+            "small-step limit does; declare the order it converges with and its limit_field."
+        )
+    return reason
 
 
 def check_layer(stepper: AbstractStepper, problem: Problem | None = None) -> dict[str, Any]:
@@ -565,7 +723,7 @@ def check_layer(stepper: AbstractStepper, problem: Problem | None = None) -> dic
     block = problem.field
     declared = stepper.layer_order(block) if hasattr(stepper, "layer_order") else stepper.order
     if declared == 0:
-        return {"declared": 0, "slope": None, "reason": check_no_limit(stepper, block)}
+        return {"declared": 0, "slope": None, "reason": check_no_limit(stepper, problem)}
     m = measure_order(stepper, problem)
     _assert_order(repr(stepper), declared, m, what="layer ")
     return {"declared": declared, "slope": m.slope, "measurement": m}
@@ -588,34 +746,41 @@ def _show(numbers: list[float]) -> str:
 
 @torch.no_grad()
 def check_evals(
-    stepper: AbstractStepper | type[AbstractStepper], problem: Problem | None = None, dts=_EVAL_DTS
+    stepper: AbstractStepper | type[AbstractStepper],
+    problem: Problem | None = None,
+    dts=_EVAL_DTS,
+    dim: int | None = None,
 ) -> None:
-    """Assert every step evaluates the field ``evals_per_step`` times (``- 1`` on repeated fields if ``fsal``), at
-    every ``dt`` in ``dts``, with one fresh field per step and with one field for all steps; and that the evaluation
-    times are ``t + c dt`` with the same abscissae ``c`` at every ``dt`` (the steps start at ``t = 0.25``)."""
+    """Assert every step of ``_EVAL_STEPS`` evaluates the field ``evals_per_step`` times (``- 1`` on repeated fields
+    if ``fsal``; the first steps as ``startup_evals`` says, if a multistep scheme declares it), at every ``dt`` in
+    ``dts``, with one fresh field per step and with one field for all steps; and that the evaluation times are
+    ``t + c dt`` with the same abscissae ``c`` at every ``dt`` (the steps start at ``t = 0.25``)."""
     stepper = _instance(stepper)
-    problem = problem or default_problems(stepper)[-1]
+    problem = problem or default_problems(stepper, dim)[-1]
     y0, base = problem.initial(stepper), problem.field_for(stepper)
-    name, declared = _name(stepper), stepper.evals_per_step
+    name, declared, startup = _name(stepper), stepper.evals_per_step, tuple(stepper.startup_evals)
     abscissae: dict[tuple[bool, int], tuple[float, list[float]]] = {}
     for dt in dts:
         for tied in (False, True):
             shared = RecordingField(base)
             t, y, state = _EVAL_T0, y0, None
-            for i in range(4):
+            for i in range(_EVAL_STEPS):
                 field = shared if tied else RecordingField(base)
                 before = len(field.times)
                 if i == 0:
                     state = stepper.init(field, t, y)
                 y, state = stepper.step(field, t, y, dt, state)
                 times = field.times[before:]
-                expected = declared - 1 if (tied and stepper.fsal and i > 0) else declared
+                if i < len(startup):
+                    expected, claim = startup[i], f"startup_evals = {startup}"
+                else:
+                    expected = declared - 1 if (tied and stepper.fsal and i > 0) else declared
+                    claim = f"evals_per_step = {declared}{' and fsal' if stepper.fsal else ''}"
                 how = "the same field as the step before" if (tied and i > 0) else "a new field"
                 if len(times) != expected:
                     raise AssertionError(
                         f"{name} evaluated the field {len(times)} times in step {i} with {how} at dt = {dt:g}; it "
-                        f"declares evals_per_step = {declared}{' and fsal' if stepper.fsal else ''}, so {expected} "
-                        "were expected."
+                        f"declares {claim}, so {expected} were expected."
                     )
                 c = [(s - t) / dt for s in times]
                 first_dt, first = abscissae.setdefault((tied, i), (dt, c))
@@ -641,11 +806,11 @@ def _jacobian(stepper: AbstractStepper, problem: Problem, t: float, y: PhaseStat
         return torch.autograd.functional.jacobian(one_step, _flat(y))
 
 
-def _symplectic_defect(stepper: AbstractStepper, problem: Problem, points: int = 3, seed: int = 0) -> dict:
+def _symplectic_defect(stepper: AbstractStepper, problem: Problem, points: int = 4, seed: int = 0) -> dict:
     """The worst of ``points`` random ``(t, x, v, dt)`` (``x, v`` standard normal, ``t in [0, 1]``,
-    ``dt in [0.05, 0.5]``): ``max|Mᵀ J M - J|`` and ``|det M - 1|`` of the one-step Jacobian ``M``, and ``ratio``, the
-    larger of the two over what rounding allows (``1000 eps |M|²``, resp. ``1000 eps |M|^(2d)``, ``|M|`` the spectral
-    norm, at least 1); ``ratio > 1`` means the step is not symplectic."""
+    ``dt in [0.05, 1.5]``: a residual layer's step is often 1): ``max|Mᵀ J M - J|`` and ``|det M - 1|`` of the
+    one-step Jacobian ``M``, and ``ratio``, the larger of the two over what rounding allows (``1000 eps |M|²``, resp.
+    ``1000 eps |M|^(2d)``, ``|M|`` the spectral norm, at least 1); ``ratio > 1`` means the step is not symplectic."""
     g = _generator(seed)
     d = problem.x0.shape[-1]
     eye, zero = torch.eye(d, dtype=torch.float64), torch.zeros(d, d, dtype=torch.float64)
@@ -654,7 +819,7 @@ def _symplectic_defect(stepper: AbstractStepper, problem: Problem, points: int =
     for _ in range(points):
         x, v = torch.randn(2, 1, d, generator=g, dtype=torch.float64)
         t = float(torch.rand((), generator=g, dtype=torch.float64))
-        dt = 0.05 + 0.45 * float(torch.rand((), generator=g, dtype=torch.float64))
+        dt = 0.05 + 1.45 * float(torch.rand((), generator=g, dtype=torch.float64))
         y = PhaseState(x, v) if stepper.second_order else torch.cat([x, v], dim=-1)
         M = _jacobian(stepper, problem, t, y, dt)
         size = max(1.0, float(torch.linalg.matrix_norm(M, ord=2)))
@@ -680,14 +845,22 @@ def _energy_errors(stepper: AbstractStepper, problem: Problem, dt: float, T: flo
 
 
 def check_symplectic(
-    stepper: AbstractStepper | type[AbstractStepper], problem: Problem | None = None, T: float = 200.0
+    stepper: AbstractStepper | type[AbstractStepper],
+    problem: Problem | None = None,
+    T: float = 200.0,
+    dim: int | None = None,
 ) -> dict[str, float]:
     """Assert one step is a symplectic map, ``Mᵀ J M = J`` and ``det M = 1`` to rounding at random points, on each
-    Hamiltonian problem (default: ``x'' = -K x`` and the coupled nonlinear ``x'' = -K x - x³``); and, on the linear
-    ones, that the energy error stays bounded over ``[0, T]`` and falls like ``dt**order``."""
+    Hamiltonian problem (default: ``x'' = -K x`` and the coupled nonlinear ``x'' = -K x - x³``, of width ``dim``, else
+    the stepper's, else 2 and 3); and, on the linear ones, that the energy error stays bounded over ``[0, T]`` and
+    falls like ``dt**order``."""
     stepper = _instance(stepper)
     name = _name(stepper)
-    chosen = [problem] if problem is not None else [oscillator_problem(seed=3), anharmonic_problem(seed=3, dim=3)]
+    width = dim if dim is not None else stepper_width(stepper)
+    if problem is not None:
+        chosen = [problem]
+    else:
+        chosen = [oscillator_problem(seed=3, dim=width or 2), anharmonic_problem(seed=3, dim=width or 3)]
     report: dict[str, float] = {"structure_defect": 0.0, "det_defect": 0.0}
     for p in chosen:
         if p.potential is None or not p.second_order:
@@ -739,17 +912,30 @@ def _inverse(stepper: AbstractStepper, field, t, y1, dt):
 
 @torch.no_grad()
 def check_reversible(
-    stepper: AbstractStepper | type[AbstractStepper], problem: Problem | None = None, dts=_REVERSIBLE_DTS
+    stepper: AbstractStepper | type[AbstractStepper],
+    problem: Problem | None = None,
+    dts=_REVERSIBLE_DTS,
+    dim: int | None = None,
 ) -> float:
     """Assert a step can be undone to rounding (relative 1e-12), every step from a fresh ``init``, at every ``dt``:
     ``inverse(field, t, step(y), dt) = y`` and ``step(field, t, inverse(y1), dt) = y1``; if ``symmetric`` also
-    ``step(t + dt, step(t, y, dt), -dt) = y`` and ``step(t, step(t + dt, y, -dt), dt) = y``. Default problem: forced
-    pendulums (nonlinear, time-dependent), from ``t = 0.3``. Return the largest relative defect."""
+    ``step(t + dt, step(t, y, dt), -dt) = y`` and ``step(t, step(t + dt, y, -dt), dt) = y``. Default problems (of
+    width ``dim``, else the stepper's): modulated, forced pendulums (nonlinear, time-dependent) and coupled anharmonic
+    oscillators (a force whose Jacobian is not diagonal; without the largest ``dt``, where its cubic force makes a
+    step lose every digit), from ``t = 0.3``. Return the largest relative defect."""
     stepper = _instance(stepper)
     name = _name(stepper)
     if stepper.multistep:
         raise AssertionError(f"{name} declares reversible and multistep: an inverse from y1 alone needs one step.")
-    problem = problem or pendulum_problem(seed=4)
+    if problem is None:
+        width = dim if dim is not None else stepper_width(stepper)
+        half = stepper.second_order or width is None
+        size = (width or 2) if half else width // 2
+        if not half and width % 2:
+            raise AssertionError(f"{name}: check_reversible's problems need an even width for a first-order scheme.")
+        pendulums = pendulum_problem(seed=4, dim=size, modulation=0.5)
+        coupled = anharmonic_problem(seed=4, dim=max(size, 2))  # its cubic force grows fast: dt = 1 overflows there
+        return max(check_reversible(stepper, pendulums, dts), check_reversible(stepper, coupled, dts[1:]))
     y0, field, t = problem.initial(stepper), problem.field_for(stepper), 0.3
     worst = 0.0
     for dt in dts:
@@ -778,29 +964,168 @@ def check_reversible(
 
 
 @torch.no_grad()
-def check_one_step(stepper: AbstractStepper | type[AbstractStepper], problem: Problem | None = None) -> float:
-    """Assert a step does not depend on history in ``state`` (for schemes that do not declare ``multistep``)."""
+def check_one_step(
+    stepper: AbstractStepper | type[AbstractStepper], problem: Problem | None = None, dim: int | None = None
+) -> float:
+    """Assert a step does not depend on history in ``state`` (for schemes that do not declare ``multistep``): along
+    ten steps whose size changes every step, a step from the carried state equals one from a fresh ``init``, both
+    from the state reached and from a perturbed copy of it (a state the scheme never produced, so a cache keyed on
+    anything but ``y`` itself is caught)."""
     stepper = _instance(stepper)
-    problem = problem or pendulum_problem(seed=5)
+    problem = problem or pendulum_problem(seed=5, modulation=0.5, dim=_half_width(stepper, dim))
     y, field = problem.initial(stepper), problem.field_for(stepper)
-    dt, t = 0.1, 0.0
+    g = _generator(6)
+    t = 0.0
     state = stepper.init(field, t, y)
-    for _ in range(3):
+    worst = 0.0
+    for i in range(10):
+        dt = 0.1 * (1.5 if i % 2 else 0.7)
+        nudged = _unflat(_flat(y) + 1e-3 * torch.randn(_flat(y).shape, generator=g, dtype=_flat(y).dtype), y)
+        for start, which in ((y, "the state it reached"), (nudged, "a perturbed copy of it")):
+            carried, _ = stepper.step(field, t, start, dt, state)
+            fresh, _ = stepper.step(field, t, start, dt, stepper.init(field, t, start))
+            defect = _error(carried, fresh)
+            if defect > 1e-12:
+                raise AssertionError(
+                    f"{_name(stepper)} reads history from its state: after {i} steps, a step of {dt:g} from "
+                    f"{which} with the carried state differs from one from a fresh init by {defect:.2e} (relative) "
+                    f"on {problem.name}; declare multistep = True."
+                )
+            worst = max(worst, defect)
         y, state = stepper.step(field, t, y, dt, state)
         t = t + dt
-    carried, _ = stepper.step(field, t, y, dt, state)
-    fresh, _ = stepper.step(field, t, y, dt, stepper.init(field, t, y))
-    defect = _error(carried, fresh)
-    if defect > 1e-12:
+    return worst
+
+
+def _half_width(stepper: AbstractStepper, dim: int | None) -> int:
+    """The width of a second-order problem for ``stepper``: its state's width, halved for a first-order scheme (which
+    runs it as ``[x, v]``)."""
+    width = _width(stepper, dim)
+    if stepper.second_order:
+        return width
+    if width % 2:
         raise AssertionError(
-            f"{_name(stepper)} reads history from its state: a step from the carried state differs from one from a "
-            f"fresh init by {defect:.2e} (relative) on {problem.name}; declare multistep = True."
+            f"{_name(stepper)}: this check runs a second-order problem as [x, v]: it needs an even width."
+        )
+    return width // 2
+
+
+def _cast(y: Tensor | PhaseState, dtype: torch.dtype) -> Tensor | PhaseState:
+    return PhaseState(y.x.to(dtype), y.v.to(dtype)) if isinstance(y, PhaseState) else y.to(dtype)
+
+
+def _tensors(y: Any) -> tuple[Tensor, ...]:
+    return tuple(y) if isinstance(y, PhaseState) else (y,)
+
+
+def check_protocol(stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None) -> float:
+    """Assert a step keeps the protocol every other check takes for granted, on the last of :func:`default_problems`
+    (nonlinear, time-dependent, a batch of two) from a fresh ``init``:
+
+    - ``step`` returns ``(y1, state)``, ``y1`` of ``y``'s kind, shape, dtype and device, also for a float32 ``y``;
+    - ``y`` is left as it was (no in-place update of the input);
+    - the same step taken twice gives the same ``y1`` (nothing is kept on the stepper between steps);
+    - the samples of a batch are stepped independently (each alone gives its row of the batch);
+    - gradients are those of the step: the derivative along a random direction by autograd equals the central
+      difference (a term computed without gradient, e.g. on ``y.detach()``, makes them differ).
+
+    Returns the relative difference of the two derivatives.
+    """
+    stepper = _instance(stepper)
+    name = _name(stepper)
+    problem = default_problems(stepper, dim)[-1]
+    y, field, t, dt = problem.initial(stepper), problem.field_for(stepper), 0.3, 0.4
+    kept = _unflat(_flat(y).clone(), y)
+    with torch.no_grad():
+        try:
+            out = stepper.step(field, t, y, dt, stepper.init(field, t, y))
+        except (RuntimeError, ValueError, TypeError) as error:
+            raise AssertionError(
+                f"{name} failed to step {problem.name} (states of shape {tuple(problem.x0.shape)}): "
+                f"{' '.join(str(error).split())[:200]}; if it is built for another width, pass dim=... to the check."
+            ) from error
+        if not (isinstance(out, tuple) and not isinstance(out, PhaseState) and len(out) == 2):
+            raise AssertionError(f"{name}.step must return (y1, state); it returned {type(out).__name__} {out!r:.80}.")
+        y1 = out[0]
+        _same_form(name, y, y1, problem)
+        if not torch.equal(_flat(y), _flat(kept)):
+            raise AssertionError(f"{name}.step changed its input y in place on {problem.name}; return new tensors.")
+        again = _fresh_step(stepper, field, t, y, dt)
+        if not torch.equal(_flat(again), _flat(y1)):
+            raise AssertionError(
+                f"{name} gives a different y1 when the same step (same field, t, y, dt, fresh init) is taken again "
+                f"(by {_error(again, y1):.2e}): it keeps something on the stepper between steps; keep it in state."
+            )
+        for b in range(problem.x0.shape[0]):
+            alone = _fresh_step(stepper, field, t, _select(y, b), dt)
+            defect = _error(alone, _select(y1, b))
+            if defect > 1e-12:
+                raise AssertionError(
+                    f"{name} does not step the samples of a batch independently: sample {b} stepped alone differs "
+                    f"from its row of the batch's step by {defect:.2e} (relative) on {problem.name}."
+                )
+        low = _cast(y, torch.float32)
+        low_field = lambda t, x: field(t, x.to(torch.float64)).to(x.dtype)  # noqa: E731 - the problem in float32
+        _same_form(name, low, _fresh_step(stepper, low_field, t, low, dt), problem, "float32 ")
+    return _check_derivative(name, stepper, field, t, y, dt, problem)
+
+
+def _select(y: Tensor | PhaseState, b: int) -> Tensor | PhaseState:
+    return PhaseState(y.x[b : b + 1], y.v[b : b + 1]) if isinstance(y, PhaseState) else y[b : b + 1]
+
+
+def _same_form(name: str, y: Any, y1: Any, problem: Problem, what: str = "") -> None:
+    if isinstance(y1, PhaseState) != isinstance(y, PhaseState) or not isinstance(y1, (Tensor, PhaseState)):
+        raise AssertionError(
+            f"{name}.step returned y1 of type {type(y1).__name__} for a {what}y of type {type(y).__name__}."
+        )
+    for a, b in zip(_tensors(y), _tensors(y1)):
+        if not isinstance(b, Tensor) or b.shape != a.shape or b.dtype != a.dtype or b.device != a.device:
+            got = f"{tuple(b.shape)} {b.dtype} on {b.device}" if isinstance(b, Tensor) else type(b).__name__
+            raise AssertionError(
+                f"{name}.step returned {got} for a {what}y of {tuple(a.shape)} {a.dtype} on {a.device} "
+                f"({problem.name}): y1 must have y's shape, dtype and device."
+            )
+
+
+def _check_derivative(name: str, stepper: AbstractStepper, field, t, y, dt, problem: Problem) -> float:
+    g = _generator(7)
+    base = _flat(y)
+    direction = torch.randn(base.shape, generator=g, dtype=base.dtype)
+
+    def one_step(vector: Tensor) -> Tensor:
+        return _flat(_fresh_step(stepper, field, t, _unflat(vector, y), dt))
+
+    with torch.enable_grad():
+        point = base.clone().requires_grad_()
+        out = one_step(point)
+        if not out.requires_grad:
+            raise AssertionError(f"{name}: no gradient flows from y1 back to y on {problem.name} (is y detached?).")
+        cotangent = torch.randn(out.shape, generator=g, dtype=out.dtype)
+        (grad,) = torch.autograd.grad(out, point, cotangent, allow_unused=True)
+    if grad is None:
+        raise AssertionError(f"{name}: y1 does not depend on y through autograd on {problem.name}.")
+    h = 1e-6
+    with torch.no_grad():
+        central = (one_step(base + h * direction) - one_step(base - h * direction)) / (2 * h)
+    by_autograd = float((grad * direction).sum())
+    by_difference = float((cotangent * central).sum())
+    defect = abs(by_autograd - by_difference) / max(1.0, abs(by_difference))
+    if defect > 1e-6:
+        raise AssertionError(
+            f"{name}'s gradient is not that of its step on {problem.name}: along a random direction, autograd gives "
+            f"{by_autograd:.8g} and the central difference {by_difference:.8g}; is a term computed without gradient "
+            "(detach, no_grad, .item())?"
         )
     return defect
 
 
-def check_stepper(stepper: AbstractStepper | type[AbstractStepper]) -> dict[str, Any]:
-    """Run every check the stepper's declarations call for; return what was measured."""
+def check_stepper(stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None) -> dict[str, Any]:
+    """Run every check the stepper's declarations call for; return what was measured.
+
+    ``dim`` is the width of the states the problems have; by default the width of the stepper's per-channel
+    parameters (``MyScheme(dim=6)``), else 4 for a first-order and 2 for a second-order scheme.
+    """
     stepper = _instance(stepper)
     name = _name(stepper)
     for attr, kind in (
@@ -820,15 +1145,23 @@ def check_stepper(stepper: AbstractStepper | type[AbstractStepper]) -> dict[str,
             raise AssertionError(f"{name}.{attr} must be a {wanted}, got {value!r}.")
     if stepper.symmetric and not stepper.reversible:
         raise AssertionError(f"{name} declares symmetric (step(-dt) undoes step(dt)) but not reversible.")
-    check_evals(stepper)
+    startup = stepper.startup_evals
+    if not (
+        isinstance(startup, tuple) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in startup)
+    ):
+        raise AssertionError(f"{name}.startup_evals must be a tuple of non-negative ints, got {startup!r}.")
+    if startup and not stepper.multistep:
+        raise AssertionError(f"{name} declares startup_evals, which only a multistep scheme has (it builds a history).")
+    report: dict[str, Any] = {"protocol": check_protocol(stepper, dim)}
+    check_evals(stepper, dim=dim)
     if stepper.order == 0:
-        report: dict[str, Any] = {"order": check_no_limit(stepper, default_problems(stepper)[0].field)}
+        report["order"] = check_no_limit(stepper, default_problems(stepper, dim)[-1])
     else:
-        report = {"order": check_order(stepper)}
+        report["order"] = check_order(stepper, dim=dim)
     if stepper.symplectic:
-        report["symplectic"] = check_symplectic(stepper)
+        report["symplectic"] = check_symplectic(stepper, dim=dim)
     if stepper.reversible:
-        report["reversible"] = check_reversible(stepper)
+        report["reversible"] = check_reversible(stepper, dim=dim)
     if not stepper.multistep:
-        report["one_step"] = check_one_step(stepper)
+        report["one_step"] = check_one_step(stepper, dim=dim)
     return report
