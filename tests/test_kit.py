@@ -513,19 +513,12 @@ class DampedAtLargeSteps(VelocityVerlet):
         return (PhaseState(y1.x, 0.9 * y1.v) if abs(dt) > 0.5 else y1), state
 
 
-class DiagonalNewtonEuler(AbstractStepper):
+class DiagonalNewtonEuler(FakeSymplecticExplicitEuler):
     """Explicit Euler on (x, v) with an inverse by Newton's method on a diagonal Jacobian: exact for forces acting per
     coordinate, slow to converge (off by ~1e-8 after six iterations) for coupled ones."""
 
-    order: ClassVar[int] = 1
-    second_order: ClassVar[bool] = True
     symplectic: ClassVar[bool] = False
     reversible: ClassVar[bool] = True
-    evals_per_step: ClassVar[int] = 1
-
-    def step(self, field, t, y, dt, state):
-        x, v = self._unpack(y)
-        return PhaseState(x + dt * v, v + dt * field(t, x)), state
 
     def inverse(self, field, t, y1, dt):
         x1, v1 = self._unpack(y1)
@@ -716,14 +709,10 @@ class ForgetfulEuler(_First):
         return y + dt * field(t, y)
 
 
-class DetachedLookAheadKick(AbstractStepper):
+class DetachedLookAheadKick(FakeSymplecticExplicitEuler):
     """A kick at a look-ahead position whose inner force is detached, then a drift: its autograd Jacobian is
     symplectic, the map is not (the detached term is missing from the Jacobian)."""
 
-    order: ClassVar[int] = 1
-    second_order: ClassVar[bool] = True
-    symplectic: ClassVar[bool] = True
-    reversible: ClassVar[bool] = False
     evals_per_step: ClassVar[int] = 2
 
     def step(self, field, t, y, dt, state):
