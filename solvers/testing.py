@@ -715,11 +715,12 @@ def check_layer(stepper: AbstractStepper, problem: Problem | None = None) -> dic
     The declared order is ``stepper.layer_order(block)`` if the stepper has that method (a split layer's order
     depends on the block: with no FFN it is the stepper's, with maps after the sublayers 0), else ``stepper.order``.
     It is measured as :func:`check_order` measures a scheme, against ``stepper.limit_field(block)``, on ``problem``
-    (default: :func:`block_problem` of the stepper's kind, weight-tied: the same block every step). Order 0 means no
-    small-step limit; then ``limit_field`` must raise ``ValueError`` and nothing is measured. Returns
-    ``{"declared": order, "slope": slope}`` (``slope`` None for order 0, with the reason).
+    (default: :func:`block_problem` of the stepper's kind and per-channel width, weight-tied: the same block every
+    step). Order 0 means no small-step limit; then :func:`check_no_limit` runs instead (``limit_field`` raises
+    ``ValueError``, the step does not shrink with ``dt``). Returns ``{"declared": order, "slope": slope}`` (``slope``
+    None for order 0, with the reason).
     """
-    problem = problem or block_problem(second_order=stepper.second_order)
+    problem = problem or block_problem(second_order=stepper.second_order, dim=stepper_width(stepper) or 2)
     block = problem.field
     declared = stepper.layer_order(block) if hasattr(stepper, "layer_order") else stepper.order
     if declared == 0:

@@ -23,6 +23,7 @@ from solvers import (
     Mix,
     PhaseState,
     SemiImplicitEuler,
+    Split,
     VelocityVerlet,
     integrate,
 )
@@ -30,6 +31,7 @@ from solvers.testing import (
     RecordingField,
     anharmonic_problem,
     check_evals,
+    check_layer,
     check_one_step,
     check_order,
     check_protocol,
@@ -657,6 +659,8 @@ def test_per_channel_schemes_are_checked_at_their_width(stepper):
     """The module docstring's ``check_stepper(MyScheme(dim=4, ...))``: the problems take the parameters' width."""
     report = check_stepper(stepper)
     assert all(abs(s - stepper.order) < 0.3 for s in report["order"])
+    layer = check_layer(Split(stepper))  # and the layer it makes, on a block of that width
+    assert layer["declared"] == 1 and abs(layer["slope"] - 1) < 0.3
 
 
 # -- the protocol every measurement takes for granted -----------------------------------------------------------------
