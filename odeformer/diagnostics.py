@@ -33,40 +33,59 @@ from torch import Tensor
 from solvers import PhaseState
 
 
-def _tokens(h: Tensor, drop_first: bool = False) -> Tensor:
+def _tokens(h: Tensor, drop_first: bool = False, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """``(h, w, n)``: the token states (without the first if ``drop_first``), a ``(B, N, 1)`` weight that is 1 on the
+    tokens that count (``mask``: True on real tokens; padding is left out) and 0 elsewhere, and ``n`` ``(B,)`` their
+    number."""
     if h.dim() != 3:
         raise ValueError(f"token states must have shape (B, N, D), got {tuple(h.shape)}.")
-    return h[:, 1:] if drop_first else h
+    if mask is not None and tuple(mask.shape) != tuple(h.shape[:2]):
+        raise ValueError(f"token mask must have shape (B, N) = {tuple(h.shape[:2])}, got {tuple(mask.shape)}.")
+    w = torch.ones(h.shape[:2], dtype=h.dtype, device=h.device) if mask is None else mask.to(h.dtype)
+    if drop_first:
+        h, w = h[:, 1:], w[:, 1:]
+    return h, w.unsqueeze(-1), w.sum(1)
 
 
-def token_cosine(h: Tensor, drop_first: bool = False) -> Tensor:
-    """Mean cosine similarity over pairs of distinct tokens; ``drop_first`` leaves out a [CLS] token."""
-    h = _tokens(h, drop_first)
-    n = h.shape[1]
-    if n < 2:
+def _centred(h: Tensor, w: Tensor, n: Tensor) -> Tensor:
+    """``h - mean h`` over the counted tokens, zero on the others."""
+    return (h - (w * h).sum(1, keepdim=True) / n.clamp_min(1)[:, None, None]) * w
+
+
+def token_cosine(h: Tensor, drop_first: bool = False, mask: Tensor | None = None) -> Tensor:
+    """Mean cosine similarity over pairs of distinct tokens; ``drop_first`` leaves out a [CLS] token, ``mask``
+    (``(B, N)``, True on real tokens) padding."""
+    h, w, n = _tokens(h, drop_first, mask)
+    if int(n.min()) < 2:
         raise ValueError("token_cosine needs at least two tokens.")
-    unit = torch.nn.functional.normalize(h, dim=-1)
-    gram = unit @ unit.transpose(1, 2)  # (B, N, N)
+    unit = torch.nn.functional.normalize(h, dim=-1) * w
+    gram = unit @ unit.transpose(1, 2)  # (B, N, N), zero on pairs with a padded token
     return (gram.sum((1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(-1)) / (n * (n - 1))
 
 
-def dirichlet_energy(h: Tensor, edge_index: Tensor | None = None) -> Tensor:
-    """Dirichlet energy on the complete graph (``edge_index=None``) or on the given directed edges ``(2, E)``."""
-    h = _tokens(h)
-    n = h.shape[1]
+def dirichlet_energy(h: Tensor, edge_index: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+    """Dirichlet energy on the complete graph of the real tokens (``edge_index=None``; ``mask`` ``(B, N)``, True on
+    real tokens, leaves padding out) or on the given directed edges ``(2, E)``."""
+    h, w, n = _tokens(h, mask=mask)
     if edge_index is None:
         # (1/N²) Σ_jk ‖h_j - h_k‖² = (2/N) Σ_j ‖h_j - mean h‖²; the centred form never rounds below 0
-        return 2 * (h - h.mean(1, keepdim=True)).square().sum(-1).mean(-1)
+        return 2 * _centred(h, w, n).square().sum((-1, -2)) / n
+    if mask is not None:
+        raise ValueError("dirichlet_energy takes a token mask or a graph's edges, not both.")
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}.")
-    if edge_index.numel() and (edge_index.min() < 0 or edge_index.max() >= n):
-        raise ValueError(f"edge_index must hold token ids in [0, {n}), got [{edge_index.min()}, {edge_index.max()}].")
+    size = h.shape[1]
+    if edge_index.numel() and (edge_index.min() < 0 or edge_index.max() >= size):
+        raise ValueError(
+            f"edge_index must hold token ids in [0, {size}), got [{edge_index.min()}, {edge_index.max()}]."
+        )
     difference = h[:, edge_index[0]] - h[:, edge_index[1]]  # (B, E, D)
-    return difference.square().sum((-1, -2)) / n
+    return difference.square().sum((-1, -2)) / size
 
 
-def normalised_dirichlet_energy(h: Tensor, edge_index: Tensor | None = None) -> Tensor:
-    """The scale-free Dirichlet energy ``E(h) / ((1/N) Σ_i ‖h_i‖²)``, ``E`` as in :func:`dirichlet_energy`.
+def normalised_dirichlet_energy(h: Tensor, edge_index: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+    """The scale-free Dirichlet energy ``E(h) / ((1/N) Σ_i ‖h_i‖²)``, ``E`` as in :func:`dirichlet_energy` (``N``
+    and the sums over the real tokens when ``mask`` is given).
 
     - Invariant to ``h -> c h`` for every ``c ≠ 0`` (numerator and denominator both scale by ``c²``).
     - Complete graph: ``E(h) = (2/N) Σ_i ‖h_i - h̄‖²``, so the ratio is ``2 (1 - ‖h̄‖² / mean_i ‖h_i‖²)
@@ -78,40 +97,43 @@ def normalised_dirichlet_energy(h: Tensor, edge_index: Tensor | None = None) -> 
 
     When every token is 0 (all equal, norm 0) the value is defined as 0.
     """
-    energy = dirichlet_energy(h, edge_index)
-    scale = _tokens(h).square().sum(-1).mean(-1)  # (B,): (1/N) Σ_i ‖h_i‖²
+    energy = dirichlet_energy(h, edge_index, mask)
+    h, w, n = _tokens(h, mask=mask)
+    scale = (w * h).square().sum((-1, -2)) / n  # (B,): (1/N) Σ_i ‖h_i‖²
     return energy / torch.where(scale > 0, scale, 1.0)  # scale 0: every token is 0, and so is the energy
 
 
-def feature_variance(h: Tensor) -> Tensor:
-    """Node-feature variance: the population variance of each channel across the ``N`` tokens, averaged over the
-    ``D`` channels, ``(1/D) Σ_c (1/N) Σ_i (h_ic - mean_i h_ic)²``.
+def feature_variance(h: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Node-feature variance: the population variance of each channel across the ``N`` tokens (the real ones, with
+    ``mask``), averaged over the ``D`` channels, ``(1/D) Σ_c (1/N) Σ_i (h_ic - mean_i h_ic)²``.
 
     It is 0 iff all tokens are equal, unchanged by adding one vector to every token, scales as ``c²`` under
     ``h -> c h``, and equals ``dirichlet_energy(h) / (2D)`` on the complete graph.
     """
-    h = _tokens(h)
-    return (h - h.mean(1, keepdim=True)).square().mean((1, 2))
+    h, w, n = _tokens(h, mask=mask)
+    return _centred(h, w, n).square().sum((1, 2)) / (n * h.shape[-1])
 
 
-def rank_collapse(h: Tensor) -> Tensor:
-    """``‖X - 1 mean(X)ᵀ‖_F / ‖X‖_F`` per sample (0: all tokens equal)."""
-    h = _tokens(h)
-    return (h - h.mean(1, keepdim=True)).flatten(1).norm(dim=-1) / h.flatten(1).norm(dim=-1).clamp_min(1e-30)
+def rank_collapse(h: Tensor, mask: Tensor | None = None) -> Tensor:
+    """``‖X - 1 mean(X)ᵀ‖_F / ‖X‖_F`` per sample over the (real) tokens (0: all tokens equal)."""
+    h, w, n = _tokens(h, mask=mask)
+    spread = _centred(h, w, n).flatten(1).norm(dim=-1)
+    return spread / (w * h).flatten(1).norm(dim=-1).clamp_min(1e-30)
 
 
-def wave_energy(h: Tensor, h_next: Tensor, dt: float, attention: Tensor) -> Tensor:
-    """Kinetic plus attention-weighted potential energy per token between layers ``h -> h_next``.
+def wave_energy(h: Tensor, h_next: Tensor, dt: float, attention: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Kinetic plus attention-weighted potential energy per token between layers ``h -> h_next``, over the (real)
+    tokens: padded ones enter neither the sums nor ``N``.
 
     ``attention`` is ``(B, N, N)`` or ``(B, heads, N, N)`` (heads are averaged).
     """
-    h, h_next = _tokens(h), _tokens(h_next)
+    (h, w, n), (h_next, _, _) = _tokens(h, mask=mask), _tokens(h_next, mask=mask)
     if attention.dim() == 4:
         attention = attention.mean(1)
-    n = h.shape[1]
-    kinetic = 0.5 * ((h_next - h) / dt).square().sum((-1, -2))
+    pairs = w * w.transpose(1, 2)  # (B, N, N): 1 on pairs of real tokens
+    kinetic = 0.5 * (w * (h_next - h) / dt).square().sum((-1, -2))
     squared = torch.cdist(h, h).square()  # (B, N, N): ‖h_j - h_k‖²
-    potential = 0.25 * (attention * squared).sum((-1, -2))
+    potential = 0.25 * (pairs * attention * squared).sum((-1, -2))
     return (kinetic + potential) / n
 
 
@@ -142,10 +164,17 @@ PHASE_CHANNELS = 4  # the phase portrait follows channels 0 .. PHASE_CHANNELS - 
 
 @torch.no_grad()
 def layer_measures(
-    model: Any, *inputs: Any, drop_first: bool = False, edge_index: Tensor | None = None, **context: Any
+    model: Any,
+    *inputs: Any,
+    drop_first: bool = False,
+    edge_index: Tensor | None = None,
+    token_mask: Tensor | None = None,
+    **context: Any,
 ) -> dict[str, Any]:
     """Every measure at every layer of ``model`` (a task model with a ``backbone``, discrete or continuous: then at
-    its ``depth`` recorded times) on one batch ``inputs``; each value is the batch mean.
+    its ``depth`` recorded times) on one batch ``inputs``; each value is the batch mean. ``token_mask`` ``(B, N)``
+    (True on real tokens; by default read from a key-padding ``attn_mask`` of shape ``(B, 1, 1, N)`` in ``context``)
+    leaves padding out of every measure but the spectral gap, whose masked keys already have no weight.
 
     Returns ``{"depth": [0..L], "dt": [...], "second_order": bool}`` (whether the layers carry a velocity) and, with
     one value per state ``x_0 .. x_L`` (``x_0`` the backbone input): ``"cosine"``, ``"dirichlet"`` (raw),
@@ -158,14 +187,17 @@ def layer_measures(
     model.eval()
     states = model.trajectory(*inputs)
     xs = [s.x if isinstance(s, PhaseState) else s for s in states]
+    if token_mask is None:
+        token_mask = _key_padding(context.get("attn_mask"), xs[0])
+    mask = token_mask
     steps = _steps(model.backbone, len(xs) - 1)
     second_order = any(isinstance(s, PhaseState) for s in states)
     out: dict[str, Any] = {"depth": list(range(len(xs))), "dt": [dt for _, dt in steps], "second_order": second_order}
-    out["cosine"] = [float(token_cosine(x, drop_first).mean()) for x in xs]
-    out["dirichlet"] = [float(dirichlet_energy(x).mean()) for x in xs]
-    out["dirichlet_normalised"] = [float(normalised_dirichlet_energy(x).mean()) for x in xs]
-    out["feature_variance"] = [float(feature_variance(x).mean()) for x in xs]
-    out["rank_collapse"] = [float(rank_collapse(x).mean()) for x in xs]
+    out["cosine"] = [float(token_cosine(x, drop_first, mask).mean()) for x in xs]
+    out["dirichlet"] = [float(dirichlet_energy(x, mask=mask).mean()) for x in xs]
+    out["dirichlet_normalised"] = [float(normalised_dirichlet_energy(x, mask=mask).mean()) for x in xs]
+    out["feature_variance"] = [float(feature_variance(x, mask).mean()) for x in xs]
+    out["rank_collapse"] = [float(rank_collapse(x, mask).mean()) for x in xs]
     if edge_index is not None:
         out["graph_dirichlet"] = [float(dirichlet_energy(x, edge_index).mean()) for x in xs]
         out["graph_dirichlet_normalised"] = [float(normalised_dirichlet_energy(x, edge_index).mean()) for x in xs]
@@ -176,7 +208,7 @@ def layer_measures(
         low_rank = getattr(inner, "eigenvalues", None)  # large N: the spectrum without an N x N eigensolve
         gap = gap_from_eigenvalues(low_rank(x)) if low_rank is not None else spectral_gap(attention)
         gaps.append(float(gap.mean()))
-        energies.append(float(wave_energy(x, x_next, dt, attention).mean()))
+        energies.append(float(wave_energy(x, x_next, dt, attention, mask).mean()))
     out["spectral_gap"], out["wave_energy"] = gaps, energies
     if second_order:
         channels = min(PHASE_CHANNELS, xs[0].shape[-1])
@@ -189,6 +221,14 @@ def layer_measures(
             for s in states
         ]
     return out
+
+
+def _key_padding(attn_mask: Tensor | None, x: Tensor) -> Tensor | None:
+    """The ``(B, N)`` real-token mask of a key-padding attention mask ``(B, 1, 1, N)`` (``None`` for any other)."""
+    B, N = x.shape[:2]
+    if attn_mask is None or attn_mask.dim() != 4 or tuple(attn_mask.shape) != (B, 1, 1, N):
+        return None
+    return attn_mask.reshape(B, N)
 
 
 def _steps(backbone: Any, count: int) -> list[tuple[Any, float]]:

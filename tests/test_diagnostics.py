@@ -205,3 +205,46 @@ def test_layer_measures_on_a_graph():
     assert len(out["graph_dirichlet"]) == len(out["graph_dirichlet_normalised"]) == 3
     degree = int(torch.bincount(edges.flatten(), minlength=9).max())
     assert all(0 <= e <= 2 * degree for e in out["graph_dirichlet_normalised"])
+
+
+@given(seed=seeds, real=st.lists(st.integers(2, 6), min_size=2, max_size=2), pad=st.integers(1, 4))
+def test_padded_tokens_count_for_nothing(seed, real, pad):
+    """Each sample's real tokens, padded to one length with arbitrary vectors and a mask, measure exactly as those
+    tokens alone do (the padding used to enter every per-token measure and its count N)."""
+    g = torch.Generator().manual_seed(seed)
+    N = max(real) + pad
+    h = torch.randn(2, N, 4, generator=g, dtype=torch.float64)
+    h_next = torch.randn(2, N, 4, generator=g, dtype=torch.float64)
+    attention = torch.rand(2, N, N, generator=g, dtype=torch.float64)
+    mask = torch.arange(N)[None, :] < torch.tensor(real)[:, None]  # (B, N): True on real tokens
+    for b, n in enumerate(real):
+        alone, nxt, a = h[b : b + 1, :n], h_next[b : b + 1, :n], attention[b : b + 1, :n, :n]
+        m = mask[b : b + 1]
+        pairs = [
+            (token_cosine(h[b : b + 1], mask=m), token_cosine(alone)),
+            (dirichlet_energy(h[b : b + 1], mask=m), dirichlet_energy(alone)),
+            (normalised_dirichlet_energy(h[b : b + 1], mask=m), normalised_dirichlet_energy(alone)),
+            (feature_variance(h[b : b + 1], m), feature_variance(alone)),
+            (rank_collapse(h[b : b + 1], m), rank_collapse(alone)),
+            (
+                wave_energy(h[b : b + 1], h_next[b : b + 1], 0.5, attention[b : b + 1], m),
+                wave_energy(alone, nxt, 0.5, a),
+            ),
+        ]
+        for got, expected in pairs:
+            torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
+    batched = token_cosine(h, mask=mask)  # the batch at once equals each sample alone
+    torch.testing.assert_close(batched[1], token_cosine(h[1:, : real[1]])[0], rtol=1e-12, atol=1e-14)
+
+
+def test_layer_measures_leave_a_masked_lm_s_padding_out():
+    """The same real tokens with and without trailing padding give the same per-layer measures."""
+    torch.manual_seed(0)
+    model = odeformer.MaskedLM(20, 16, depth=3, dim=8, heads=2, solver="full_wave").double()
+    tokens = torch.randint(1, 20, (2, 6))
+    padded = torch.cat([tokens, torch.zeros(2, 5, dtype=torch.long)], dim=1)  # pad_id 0
+    plain = layer_measures(model, tokens)
+    masked = layer_measures(model, padded, attn_mask=(padded != 0)[:, None, None, :])
+    for name in ("cosine", "dirichlet", "dirichlet_normalised", "feature_variance", "rank_collapse", "spectral_gap"):
+        assert masked[name] == pytest.approx(plain[name], rel=1e-9, abs=1e-12), name
+    assert masked["wave_energy"] == pytest.approx(plain["wave_energy"], rel=1e-9)
