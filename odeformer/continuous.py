@@ -19,7 +19,10 @@ gives the number of field evaluations and of accepted and rejected steps; the tr
 ``steps_accepted``, ``steps_rejected``.
 
 ``depth`` keeps its meaning for diagnostics: :meth:`ContinuousBackbone.forward` can record the state at ``depth``
-evenly spaced times ``t_k = k T / depth``.
+evenly spaced times ``t_k = k T / depth``. The adaptive solvers interpolate there with their own dense output; the
+fixed grid, whose points need not fall on the ``t_k``, by cubic Hermite interpolation between its points (error of
+the order of the method's, ``O(h⁴)``; linear interpolation had been ``O(h²)``, 1e-3 off at the default 8 steps). The
+final state is a grid point either way, so recording does not change the output.
 """
 
 from __future__ import annotations
@@ -227,7 +230,9 @@ class ContinuousBackbone(nn.Module):
         import torchdiffeq
 
         p = self.preset
-        options = {"step_size": p.T / p.steps} if p.method == "rk4" else {"max_num_steps": p.max_steps}
+        options = (
+            {"step_size": p.T / p.steps, "interp": "cubic"} if p.method == "rk4" else {"max_num_steps": p.max_steps}
+        )
         solve = torchdiffeq.odeint_adjoint if p.adjoint else torchdiffeq.odeint
         kwargs = {"adjoint_params": tuple(self.field.parameters())} if p.adjoint else {}
         with warnings.catch_warnings():  # fixed-grid methods have no accept/reject callbacks, and say so
