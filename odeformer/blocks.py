@@ -40,6 +40,7 @@ import solvers
 from solvers import AbstractStepper, Block, Split, Whole
 
 SPLITTINGS = ("lie", "strang")
+DECLARATIONS = ("order", "second_order", "symplectic", "reversible", "evals_per_step")  # what every stepper declares
 FORMS = ("residual", "laplacian")
 MEMORY = ("store", "rebuild")
 
@@ -88,7 +89,11 @@ def stepper_parameters(cls: type) -> dict[str, inspect.Parameter]:
 def make_stepper(cls: type[AbstractStepper], options: dict[str, Any], dim: int | None) -> AbstractStepper:
     """``cls(**options)`` (with ``dim`` if it takes one; a registry name where it takes a stepper), or a one-line
     error naming the options it accepts."""
-    parameters = stepper_parameters(cls)
+    parameters = {
+        key: p
+        for key, p in stepper_parameters(cls).items()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)  # nn.Module's (*args, **kwargs): no options
+    }
     unknown = sorted(set(options) - set(parameters) - {"dim"})
     if unknown:
         allowed = ", ".join(p for p in parameters if p != "dim") or "none"
@@ -208,6 +213,11 @@ def derive(cls: type[AbstractStepper], name: str | None = None) -> Preset:
     """
     if not (isinstance(cls, type) and issubclass(cls, AbstractStepper)):
         raise ValueError(f"{cls!r} is not a solvers.AbstractStepper subclass.")
+    missing = [key for key in DECLARATIONS if not hasattr(cls, key)]
+    if missing:
+        raise ValueError(
+            f"{cls.__name__} is abstract: it declares no {', '.join(missing)}; train with a concrete subclass."
+        )
     label = name or cls.__name__
     if cls.second_order:
         return Preset(
@@ -239,7 +249,11 @@ def import_stepper(path: str) -> type[AbstractStepper]:
             if missing.name != module.split(".")[0] or here in sys.path:
                 raise
             sys.path.append(here)  # a file of the user's beside the run: make it importable from here on
-            found = importlib.import_module(module)
+            try:
+                found = importlib.import_module(module)
+            except ImportError:
+                sys.path.remove(here)  # not there either: leave the path as it was
+                raise
         cls = getattr(found, attribute)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"cannot import stepper {path!r}: {' '.join(str(error).split())}") from None
@@ -281,12 +295,19 @@ def preset(
     ffn_dt: float | None = None,
 ) -> Preset:
     """The preset ``name`` with its step, attention form, splitting, FFN scheme or stepper options changed (what a
-    solver config builds); ``stepper="module.Class"`` replaces the scheme with a class of the user's (the layer then
-    follows from its declarations). Each change is checked against what the layer uses: a splitting or FFN scheme
-    for a whole-block scheme, an option the stepper does not take, an unknown name, a non-positive ``dt`` are
-    one-line errors."""
-    chosen = resolve(import_stepper(stepper) if stepper else name)
+    solver config builds). Each change is checked against what the layer uses: a splitting or FFN scheme for a
+    whole-block scheme, an option the stepper does not take, an unknown name, a non-positive ``dt`` are one-line
+    errors.
+
+    ``stepper="module.Class"`` replaces the scheme with a class of the user's. If it is of the kind the solver
+    ``name``'s layer steps (first- or second-order, one evaluation or the whole block), the layer keeps that
+    solver's layout (form, step, splitting, FFN scheme and step, memory) with the class in it; otherwise the layer
+    follows from the class's declarations (:func:`derive`). The solver's own scheme options are not passed to another
+    class: ``options`` equal to the solver's defaults count as not given (the config fills them in), so the class
+    starts from its own defaults, and any other option must be one it takes."""
+    chosen = resolve(name) if not stepper else _with_stepper(name, import_stepper(stepper))
     if stepper:
+        options = {k: v for k, v in (options or {}).items() if k in chosen.options or not _solver_default(name, k, v)}
         chosen = replace(chosen, name=name if name not in solver_names() else chosen.name)
     for label, value in (("dt", dt), ("ffn_dt", ffn_dt)):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -316,6 +337,35 @@ def preset(
     )
     made.build(2)  # every option is checked now, not at the first forward
     return made
+
+
+def _with_stepper(name: str, cls: type[AbstractStepper]) -> Preset:
+    """Solver ``name``'s layer with ``cls`` as its scheme if ``cls`` is of the kind that layer steps, else
+    ``derive(cls)`` (also for a name that is no solver's); the named scheme's options are dropped (see
+    :func:`preset`)."""
+    derived = derive(cls)
+    try:
+        named = resolve(name)
+    except ValueError:
+        return derived
+    if cls is named.stepper:
+        return named
+    if (cls.second_order, derived.dynamics) != (named.stepper.second_order, named.dynamics):
+        return derived
+    equation = f"{named.name}'s layer with {cls.__name__} as its scheme: {named.equation}"
+    return replace(named, stepper=cls, options={}, equation=equation, name=derived.name)
+
+
+def _solver_default(name: str, key: str, value: Any) -> bool:
+    """Whether ``value`` is what the config fills in for option ``key`` of solver ``name`` (its default)."""
+    try:
+        named = resolve(name)
+    except ValueError:
+        return False
+    if key in named.options:
+        return named.options[key] == value
+    parameter = stepper_parameters(named.stepper).get(key)
+    return parameter is not None and parameter.default is not inspect.Parameter.empty and parameter.default == value
 
 
 def check_preset(

@@ -1,0 +1,89 @@
+"""A scheme of the user's in a solver config (``solver.stepper=module.Class``): which layer it gets, which options
+reach it, and the errors for classes that cannot be one."""
+
+import sys
+import textwrap
+
+import pytest
+
+import odeformer
+from odeformer.blocks import preset
+
+SCHEMES = '''
+from typing import ClassVar
+
+import torch
+from solvers import AbstractStepper, PhaseState, SemiImplicitEuler
+
+
+class Family(AbstractStepper, abstract=True):
+    second_order: ClassVar[bool] = False
+
+
+class ThetaGate(AbstractStepper):
+    """x + dt * sigmoid(theta) * f: takes theta0 as light_wave does, with another default."""
+
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+
+    def __init__(self, theta0: float = 3.0):
+        super().__init__()
+        self.theta0 = theta0
+
+    def step(self, field, t, y, dt, state):
+        return y + dt * torch.sigmoid(torch.tensor(self.theta0)) * field(t, y), state
+
+
+class Kick(SemiImplicitEuler):
+    """A second-order, reversible scheme without constructor options."""
+'''
+
+
+@pytest.fixture
+def schemes(tmp_path, monkeypatch):
+    (tmp_path / "user_schemes_mod.py").write_text(textwrap.dedent(SCHEMES))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "user_schemes_mod"
+    sys.modules.pop("user_schemes_mod", None)
+
+
+def test_the_named_solvers_defaults_do_not_reach_another_class(schemes):
+    """The config fills solver.options with the named solver's defaults (light_wave: theta0 = -2); a class of the
+    user's starts from its own (3.0) unless the value was changed."""
+    made = preset("light_wave", options={"theta0": -2.0}, stepper=f"{schemes}.ThetaGate")
+    assert made.build(4).stepper.theta0 == 3.0
+    assert preset("light_wave", options={"theta0": 1.0}, stepper=f"{schemes}.ThetaGate").build(4).stepper.theta0 == 1.0
+    mix = odeformer.PRESETS["mix"].options  # a scheme that takes none of mix's options is not handed them
+    assert preset("mix", options=dict(mix), stepper=f"{schemes}.Kick").options == {}
+
+
+def test_a_class_of_the_solvers_kind_keeps_the_solvers_layout(schemes):
+    reversible = preset("reversible", stepper=f"{schemes}.Kick")
+    assert (reversible.memory, reversible.ffn, reversible.stepper.__name__) == (
+        "rebuild",
+        "semi_implicit_euler",
+        "Kick",
+    )
+    assert preset("mix", stepper=f"{schemes}.Kick").ffn_dt == 1.0  # the mix layout's unit FFN step
+    derived = preset("diffusion", stepper=f"{schemes}.Kick")  # another kind: the layer follows its declarations
+    assert (derived.form, derived.dt, derived.memory) == ("laplacian", 0.5, "store")
+
+
+def test_classes_that_cannot_be_a_layer_are_one_line_errors(schemes):
+    with pytest.raises(ValueError, match="Family is abstract: it declares no order, symplectic"):
+        preset("diffusion", stepper=f"{schemes}.Family")
+    with pytest.raises(
+        ValueError, match=r"bad options \{'theta0': 1.0\} for Kick: it takes no theta0 \(allowed: none\)"
+    ):
+        preset("diffusion", options={"theta0": 1.0}, stepper=f"{schemes}.Kick")
+
+
+def test_a_failed_import_leaves_the_python_path_as_it_was(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    with pytest.raises(ValueError, match="cannot import stepper 'no_such_module_here.X'"):
+        preset("diffusion", stepper="no_such_module_here.X")
+    assert sys.path == before
