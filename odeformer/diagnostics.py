@@ -18,7 +18,9 @@ one value per sample ``(B,)`` unless it says otherwise:
   has; a second-order run's carried velocity is not used) plus the attention-weighted potential whose gradient is the
   wave force ``(A - I) h`` (for symmetric ``A``).
 - :func:`spectral_gap`: ``1 - |λ₂(A)|`` of row-stochastic attention matrices ``(..., N, N)``: how fast diffusion by
-  ``A`` mixes; 0 means some direction is never smoothed.
+  ``A`` mixes; 0 means some direction is never smoothed. Per head, then averaged over heads; for an attention whose
+  heads share the values and are averaged (DIFFormer's simple kernel), the gap of the head-averaged matrix, which is
+  the operator it applies.
 
 :func:`layer_measures` runs a task model on a batch and returns every measure at every layer.
 """
@@ -31,6 +33,8 @@ import torch
 from torch import Tensor
 
 from solvers import PhaseState
+
+from .fields import graph_mask
 
 
 def _tokens(h: Tensor, drop_first: bool = False, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -204,7 +208,10 @@ def layer_measures(
     gaps, energies = [], []
     for (field, dt), x, x_next in zip(steps, xs, xs[1:]):
         inner = getattr(field, "attention", field)  # graph fields wrap an attention module
-        attention = inner.weights(x, context.get("attn_mask"))
+        attn_mask = context.get("attn_mask")
+        if attn_mask is None and getattr(inner, "mask", None) == "graph" and edge_index is not None:
+            attn_mask = graph_mask(edge_index, x.shape[1])  # softmax along the edges, as the model attends
+        attention = inner.weights(x, attn_mask)
         low_rank = getattr(inner, "eigenvalues", None)  # large N: the spectrum without an N x N eigensolve
         gap = gap_from_eigenvalues(low_rank(x)) if low_rank is not None else spectral_gap(attention)
         gaps.append(float(gap.mean()))
@@ -216,9 +223,9 @@ def layer_measures(
         out["phase_channels"] = list(range(channels))
         out["phase"] = [
             {"x": s.x[0, 0, :channels].tolist(), "v": s.v[0, 0, :channels].tolist()}
-            if isinstance(s, PhaseState)
-            else None
-            for s in states
+            if isinstance(s, PhaseState) and i > 0
+            else None  # the input: its velocity is 0 by construction (a continuous run records it as a state)
+            for i, s in enumerate(states)
         ]
     return out
 

@@ -248,3 +248,26 @@ def test_layer_measures_leave_a_masked_lm_s_padding_out():
     for name in ("cosine", "dirichlet", "dirichlet_normalised", "feature_variance", "rank_collapse", "spectral_gap"):
         assert masked[name] == pytest.approx(plain[name], rel=1e-9, abs=1e-12), name
     assert masked["wave_energy"] == pytest.approx(plain["wave_energy"], rel=1e-9)
+
+
+def test_graph_softmax_attention_is_measured_along_its_edges():
+    """A NodeClassifier whose softmax runs along the graph's edges: its weights are taken with the graph's mask, as
+    the model attends (the measures used to stop with "mask='graph' needs the graph's attention mask")."""
+    torch.manual_seed(0)
+    model = odeformer.NodeClassifier(5, 3, depth=2, dim=8, attention="graph_softmax").double()
+    edges = torch.randint(0, 9, (2, 20))
+    features = torch.randn(9, 5, dtype=torch.float64)
+    measures = layer_measures(model, features, edges, edge_index=edges)
+    with torch.no_grad():
+        states = model.eval().trajectory(features, edges)
+    inner = model.backbone.layers[0].attention.attention
+    mask = odeformer.fields.graph_mask(edges, 9)
+    with torch.no_grad():
+        assert measures["spectral_gap"][0] == pytest.approx(float(spectral_gap(inner.weights(states[0], mask)).mean()))
+
+
+def test_the_input_has_no_phase_point_in_a_continuous_wave_run():
+    torch.manual_seed(0)
+    model = odeformer.ViT(depth=3, dim=16, heads=2, solver=odeformer.continuous.continuous(dynamics="wave"))
+    phase = layer_measures(model, torch.randn(2, 1, 8, 8), drop_first=True)["phase"]
+    assert phase[0] is None and all(p is not None for p in phase[1:])
