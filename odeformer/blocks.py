@@ -336,6 +336,15 @@ def preset(
         ffn_dt=chosen.ffn_dt if ffn_dt is None else float(ffn_dt),
     )
     made.build(2)  # every option is checked now, not at the first forward
+    changed = {
+        key: getattr(made, key)
+        for key in ("dt", "form", "splitting", "ffn", "ffn_dt", "options")
+        if getattr(made, key) != getattr(chosen, key)
+    }
+    if changed:  # the equation text is the preset's: say what this layer does differently
+        made = replace(
+            made, equation=f"{made.equation}   [changed: {', '.join(f'{k}={v}' for k, v in changed.items())}]"
+        )
     return made
 
 

@@ -87,3 +87,10 @@ def test_a_failed_import_leaves_the_python_path_as_it_was(tmp_path, monkeypatch)
     with pytest.raises(ValueError, match="cannot import stepper 'no_such_module_here.X'"):
         preset("diffusion", stepper="no_such_module_here.X")
     assert sys.path == before
+
+
+def test_a_changed_preset_says_what_it_changed():
+    """A preset's equation text is its defaults'; a layer built with other settings says which."""
+    changed = preset("diffusion", splitting="strang", dt=0.25)
+    assert changed.equation.endswith("[changed: dt=0.25, splitting=strang]")
+    assert preset("full_wave") == odeformer.PRESETS["full_wave"]
