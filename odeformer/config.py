@@ -145,7 +145,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # max gradient norm; 0 disables
     eval_every: int = 100  # steps between evaluations (and checkpoints)
     checkpoint_every: int = 0  # steps between saves of last.pt (0: at every evaluation); best.pt when val improves
-    eval_batches: int = 50  # validation: at most this many batches (0: all); text: windows of each evaluation
+    eval_batches: int = 50  # validation: at most this many batches (0: all; text: the whole stream in windows)
     log_every: int = 10
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda

@@ -2,7 +2,12 @@
 
 ``image`` and ``sequence`` data are labelled items (cross-entropy, accuracy); ``text`` is next-character prediction
 on random windows of a stream (the metric is the loss in nats per token); ``graph`` is transductive node
-classification on one graph (full batch, the loss on the training nodes). :func:`make_objective` picks one.
+classification on one graph (full batch, the loss on the training nodes). :func:`make_objective` picks one, and
+refuses at start-up a validation or test split with nothing to evaluate.
+
+``max_batches`` of :meth:`Objective.evaluate` (``train.eval_batches``) caps a labelled split at that many batches;
+a text stream is read in that many batches of windows spread evenly over it; 0 means all: every labelled item, the
+whole stream in consecutive windows (each token after the first predicted once). A graph is always evaluated whole.
 """
 
 from __future__ import annotations
@@ -40,11 +45,21 @@ class Objective:
         raise NotImplementedError
 
 
+def _empty(split: str, count: int) -> None:
+    if count == 0:
+        what = "to train on" if split == "train" else "to evaluate"
+        raise ValueError(
+            f"the {split} split is empty: nothing {what}; every split needs at least one item (check data.options)."
+        )
+
+
 class _Labelled(Objective):
     """Image and sequence classification: ``(inputs, labels)`` tensors per split."""
 
     def __init__(self, data, batch_size, seed, device):
         super().__init__(data, batch_size, seed, device)
+        for split in ("train", "val", "test"):
+            _empty(split, len(data.splits[split][1]))
         self.sampler = EpochSampler(len(data.splits["train"][1]), batch_size, seed)
 
     def batch(self, rank, world):
@@ -69,7 +84,8 @@ class _Labelled(Objective):
             total_loss += float(F.cross_entropy(logits, y, reduction="sum"))
             correct += int((logits.argmax(-1) == y).sum())
             count += len(y)
-        return {"loss": total_loss / max(count, 1), "accuracy": correct / max(count, 1)}
+        _empty(split, count)
+        return {"loss": total_loss / count, "accuracy": correct / count}
 
 
 class ImageObjective(_Labelled):
@@ -101,6 +117,12 @@ class TextObjective(Objective):
     def __init__(self, data, batch_size, seed, device, context: int):
         super().__init__(data, batch_size, seed, device)
         self.context = context
+        for split in ("val", "test"):  # the train stream: WindowSampler's check
+            if len(data.splits[split][0]) <= context + 1:
+                raise ValueError(
+                    f"the {split} token stream ({len(data.splits[split][0])}) must be longer than the context "
+                    f"({context}) + 1: use a smaller model.max_len or a longer stream."
+                )
         self.sampler = WindowSampler(len(data.splits["train"][0]), context, batch_size, seed)
 
     def _windows(self, stream: Tensor, starts: Tensor) -> tuple[Tensor, Tensor]:
@@ -118,13 +140,16 @@ class TextObjective(Objective):
     @torch.no_grad()
     def evaluate(self, model, split, max_batches):
         stream = self.data.splits[split][0]
-        windows = (max_batches or 20) * self.batch_size
-        starts = torch.linspace(0, len(stream) - self.context - 2, windows).long().unique()
+        if max_batches:  # that many batches of windows, spread evenly over the stream
+            starts = torch.linspace(0, len(stream) - self.context - 2, max_batches * self.batch_size).long().unique()
+        else:  # the whole stream: consecutive windows, each token after the first a target once
+            starts = torch.arange(0, len(stream) - self.context, self.context)
         total, count = 0.0, 0
         for chunk in starts.split(self.batch_size):
             inputs, targets = self._windows(stream, chunk)
             total += float(F.cross_entropy(model(inputs).float().flatten(0, 1), targets.flatten(), reduction="sum"))
             count += targets.numel()
+        _empty(split, count)
         return {"loss": total / count}
 
 
@@ -135,6 +160,8 @@ class GraphObjective(Objective):
         super().__init__(data, batch_size, seed, device)
         self.features, self.edges, self.labels = (t.to(device) for t in data.graph)
         self.index = {split: data.splits[split][0].to(device) for split in data.splits}
+        for split in ("train", "val", "test"):
+            _empty(split, len(self.index[split]))
 
     def batch(self, rank, world):
         return self.index["train"]

@@ -21,6 +21,7 @@ import difflib
 import json
 import os
 import re
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -234,12 +235,16 @@ def warn_unstable(model: Any) -> None:
             )
 
 
-def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
-    """Train one configuration into ``out_dir``; return the summary."""
+def run(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Train one configuration into ``out_dir``; return the summary. ``overrides`` (the command line's) are stored in
+    the checkpoints, so that a resume with another config can be told the command to repeat."""
     settings = Settings(**OmegaConf.to_container(cfg.train, resolve=True), batch_size=cfg.data.batch_size)
-    check_run_directory(out_dir, settings.resume)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    check_run_directory(out_dir, settings.resume, config)
     torch.manual_seed(settings.seed)  # the model's initial weights are part of the run's seed
-    data, model, info = build(OmegaConf.to_container(cfg, resolve=True))
+    data, model, info = build(config)
+    if overrides is not None:
+        info["overrides"] = list(overrides)
     warn_unstable(model)
     summary = Trainer(model, data, settings, out_dir, info).fit()
     if summary:
@@ -297,17 +302,40 @@ class SweepSummary(Callback):
 
 @hydra.main(version_base="1.3", config_path="pkg://" + CONFIG_MODULE, config_name="train")
 def _main(cfg: DictConfig) -> None:
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_config = HydraConfig.get()
+    out_dir = Path(hydra_config.runtime.output_dir)
+    before = _written(out_dir)
     try:
-        run(cfg, out_dir)
+        run(cfg, out_dir, list(hydra_config.overrides.task))
     except TrainingDiverged as error:
         print(f"odeformer-train: {error}", file=sys.stderr)
         sys.exit(1)
     except (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError) as error:
         if os.environ.get("ODEFORMER_DEBUG"):
             raise
+        if _written(out_dir) == before:  # refused before training: the command leaves no trace
+            _forget_snapshot(out_dir, hydra_config.output_subdir)
         print(f"odeformer-train: error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)
+
+
+def _written(out_dir: Path) -> dict[str, tuple[int, int]]:
+    """``{path: (size, mtime)}`` of the files in a run directory outside its config snapshots."""
+    files = (p for p in out_dir.rglob("*") if p.is_file() and ".hydra" not in p.relative_to(out_dir).parts)
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in files}
+
+
+def _forget_snapshot(out_dir: Path, subdir: str | None) -> None:
+    """Remove the config snapshot Hydra wrote for this invocation (``.hydra/<date>_<time>/``), and the folders left
+    empty by it: a command refused before it trains leaves the run directory as it was, and the snapshots kept are
+    those of commands that ran."""
+    if not subdir:
+        return
+    snapshot = out_dir / subdir
+    shutil.rmtree(snapshot, ignore_errors=True)
+    for folder in (snapshot.parent, out_dir):
+        with contextlib.suppress(OSError):  # not empty: an earlier invocation's snapshots, or a run
+            folder.rmdir()
 
 
 def main() -> None:

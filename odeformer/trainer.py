@@ -2,12 +2,15 @@
 resume.
 
 Every run directory holds ``metrics.jsonl`` (one JSON object per logged step), ``last.pt`` and ``best.pt`` (written
-atomically: a temporary file, then a rename), ``curves.png`` and ``summary.json``. A resumed run (``train.resume``)
-restores the model, optimiser, scheduler, data order and RNG states, so on CPU it reaches bit-identical parameters to
-an uninterrupted run of the same length. SIGTERM or Ctrl-C saves a checkpoint and stops cleanly; a non-finite loss
-stops the run, names the step, and keeps the last good checkpoint. Under ``torchrun`` the model is wrapped in
-DistributedDataParallel (gloo on CPU, nccl on GPU): each rank takes its share of every batch, rank 0 logs, evaluates
-and checkpoints.
+atomically: a temporary file, then a rename), ``curves.png`` and ``summary.json``. ``best.pt`` holds the weights with
+the best validation metric so far; ``last.pt`` holds everything a resume needs, those best weights included. A resumed
+run (``train.resume``) restores the model, optimiser, scheduler, data order, RNG states and best weights (rewriting
+``best.pt`` from them: one written after ``last.pt`` by a run killed later is of a trajectory the resume discards) and
+drops the metrics logged after ``last.pt``, so on CPU it reaches bit-identical parameters to an uninterrupted run of
+the same length. A fresh run in a directory left by a run killed before its first ``last.pt`` starts its logs anew.
+SIGTERM or Ctrl-C saves a checkpoint and stops cleanly; a non-finite loss stops the run, names the step, and keeps
+the last good checkpoint. Under ``torchrun`` the model is wrapped in DistributedDataParallel (gloo on CPU, nccl on
+GPU): each rank takes its share of every batch, rank 0 logs, evaluates and checkpoints.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +59,20 @@ class Settings(TrainConfig):
             )
         for name in ("max_steps", "eval_every", "log_every", "batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be at least 1, got {getattr(self, name)}.")
+                group = "data" if name == "batch_size" else "train"
+                raise ValueError(f"{group}.{name} must be at least 1, got {getattr(self, name)}.")
+        if self.eval_batches < 0:
+            raise ValueError(
+                f"train.eval_batches must be 0 (evaluate the whole split) or more (at most that many batches), got "
+                f"{self.eval_batches}."
+            )
+        if self.warmup_steps < 0:
+            raise ValueError(f"train.warmup_steps must be 0 (no warm-up) or more, got {self.warmup_steps}.")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(
+                f"train.min_lr_ratio must be in [0, 1] (the cosine's floor as a fraction of train.lr), got "
+                f"{self.min_lr_ratio}."
+            )
         if self.lr <= 0 or not math.isfinite(self.lr):
             raise ValueError(f"train.lr must be positive, got {self.lr}.")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -120,6 +137,7 @@ class Trainer:
         self.optimizer = make_optimizer(model, settings)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step, self.wall, self.best_val, self.best_step = 0, 0.0, None, 0
+        self.best_weights: dict[str, torch.Tensor] | None = None  # on the CPU: the model at best_step
         self.stop_signal: int | None = None
         self.writer = self.bar = None
         self.network = self.objective.network(model)
@@ -154,6 +172,19 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "sampler": getattr(self.objective, "sampler", None) and self.objective.sampler.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all()},
+            "best_model": self.best_weights,
+            "info": self.info,
+        }
+
+    def best_state(self) -> dict[str, Any]:
+        """``best.pt``: the weights at ``best_step`` and the run's description (what :func:`odeformer.runs.load_run`
+        and the summary's test evaluation read)."""
+        return {
+            "format": FORMAT,
+            "step": self.best_step,
+            "best_val": self.best_val,
+            "best_step": self.best_step,
+            "model": self.best_weights,
             "info": self.info,
         }
 
@@ -174,6 +205,31 @@ class Trainer:
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.step, self.wall = payload["step"], payload["wall"]
         self.best_val, self.best_step = payload["best_val"], payload["best_step"]
+        self._restore_best(payload)
+
+    def _restore_best(self, payload: dict[str, Any]) -> None:
+        """Make ``best.pt`` the best of the restored state: ``last.pt`` carries the best weights; a ``best.pt`` written
+        after it (by a run killed later) is of a trajectory the resumed run does not continue."""
+        best = self.out_dir / "best.pt"
+        if "best_model" in payload:
+            self.best_weights = payload["best_model"]
+        elif self.best_val is not None:  # a last.pt from before it carried the best weights: best.pt's, if they fit
+            stored = load_checkpoint(best) if best.exists() else {}
+            if stored.get("step") == self.best_step and stored.get("best_val") == self.best_val:
+                self.best_weights = stored["model"]
+            else:
+                warnings.warn(
+                    f"{best} is not the best of {self.out_dir / 'last.pt'} (step {self.best_step}); the summary's "
+                    "test is taken only if validation improves on the restored best.",
+                    stacklevel=2,
+                )
+                return
+        if not self.main:
+            return
+        if self.best_weights is None:  # no evaluation before last.pt
+            best.unlink(missing_ok=True)
+        else:
+            save_checkpoint(best, self.best_state())
 
     # -- logging ------------------------------------------------------------------------------------------------------
 
@@ -194,6 +250,17 @@ class Trainer:
             rows = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= self.step]
             path.write_text("".join(row + "\n" for row in rows))
 
+    def _clear_logs(self) -> None:
+        """On a fresh start, remove what a run killed before its first ``last.pt`` left (``check_run_directory``
+        refuses a directory with a ``last.pt`` or ``summary.json``): its metrics, best weights, curves, tensorboard
+        events and half-written checkpoints would otherwise mix with this run's."""
+        if not self.main:
+            return
+        for name in ("metrics.jsonl", "best.pt", "curves.png", "last.pt.tmp", "best.pt.tmp"):
+            (self.out_dir / name).unlink(missing_ok=True)
+        for events in (self.out_dir / "tensorboard").glob("events.out.tfevents.*"):
+            events.unlink()
+
     # -- the loop -----------------------------------------------------------------------------------------------------
 
     def _better(self, value: float) -> bool:
@@ -202,8 +269,9 @@ class Trainer:
         return value > self.best_val if self.objective.higher_is_better else value < self.best_val
 
     def evaluate(self, split: str) -> dict[str, float]:
-        """Metrics on ``split``: validation is capped at ``eval_batches`` batches, the test split is used whole
-        (a text stream is sampled: the same number of windows as validation)."""
+        """Metrics on ``split``: validation is capped at ``eval_batches`` batches (0: all), the test split is used
+        whole; a text stream is read in ``eval_batches`` batches of windows spread over it, for validation and test
+        alike (0: the whole stream, in consecutive windows); a graph is evaluated whole."""
         model = self.objective.network(_unwrap(self.model))
         model.eval()
         limit = self.settings.eval_batches if split == "val" or isinstance(self.objective, TextObjective) else 0
@@ -219,7 +287,9 @@ class Trainer:
             self._log({"step": self.step, **{f"val_{k}": v for k, v in result.items()}})
             if self._better(value):
                 self.best_val, self.best_step = value, self.step
-                save_checkpoint(self.out_dir / "best.pt", self.state())
+                weights = _unwrap(self.model).state_dict()
+                self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
+                save_checkpoint(self.out_dir / "best.pt", self.best_state())
             every, final = self.settings.checkpoint_every, self.step == self.settings.max_steps
             if every == 0 or self.step % every == 0 or final:
                 save_checkpoint(self.out_dir / "last.pt", self.state())
@@ -252,7 +322,10 @@ class Trainer:
         if o.resume:
             self.restore(load_checkpoint(self.out_dir / "last.pt"))
             self._truncate_metrics()
-        self.writer = _tensorboard(self.out_dir) if self.main else None
+        else:
+            self._clear_logs()
+        # on resume, tensorboard drops the events logged after the checkpoint, as _truncate_metrics does
+        self.writer = _tensorboard(self.out_dir, self.step + 1 if o.resume else None) if self.main else None
         self.bar = _progress(o.max_steps, self.step) if (self.main and o.progress) else None
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         status = "completed"
@@ -275,6 +348,7 @@ class Trainer:
                 loss.backward()
                 if o.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(self.network.parameters(), o.grad_clip)
+                lr = self.scheduler.get_last_lr()[0]  # the learning rate of this step (scheduler.step sets the next)
                 self.optimizer.step()
                 self.scheduler.step()
                 self.step += 1
@@ -284,7 +358,7 @@ class Trainer:
                         {
                             "step": self.step,
                             "loss": value,
-                            "lr": self.scheduler.get_last_lr()[0],
+                            "lr": lr,
                             "time": round(self.wall, 3),
                             **_solver_stats(self.model),
                         }
@@ -318,10 +392,9 @@ class Trainer:
         if not self.main:
             return {}
         test = None
-        if status == "completed" and (self.out_dir / "best.pt").exists():
-            best = load_checkpoint(self.out_dir / "best.pt")
+        if status == "completed" and self.best_weights is not None:  # the weights best.pt holds, kept in memory
             current = {k: v.clone() for k, v in _unwrap(self.model).state_dict().items()}
-            _unwrap(self.model).load_state_dict(best["model"])
+            _unwrap(self.model).load_state_dict(self.best_weights)
             test = self.evaluate("test")[self.objective.metric]
             _unwrap(self.model).load_state_dict(current)
         summary = {
@@ -363,12 +436,12 @@ def _rank_checksums(model: nn.Module, world: int, device: torch.device) -> list[
     return [float(v) for v in gathered]
 
 
-def _tensorboard(out_dir: Path):
+def _tensorboard(out_dir: Path, purge_step: int | None = None):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is optional
         return None
-    return SummaryWriter(str(out_dir / "tensorboard"))
+    return SummaryWriter(str(out_dir / "tensorboard"), purge_step=purge_step)
 
 
 def _progress(total: int, initial: int):

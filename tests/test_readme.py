@@ -84,7 +84,7 @@ def _tiny(command: str, tmp: Path, index: int) -> list[list[str]] | str:
             start = [w for w in words if w != "train.resume=true"]
             out = [w for w in words if w.startswith("train.out_dir=")]
             return [
-                [*start, "train.max_steps=1", "train.eval_every=1", "model.depth=2"],
+                [*start, *SMALL, "train.max_steps=1", "model.depth=2"],  # only max_steps may differ on resume
                 [*words, *SMALL, "model.depth=2", *out],
             ]
         return [_train(command, tmp, index)]

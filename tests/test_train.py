@@ -1,6 +1,7 @@
 """The training application end to end: configs, runs, checkpoints, resume, signals, bad input, sweeps, torchrun."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -209,6 +210,163 @@ def test_resume_after_kill_is_bit_identical(tmp_path):
     assert steps == sorted(steps), "metrics rows after the checkpoint are logged once"
 
 
+SHORT = [*DEBUG, "train.max_steps=2", "train.eval_every=2"]
+
+
+def _files(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _next_second():
+    """Wait for the next second: Hydra names a command's config snapshot .hydra/<date>_<time>/ to the second."""
+    time.sleep(1.05 - time.time() % 1)
+
+
+def test_resume_with_another_config_is_refused_naming_the_keys_and_the_command(tmp_path):
+    out = tmp_path / "run"
+    assert cli_in_process(*SHORT, f"train.out_dir={out}").returncode == 0
+    before = _files(out)
+    _next_second()
+    changed = ["solver=diffusion", "train.lr=1.0", "data.batch_size=8", "model.dropout=0.5"]
+    refused = cli_in_process(*SHORT, *changed, f"train.out_dir={out}", "train.resume=true")
+    assert refused.returncode == 2, refused.stdout
+    line = _error_line(refused)
+    assert line.startswith(f"odeformer-train: error: train.resume=true continues the run in {out} with its own config")
+    assert "solver.name (full_wave in the run, diffusion now), model.dropout (0.0 in the run, 0.5 now)" in line
+    assert "data.batch_size (32 in the run, 8 now) and 1 more; only train.max_steps, train.resume" in line
+    command = " ".join(["odeformer-train", *SHORT, f"train.out_dir={out}", "train.resume=true"])
+    assert line.endswith(f"Resume with its own overrides: {command}")
+    assert _files(out) == before  # not a byte written: not even the command's config snapshot is left
+    # where and how it runs, how long, what it writes may change
+    allowed = ["train.max_steps=4", "train.device=cpu", "train.progress=true", "train.log_every=2", "data.root=/x"]
+    resumed = cli_in_process(*SHORT, *allowed, f"train.out_dir={out}", "train.resume=true")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "summary.json").read_text())["steps"] == 4
+    assert len(list((out / ".hydra").iterdir())) == 2  # the run's and the resume's
+
+
+def test_a_resume_refusal_of_an_older_checkpoint_names_the_first_snapshots_overrides(tmp_path):
+    from odeformer.checkpoints import RunDirectoryError, check_resume_config
+
+    snapshots = {"2024-01-01_10-00-00": "- solver=mix\n- model.depth=3\n", "2024-01-02_10-00-00": "- x=1\n"}
+    for name, overrides in snapshots.items():
+        (tmp_path / ".hydra" / name).mkdir(parents=True)
+        (tmp_path / ".hydra" / name / "overrides.yaml").write_text(overrides)
+    stored = {"solver": {"options": {}}, "model": {"depth": 3}, "train": {"max_steps": 5}}
+    payload = {"info": {"config": stored}}  # no "overrides": a checkpoint from before they were stored
+    # train.max_steps may change; a key the run's config lacks is a setting added since, not compared
+    check_resume_config(tmp_path, payload, {**stored, "model": {"depth": 3, "new": 1}, "train": {"max_steps": 9}})
+    changed = {**stored, "solver": {"options": {"theta0": -4.0}}, "model": {"depth": 4}}
+    with pytest.raises(RunDirectoryError) as error:
+        check_resume_config(tmp_path, payload, changed)
+    assert "changes solver.options ({} in the run, {'theta0': -4.0} now), model.depth (3 in the run, 4 now); only" in (
+        str(error.value)
+    )
+    command = f"odeformer-train solver=mix model.depth=3 train.out_dir={tmp_path} train.resume=true"
+    assert str(error.value).endswith(command)
+
+
+def test_resume_rewrites_a_best_pt_written_after_last_pt(tmp_path):
+    """A run killed after writing best.pt at a step later than last.pt's: the resumed run's best (summary's val, test
+    and best_step, and best.pt) is the one restored from last.pt, not the dead trajectory's."""
+    out = tmp_path / "run"
+    assert cli_in_process(*SHORT, f"train.out_dir={out}").returncode == 0
+    finished = json.loads((out / "summary.json").read_text())
+    last = load_checkpoint(out / "last.pt")
+    assert last["step"] == finished["best_step"] == 2
+    stale = load_checkpoint(out / "best.pt")
+    stale.update(step=3, best_step=3, best_val=1.0, model={k: torch.zeros_like(v) for k, v in stale["model"].items()})
+    save_checkpoint(out / "best.pt", stale)  # as if written at step 3 by a run killed before its next last.pt
+    resumed = cli_in_process(*SHORT, f"train.out_dir={out}", "train.resume=true")
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["val"], summary["test"], summary["best_step"]) == (
+        finished["val"],
+        finished["test"],
+        finished["best_step"],
+    )
+    best = load_checkpoint(out / "best.pt")
+    assert best["step"] == 2 and all(torch.equal(best["model"][k], last["model"][k]) for k in last["model"])
+
+
+def test_resume_of_a_last_pt_without_the_best_weights_takes_them_from_a_best_pt_that_fits(tmp_path):
+    out = tmp_path / "run"
+    assert cli_in_process(*SHORT, f"train.out_dir={out}").returncode == 0
+    finished = json.loads((out / "summary.json").read_text())
+    last = load_checkpoint(out / "last.pt")
+    del last["best_model"]  # as written before last.pt carried the best weights
+    save_checkpoint(out / "last.pt", last)
+    assert cli_in_process(*SHORT, f"train.out_dir={out}", "train.resume=true").returncode == 0
+    assert json.loads((out / "summary.json").read_text())["test"] == finished["test"]
+    save_checkpoint(out / "last.pt", last)
+    best = load_checkpoint(out / "best.pt")
+    save_checkpoint(out / "best.pt", {**best, "step": 3})  # not the restored best: its weights are unknown
+    with pytest.warns(UserWarning, match="best.pt is not the best of .* the summary's test is taken only if"):
+        assert cli_in_process(*SHORT, f"train.out_dir={out}", "train.resume=true").returncode == 0
+    assert json.loads((out / "summary.json").read_text())["test"] is None
+
+
+def test_a_fresh_run_replaces_what_a_run_killed_before_its_first_checkpoint_left(tmp_path):
+    out = tmp_path / "run"
+    (out / "tensorboard").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 123.0}\n{"step": 2, "loss": 123.0}\n')
+    (out / "tensorboard" / "events.out.tfevents.1.old").write_bytes(b"old")
+    (out / "best.pt").write_bytes(b"old")
+    done = cli_in_process(*SHORT, f"train.out_dir={out}")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2] and all(r.get("loss") != 123.0 for r in rows)
+    assert not (out / "tensorboard" / "events.out.tfevents.1.old").exists()
+    assert load_checkpoint(out / "best.pt")["step"] == 2
+
+
+def test_the_logged_lr_is_the_one_the_step_used(tmp_path):
+    out = tmp_path / "run"
+    schedule = ["train.warmup_steps=2", "train.lr=0.01", "train.min_lr_ratio=0.0", "train.log_every=1"]
+    done = cli_in_process(*DEBUG, *schedule, "train.max_steps=4", "train.eval_every=4", f"train.out_dir={out}")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # steps 1, 2: warm-up (1/2, 2/2 of lr); steps 3, 4: cosine from lr at progress 0, then 1/2
+    assert [r["lr"] for r in rows if "loss" in r] == pytest.approx([0.005, 0.01, 0.01, 0.005])
+
+
+class _Recorder(torch.nn.Module):
+    """Uniform logits over ``vocab`` tokens; records the inputs it is given."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.vocab, self.seen = vocab, []
+
+    def forward(self, inputs):
+        self.seen.append(inputs)
+        return torch.zeros(*inputs.shape, self.vocab)
+
+
+def test_eval_batches_0_reads_a_text_stream_whole_and_n_reads_n_batches():
+    from odeformer.objectives import TextObjective
+
+    data = load("synthetic", task="text", n=40)  # val: 4 runs of 32 tokens
+    objective = TextObjective(data, 4, 0, torch.device("cpu"), context=8)
+    stream, model = data.splits["val"][0], _Recorder(11)
+    result = objective.evaluate(model, "val", 0)
+    assert torch.equal(torch.cat(model.seen).flatten(), stream[: (len(stream) - 1) // 8 * 8])  # each window once
+    assert result["loss"] == pytest.approx(math.log(11))
+    model.seen.clear()
+    objective.evaluate(model, "val", 2)
+    assert sum(len(batch) for batch in model.seen) == 2 * 4
+
+
+def test_an_empty_evaluation_raises():
+    from odeformer.objectives import ImageObjective
+
+    data = load("synthetic", n=40)
+    objective = ImageObjective(data, 4, 0, torch.device("cpu"))
+    images, labels = data.splits["val"]
+    data.splits["val"] = (images[:0], labels[:0])
+    with pytest.raises(ValueError, match="the val split is empty: nothing to evaluate"):
+        objective.evaluate(_Recorder(4), "val", 0)
+
+
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     out = tmp_path / "run"
     args = [*DEBUG, "train.max_steps=5000", "train.eval_every=1000", f"train.out_dir={out}"]
@@ -261,6 +419,16 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
         (["data=planetoid", "model=difformer", "data.root=/nonexistent/odeformer"], "/nonexistent/odeformer"),
         pytest.param(["data=fashion_mnist", "data.options.subset=0"], "subset", marks=needs_fashion),
         (["data=shakespeare"], "trains on image data but data=shakespeare is text data; use model=causal_lm"),
+        (["train.eval_batches=-1"], "train.eval_batches must be 0 (evaluate the whole split) or more"),
+        (["train.min_lr_ratio=-2"], "train.min_lr_ratio must be in [0, 1] (the cosine's floor"),
+        (["train.min_lr_ratio=1.5"], "train.min_lr_ratio must be in [0, 1]"),
+        (["train.warmup_steps=-1"], "train.warmup_steps must be 0 (no warm-up) or more, got -1"),
+        (["data.batch_size=0"], "data.batch_size must be at least 1, got 0"),
+        (["data.options.val_fraction=0"], "the val split is empty: nothing to evaluate"),
+        (
+            ["model=causal_lm", "data=synthetic", "data.options.task=text", "data.options.n=30"],
+            "the val token stream (96) must be longer than the context (128) + 1: use a smaller model.max_len",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
@@ -269,7 +437,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert done.returncode == 2, done.stderr
     line = _error_line(done)
     assert line.startswith("odeformer-train: error:") and message in line
-    assert not (out / "last.pt").exists()
+    assert not out.exists()  # nothing written, not even the command's config snapshot
 
 
 def test_wrong_override_type_is_one_line():
