@@ -58,7 +58,8 @@ class Backbone(nn.Module):
     ``make_attention(form)`` and ``make_ffn()`` build one layer's fields (``make_ffn=None``: attention only, as in
     DIFFormer); ``make_norm()`` (post-norm layout) builds the map that follows each sublayer, a joint module with
     ``position(x)`` and ``forward(x, v)``; ``dt=None`` takes each preset's default step, ``form=None`` each preset's
-    attention form; ``tie_weights=True`` builds the fields (and maps) once and shares them across depth;
+    attention form; ``tie_weights=True`` builds the fields once and shares them across depth, and each map once per
+    role (after the attention, after the FFN), so each layer has the maps it has untied;
     ``checkpoint=True`` recomputes each layer in the backward pass instead of storing its activations. A backbone of
     ``memory="rebuild"`` layers (the ``reversible`` preset) stores only its final state when training and rebuilds the
     others by inverting the layers.
@@ -85,16 +86,19 @@ class Backbone(nn.Module):
         if tie_weights and len({p.form if form is None else form for p in presets}) > 1:
             raise ValueError(
                 "tie_weights shares one attention field, whose form is fixed, but the schedule mixes the residual "
-                "and laplacian forms; pass form=... to choose one."
+                "and laplacian forms; give every layer one form: odeformer.preset(name, form='laplacian') in the "
+                "schedule."
             )
         layers: list[Layer] = []
+        shared: dict[str, nn.Module] = {}  # tied: one map per role, built where a layer first needs it
         for p in presets:
-            if tie_weights and layers:  # one set of fields (and maps) for every layer, each with its own stepper
-                first = layers[0]
-                dynamics = p.build(dim)
-                layers.append(Layer(first.attention, first.ffn, dynamics, p.dt if dt is None else dt, *first.maps()))
+            if tie_weights and layers:  # one set of fields for every layer, each with its own stepper
+                attention, ffn = layers[0].attention, layers[0].ffn
             else:
-                layers.append(self._layer(p, dim, make_attention, make_ffn, make_norm, dt, form))
+                attention = make_attention(p.form if form is None else form)
+                ffn = None if make_ffn is None else make_ffn()
+            maps = _maps(p, ffn is not None, make_norm, shared if tie_weights else None)
+            layers.append(Layer(attention, ffn, p.build(dim), p.dt if dt is None else dt, *maps))
         self.layers = nn.ModuleList(layers)
         self.norm = nn.LayerNorm(dim, eps=norm_eps) if final_norm else nn.Identity()
         memory = {p.memory for p in presets}
@@ -115,26 +119,6 @@ class Backbone(nn.Module):
                     "the reversible preset needs dropout=0: its backward rebuilds states by inverting each "
                     "layer, which random dropout masks would break."
                 )
-
-    @staticmethod
-    def _layer(p: Preset, dim, make_attention, make_ffn, make_norm, dt, form) -> Layer:
-        attention = make_attention(p.form if form is None else form)
-        ffn = None if make_ffn is None else make_ffn()
-        after_attention = after_ffn = None
-        if make_norm is not None:  # post-norm: a map after each sublayer (after the whole step for Whole)
-            if p.dynamics is solvers.Whole and ffn is not None:
-                after_ffn = StateMap(make_norm())
-            else:
-                after_attention = StateMap(make_norm())
-                after_ffn = None if ffn is None else StateMap(make_norm())
-        return Layer(
-            attention,
-            ffn,
-            p.build(dim),
-            p.dt if dt is None else dt,
-            after_attention,
-            after_ffn,
-        )
 
     @property
     def second_order(self) -> bool:
@@ -165,6 +149,28 @@ class Backbone(nn.Module):
                 if record is not None:
                     record.append(y)
         return self.norm(y.x if isinstance(y, PhaseState) else y)
+
+
+def _maps(
+    p: Preset, has_ffn: bool, make_norm: Callable[[], nn.Module] | None, shared: dict[str, nn.Module] | None
+) -> tuple[nn.Module | None, nn.Module | None]:
+    """A post-norm layer's maps ``(after_attention, after_ffn)``: one after each sublayer, but one after the whole step
+    for a whole-block layer (its FFN inside the step). ``shared`` (tied weights) holds one map per role, built where a
+    layer first needs it, so a tied layer has the maps its untied twin has."""
+    if make_norm is None:
+        return None, None
+    whole = p.dynamics is solvers.Whole and has_ffn
+    maps = []
+    for role, needed in (("after_attention", not whole), ("after_ffn", has_ffn)):
+        if not needed:
+            maps.append(None)
+        elif shared is None:
+            maps.append(StateMap(make_norm()))
+        else:
+            if role not in shared:
+                shared[role] = StateMap(make_norm())
+            maps.append(shared[role])
+    return maps[0], maps[1]
 
 
 def _drops(module: nn.Module) -> bool:

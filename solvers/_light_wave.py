@@ -10,6 +10,10 @@ scalar by default (``theta0 = 0``, ``lam = 0.5``), learnable per channel when gi
 With ``lam`` fixed it converges with order 1 to ``dx/dt = f / (1 - lam)``: momentum lengthens the effective step to
 ``dt / (1 - lam)``; the start ``x_{-1} = x_0`` adds a transient that decays like ``lam**n``. One evaluation per step;
 neither symplectic nor reversible. Reference: Polyak, USSR Comp. Math. Math. Phys. 4(5) (1964).
+
+Its history is the previous position, so a sub-step taken between two of its steps (a split layer's FFN) is part of
+the next ``x_n - x_{n-1}`` and momentum lengthens it too: the layer converges to ``x' = (f + g) / (1 - lam)`` for a
+sub-step on ``g`` (:meth:`LightWave.limit_with_substep`), not to ``f / (1 - lam) + g``.
 """
 
 from typing import ClassVar
@@ -47,3 +51,8 @@ class LightWave(AbstractStepper):
     def limit_field(self, field):
         lam = self.lam()
         return lambda t, x: field(t, x) / (1 - lam.to(x.dtype))
+
+    def limit_with_substep(self, field, substep):
+        """The limit with a sub-step on ``substep`` between every two steps: the history ``x_n - x_{n-1}`` records the
+        sub-step's displacement, so momentum acts on the summed field."""
+        return self.limit_field(lambda t, x: field(t, x) + substep(t, x))

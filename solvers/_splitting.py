@@ -27,8 +27,19 @@ layer keeps the stepper's order.
 
 The declarations of a block stepper follow from its parts (instance attributes): ``order`` is the layer's order of
 convergence to :meth:`limit_field` (``0`` when the layer has no small-step limit: a fixed ``ffn_dt``, a post-norm
-map, a stepper with a fixed-size part); ``reversible`` when every sub-step is invertible; ``evals_per_step`` counts
-evaluations of the attention field.
+map, a stepper with a fixed-size part); ``reversible`` when every sub-step is invertible; ``evals_per_step`` and
+``startup_evals`` count evaluations of the attention field, the stepper's own. Where a declaration depends on the
+block, the instance attribute is the one for a block with an FFN and no maps, and a method gives it for any block:
+``layer_order(block)``, and ``layer_fsal(block)`` — first-same-as-last reuse holds only where nothing acts between two
+of the stepper's steps (no FFN, no map).
+
+The stepper is initialised at the state it first steps from: under Strang, after the first FFN half step (a
+multistep scheme's start, e.g. heavy ball's ``x_{-1} = x_0``, is the attention step's own start).
+
+The limit of a split layer with a first-order stepper is the stepper's limit on the attention field plus the FFN
+sub-step's, ``x' = L[F_a] + F_f``, unless the stepper says how a sub-step taken between its steps enters its history
+by a method ``limit_with_substep(field, substep)`` (see :func:`limit_with_substep`): heavy ball's history is the
+previous position, which records the FFN's displacement too, so it converges to ``L[F_a + F_f]``.
 """
 
 from __future__ import annotations
@@ -104,6 +115,35 @@ def _lifted_step(scheme: AbstractStepper, field: Field, t: Any, y: PhaseState, h
     return PhaseState(z1[0], z1[1])
 
 
+def limit_with_substep(stepper: AbstractStepper, field: Field, substep: Field) -> Field:
+    """The limit of a first-order ``stepper``'s steps on ``field`` with a sub-step on ``substep`` (of the same size)
+    taken between every two of them, as in a split layer with the FFN.
+
+    A stepper states how such a sub-step enters its history by a method ``limit_with_substep(field, substep)``; the
+    default is that it does not: ``x' = L[field] + substep``, where ``L`` is :meth:`~AbstractStepper.limit_field`.
+    That holds for every one-step scheme and for a multistep scheme whose history is the field (Adams–Bashforth); a
+    scheme whose history is an earlier position (heavy ball) records the sub-step's displacement as well, and says so.
+    """
+    own = getattr(stepper, "limit_with_substep", None)
+    if own is not None:
+        return own(field, substep)
+    limit = stepper.limit_field(field)
+    return lambda t, x: limit(t, x) + substep(t, x)
+
+
+class _Start:
+    """The state a Strang layer's ``init`` returns: its stepper is initialised where it first steps, after the first
+    FFN half step."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<start at the first step>"
+
+
+_START = _Start()
+
+
 def _sum(a: Y, b: Y) -> Y:
     if isinstance(a, PhaseState):
         return PhaseState(a.x + b.x, a.v + b.v)
@@ -130,6 +170,14 @@ class _BlockStepper(AbstractStepper, abstract=True):
         self.second_order = stepper.second_order
         self.multistep = stepper.multistep
         self.evals_per_step = stepper.evals_per_step
+        self.startup_evals = tuple(stepper.startup_evals)
+        self.fsal = False  # on a block with an FFN (see layer_fsal)
+
+    def layer_fsal(self, block: Block) -> bool:
+        """Whether consecutive steps on ``block`` reuse one evaluation: the stepper's ``fsal``, where nothing acts
+        on the state between two of its steps (no FFN, no map)."""
+        block = self._check(block)
+        return self.stepper.fsal and block.ffn is None and not block.maps
 
     def init(self, field, t0, y0):
         return self.stepper.init(self._check(field).attention, t0, y0)
@@ -201,21 +249,33 @@ class Split(_BlockStepper):
             return self._orders[0]
         return self.order
 
+    def init(self, field, t0, y0):
+        block = self._check(field)
+        if self.splitting == "strang" and block.ffn is not None:
+            self._unpack(y0)
+            return _START  # the stepper is initialised in step, at the state after the first FFN half step
+        return self.stepper.init(block.attention, t0, y0)
+
     def step(self, field, t, y, dt, state):
         block = self._check(field)
         if block.ffn is None:
-            y, state = self.stepper.step(block.attention, t, y, dt, state)
+            y, state = self._attention_step(block, t, y, dt, state)
             return apply_map(block.after_attention, y), state
         h = dt if self.ffn_dt is None else self.ffn_dt
         if self.splitting == "lie":
-            y, state = self.stepper.step(block.attention, t, y, dt, state)
+            y, state = self._attention_step(block, t, y, dt, state)
             y = apply_map(block.after_attention, y)
             return apply_map(block.after_ffn, self._ffn_step(block.ffn, t, y, h)), state
         half = 0.5 * h
         y = self._ffn_step(block.ffn, t, y, half)
-        y, state = self.stepper.step(block.attention, t, y, dt, state)
+        y, state = self._attention_step(block, t, y, dt, state)
         y = apply_map(block.after_attention, y)
         return apply_map(block.after_ffn, self._ffn_step(block.ffn, t + half, y, half)), state
+
+    def _attention_step(self, block: Block, t: Any, y: Y, dt: Any, state: Any) -> tuple[Y, Any]:
+        if state is _START:  # the first step after init: the stepper starts here
+            state = self.stepper.init(block.attention, t, y)
+        return self.stepper.step(block.attention, t, y, dt, state)
 
     def _ffn_step(self, ffn: Field, t: Any, y: Y, h: Any) -> Y:
         if isinstance(y, PhaseState) and not self.ffn.second_order:
@@ -240,23 +300,17 @@ class Split(_BlockStepper):
         block = self._check(field)
         if self.layer_order(block) == 0:
             raise self._no_limit()
-        attention = self.stepper.limit_field(block.attention)
         if block.ffn is None:
-            return attention
-        ffn = self.ffn.limit_field(block.ffn) if self.ffn.second_order else None
-
-        if not self.second_order and self.stepper.multistep:
-            # a first-order multistep scheme's history (heavy ball: x_n - x_{n-1}) records the whole layer's
-            # displacement, the FFN's included, so its limit acts on the block's summed field
-            return self.stepper.limit_field(lambda t, x: block.attention(t, x) + block.ffn(t, x))
+            return self.stepper.limit_field(block.attention)
+        substep = self.ffn.limit_field(block.ffn)  # the FFN sub-step's own limit (the FFN itself for Euler, Heun)
+        if not self.second_order:
+            return limit_with_substep(self.stepper, block.attention, substep)
+        attention = self.stepper.limit_field(block.attention)
 
         def limit(t, y):
-            if ffn is not None:
-                return _sum(attention(t, y), ffn(t, y))
-            if isinstance(y, PhaseState):
-                f, jv = _field_tangent(block.ffn, t, y.x, y.v)
-                return _sum(attention(t, y), PhaseState(f, jv))
-            return attention(t, y) + block.ffn(t, y)
+            if self.ffn.second_order:  # the FFN as a force: its own second-order limit
+                return _sum(attention(t, y), substep(t, y))
+            return _sum(attention(t, y), PhaseState(*_field_tangent(substep, t, y.x, y.v)))  # the tangent lift
 
         return limit
 

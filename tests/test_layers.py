@@ -127,7 +127,7 @@ def test_every_layer_converges_with_its_declared_order(solver):
     second-order parts, whole-block schemes their stepper's order, no small-step limit declared as 0."""
     report = odeformer.check_preset(solver)
     chosen = odeformer.blocks.resolve(solver)
-    expected = {"heun": 2, "rk4": 4, "rk4_38": 4, "mix": 0}.get(chosen.name, 1)
+    expected = {"heun": 2, "rk4": 4, "rk4_38": 4, "mix": 0, "full_wave_official": 0}.get(chosen.name, 1)
     if chosen.splitting == "strang" and chosen.stepper.order >= 2:
         expected = 2
     assert report["declared"] == expected
@@ -241,3 +241,33 @@ def test_tied_weights_share_every_field_and_map_but_not_the_steppers():
     assert first.after_attention is not first.after_ffn  # two LayerNorms per block, as untied
     with pytest.raises(ValueError, match="tie_weights shares one attention field, whose form is fixed"):
         ViT(depth=2, dim=16, heads=2, solver=["diffusion", "full_wave"], tie_weights=True)
+
+
+@pytest.mark.parametrize(
+    "schedule", [["diffusion", "heun"], ["heun", "diffusion"], ["heun", "light_wave", "rk4"]], ids="-".join
+)
+def test_tied_post_norm_layers_are_the_untied_ones_with_shared_weights(schedule):
+    """Post-norm, tied, a schedule mixing Split and Whole layers: every layer has the maps its untied twin has (Whole:
+    one after the FFN; Split: one after each sublayer), one shared module per role, and the tied backbone computes what
+    the untied one does once its layers hold the tied weights."""
+    depth = len(schedule)
+    build = dict(norm="post", ln_mode="exact", impl="math")
+    torch.manual_seed(0)
+    tied = odeformer.transformer(depth, 8, 2, schedule, tie_weights=True, **build).double().eval()
+    untied = odeformer.transformer(depth, 8, 2, schedule, **build).double().eval()
+    with torch.no_grad():
+        for p in tied.parameters():  # away from LayerNorm's identity start
+            p.add_(0.2 * torch.randn_like(p))
+    for role in ("after_attention", "after_ffn"):
+        assert len({id(getattr(layer, role)) for layer in tied.layers if getattr(layer, role) is not None}) == 1
+    for i, (a, b) in enumerate(zip(tied.layers, untied.layers)):
+        for role in ("attention", "ffn", "after_attention", "after_ffn", "dynamics"):
+            source, target = getattr(a, role), getattr(b, role)
+            assert (source is None) == (target is None), (
+                f"layer {i} ({schedule[i]}): {role} tied {source}, untied {target}"
+            )
+            if target is not None:
+                target.load_state_dict(source.state_dict())
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(tied(x), untied(x), rtol=1e-12, atol=1e-12)
