@@ -71,7 +71,11 @@ Most schemes converge to the flow of the field they are given. Some parametrised
 say so through :meth:`AbstractStepper.limit_field`: heavy-ball momentum with fixed ``lam`` converges to
 ``dx/dt = f / (1 - lam)``; the damped wave to ``x' = v, v' = a - gamma v``; the gated mix to
 ``x' = lam v + (1 - lam) a, v' = a``. The order test measures convergence to that flow, so a new scheme with its own
-limit only overrides this one method.
+limit only overrides this one method. In a split layer another sub-step (the FFN) acts between two steps; by default
+the layer's limit adds it, ``x' = L[f] + g``. A first-order multistep scheme whose history records that sub-step too
+(heavy ball keeps the previous position, so the FFN's displacement enters its momentum) says so with an optional
+method ``limit_with_substep(field, substep)`` returning the layer's limit (heavy ball: ``(f + g) / (1 - lam)``);
+:func:`solvers.testing.check_layer` measures the layer against it.
 
 Learnable scheme parameters (a momentum, a gate, a damping rate) are ``nn.Parameter``s of the stepper; a model builds
 one stepper per layer, so each layer learns its own.
