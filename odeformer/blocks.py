@@ -136,6 +136,14 @@ PRESETS: dict[str, Preset] = {
         "laplacian",
         0.5,
     ),
+    "full_wave_official": Preset(
+        "v <- v + τ (Attn(LN x) - x); x <- x + τ v; (x, v) <- (x + MLP(LN x), v + J_MLP∘LN(x) v)   (the official "
+        "code's Full Wave: the wave step on attention, the FFN at unit step as in a transformer; no small-step limit)",
+        solvers.SemiImplicitEuler,
+        "laplacian",
+        0.5,
+        ffn_dt=1.0,
+    ),
     "light_wave": Preset(
         "x_{n+1} = x_n + dt Attn(LN x_n) + λ ⊙ (x_n - x_{n-1}), λ = sigmoid(θ) per channel (θ0 = -2); then the FFN "
         "sub-step   (heavy-ball momentum)",
@@ -473,10 +481,6 @@ class Layer(nn.Module):
             raise ValueError(f"dt must be positive and finite, got {dt!r}.")
         self.attention, self.ffn, self.dynamics, self.dt = attention, ffn, dynamics, float(dt)
         self.after_attention, self.after_ffn = after_attention, after_ffn
-
-    def maps(self) -> tuple[nn.Module | None, nn.Module | None]:
-        """The maps after the attention and after the FFN sublayer (post-norm; ``None`` where there is none)."""
-        return self.after_attention, self.after_ffn
 
     @property
     def stepper(self) -> AbstractStepper:
