@@ -21,7 +21,11 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("solver", [*FULLGRAPH, odeformer.preset("mix", splitting="strang")], ids=str)
+@pytest.mark.parametrize(
+    "solver",
+    [*FULLGRAPH, odeformer.preset("mix", splitting="strang")],
+    ids=lambda s: s if isinstance(s, str) else f"{s.name}-{s.splitting}",
+)
 def test_presets_trace_in_one_graph(solver):
     model = _model(solver)
     images = torch.randn(2, 1, 8, 8)
