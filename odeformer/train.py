@@ -155,7 +155,10 @@ def _who_takes(parent: str, leaf: str) -> str:
     if parent != "solver.options":
         return ""
     takers = [name for name, node in group_options()["solver"].items() if leaf in getattr(node, "options", {})]
-    return f" (the chosen solver's stepper takes no {leaf}; solvers that do: {', '.join(takers)})" if takers else ""
+    own = f"; a scheme of your own (solver.stepper=...) takes its options as +solver.options.{leaf}=..."
+    if not takers:
+        return f" ({own[2:]})"
+    return f" (the chosen solver's stepper takes no {leaf}; solvers that do: {', '.join(takers)}{own})"
 
 
 def _keys(parent: str, overrides: list[str]) -> list[str]:

@@ -526,6 +526,8 @@ def test_mistyped_keys_name_the_nearest_valid_one():
     assert line.startswith("odeformer-train: error: unknown key 'model.dpeth'; did you mean model.depth? the keys of ")
     done = cli_in_process(*DEBUG, "solver.options.theta0=-4.0")  # the default solver's stepper takes no options
     assert done.returncode == 2 and "solvers that do: light_wave, mix" in _error_line(done)
+    done = cli_in_process(*DEBUG, "solver.options.scale0=2.0")  # an option of a scheme of one's own: the + form
+    assert done.returncode == 2 and "takes its options as +solver.options.scale0=..." in _error_line(done)
     done = cli_in_process(*DEBUG, "train.lr=fast")
     assert done.returncode == 2 and "bad value for train.lr" in _error_line(done)
 
