@@ -292,14 +292,21 @@ class _TanhMLP:
 
 
 def block_problem(
-    seed: int = 0, second_order: bool = False, tokens: int = 3, dim: int = 2, T: float = 0.5, batch: int = 1
+    seed: int = 0,
+    second_order: bool = False,
+    tokens: int = 3,
+    dim: int = 2,
+    T: float = 0.5,
+    batch: int = 1,
+    ffn: bool = True,
 ) -> Problem:
     """A small transformer-like layer as a :class:`~solvers.Block` of two fields, for checking block steppers.
 
     ``attention(t, x) = softmax(x Q (x K)ᵀ) x V - x`` mixes the ``tokens`` (a Laplacian-like force, so a second-order
     state sees a wave); ``ffn(t, x) = tanh(x W₁) W₂`` acts on each token. Both are smooth and autonomous, weights drawn
     from ``seed`` at scale ``1/sqrt(dim)``; ``x0`` (and ``v0`` if ``second_order``) standard normal, ``(batch, tokens,
-    dim)``. The reference is the block stepper's ``limit_field`` (the block's ODE), integrated by classic RK4.
+    dim)``; ``ffn=False`` leaves the FFN out (a block of attention alone). The reference is the block stepper's
+    ``limit_field`` (the block's ODE), integrated by classic RK4.
     """
     from ._splitting import Block
 
@@ -310,14 +317,13 @@ def block_problem(
         weights = torch.softmax((x @ Q) @ (x @ K).transpose(-2, -1), dim=-1)  # (B, N, N)
         return weights @ (x @ V) - x
 
-    ffn = _TanhMLP(W1, W2)
+    mlp = _TanhMLP(W1, W2) if ffn else None
 
     x0 = torch.randn(batch, tokens, dim, generator=g, dtype=torch.float64)
     v0 = torch.randn(batch, tokens, dim, generator=g, dtype=torch.float64) if second_order else None
     kind = "second" if second_order else "first"
-    return Problem(
-        f"block(seed={seed}, {kind}-order, {tokens} tokens, dim={dim})", Block(attention, ffn), x0, v0, T, False
-    )
+    name = f"block(seed={seed}, {kind}-order, {tokens} tokens, dim={dim}{'' if ffn else ', no FFN'})"
+    return Problem(name, Block(attention, mlp), x0, v0, T, False)
 
 
 # hypothesis strategies -----------------------------------------------------------------------------------------------
@@ -755,28 +761,38 @@ def check_evals(
     """Assert every step of ``_EVAL_STEPS`` evaluates the field ``evals_per_step`` times (``- 1`` on repeated fields
     if ``fsal``; the first steps as ``startup_evals`` says, if a multistep scheme declares it), at every ``dt`` in
     ``dts``, with one fresh field per step and with one field for all steps; and that the evaluation times are
-    ``t + c dt`` with the same abscissae ``c`` at every ``dt`` (the steps start at ``t = 0.25``)."""
+    ``t + c dt`` with the same abscissae ``c`` at every ``dt`` (the steps start at ``t = 0.25``).
+
+    On a :class:`~solvers.Block` problem (a block stepper's, e.g. :func:`block_problem`) the attention field's
+    evaluations are counted, and first-same-as-last is what the stepper's ``layer_fsal(block)`` says for that block,
+    where it has the method."""
+    from ._splitting import Block
+
     stepper = _instance(stepper)
     problem = problem or default_problems(stepper, dim)[-1]
     y0, base = problem.initial(stepper), problem.field_for(stepper)
+    block = base if isinstance(base, Block) else None
+    counted = base if block is None else block.attention
+    fsal = stepper.layer_fsal(block) if block is not None and hasattr(stepper, "layer_fsal") else stepper.fsal
     name, declared, startup = _name(stepper), stepper.evals_per_step, tuple(stepper.startup_evals)
     abscissae: dict[tuple[bool, int], tuple[float, list[float]]] = {}
     for dt in dts:
         for tied in (False, True):
-            shared = RecordingField(base)
+            shared = RecordingField(counted)
             t, y, state = _EVAL_T0, y0, None
             for i in range(_EVAL_STEPS):
-                field = shared if tied else RecordingField(base)
-                before = len(field.times)
+                recorder = shared if tied else RecordingField(counted)
+                field = recorder if block is None else block._replace(attention=recorder)
+                before = len(recorder.times)
                 if i == 0:
                     state = stepper.init(field, t, y)
                 y, state = stepper.step(field, t, y, dt, state)
-                times = field.times[before:]
+                times = recorder.times[before:]
                 if i < len(startup):
                     expected, claim = startup[i], f"startup_evals = {startup}"
                 else:
-                    expected = declared - 1 if (tied and stepper.fsal and i > 0) else declared
-                    claim = f"evals_per_step = {declared}{' and fsal' if stepper.fsal else ''}"
+                    expected = declared - 1 if (tied and fsal and i > 0) else declared
+                    claim = f"evals_per_step = {declared}{' and fsal' if fsal else ''}"
                 how = "the same field as the step before" if (tied and i > 0) else "a new field"
                 if len(times) != expected:
                     raise AssertionError(
