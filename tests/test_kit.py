@@ -653,7 +653,12 @@ def test_learnable_parameters_are_checked_away_from_their_start():
 
 
 @pytest.mark.parametrize(
-    "stepper", [LightWave(dim=4), LightWave(dim=3), Mix(dim=5), Damped(gamma=0.5, dim=3)], ids=repr
+    "stepper",
+    [
+        LightWave(dim=4),
+        *(pytest.param(s, marks=pytest.mark.slow) for s in (LightWave(dim=3), Mix(dim=5), Damped(gamma=0.5, dim=3))),
+    ],
+    ids=["LightWave-4", "LightWave-3", "Mix-5", "Damped-3"],
 )
 def test_per_channel_schemes_are_checked_at_their_width(stepper):
     """The module docstring's ``check_stepper(MyScheme(dim=4, ...))``: the problems take the parameters' width."""

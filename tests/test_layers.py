@@ -116,7 +116,13 @@ def test_every_registered_scheme_trains_as_a_solver(solver):
     assert all(p.grad is not None for p in model.parameters())
 
 
-STRANG = [odeformer.preset(name, splitting="strang") for name in ("diffusion", "full_wave", "velocity_verlet")]
+STRANG = [  # the second-order Strang layers measure slowly (about 15 s each): they run in the slow suite
+    odeformer.preset("diffusion", splitting="strang"),
+    *(
+        pytest.param(odeformer.preset(n, splitting="strang"), marks=pytest.mark.slow)
+        for n in ("full_wave", "velocity_verlet")
+    ),
+]
 
 
 @pytest.mark.parametrize(

@@ -199,7 +199,7 @@ class GatedEuler(AbstractStepper):
         return lambda t, x: self.s.to(x.dtype) * field(t, x)
 
 
-@pytest.mark.parametrize("second_order", [False, True])
+@pytest.mark.parametrize("second_order", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_the_ffn_sub_step_enters_the_limit_by_its_own_scheme(second_order):
     """An FFN sub-step by a scheme with its own limit (s ⊙ F_f) makes the layer converge to F_a + s ⊙ F_f (for a
     second-order state, its tangent lift)."""

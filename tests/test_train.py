@@ -185,6 +185,7 @@ def _parameters(path):
     return load_checkpoint(path)["model"]
 
 
+@pytest.mark.slow  # two training processes, one killed: about 30 s
 def test_resume_after_kill_is_bit_identical(tmp_path):
     common = [*DEBUG, "train.max_steps=120", "train.eval_every=5", "train.log_every=5", "model.dropout=0.1"]
     reference = tmp_path / "reference"
