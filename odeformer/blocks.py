@@ -40,7 +40,6 @@ import solvers
 from solvers import AbstractStepper, Block, Split, Whole
 
 SPLITTINGS = ("lie", "strang")
-DECLARATIONS = ("order", "second_order", "symplectic", "reversible", "evals_per_step")  # what every stepper declares
 FORMS = ("residual", "laplacian")
 MEMORY = ("store", "rebuild")
 
@@ -221,7 +220,7 @@ def derive(cls: type[AbstractStepper], name: str | None = None) -> Preset:
     """
     if not (isinstance(cls, type) and issubclass(cls, AbstractStepper)):
         raise ValueError(f"{cls!r} is not a solvers.AbstractStepper subclass.")
-    missing = [key for key in DECLARATIONS if not hasattr(cls, key)]
+    missing = [key for key in solvers.DECLARATIONS if not hasattr(cls, key)]
     if missing:
         raise ValueError(
             f"{cls.__name__} is abstract: it declares no {', '.join(missing)}; train with a concrete subclass."

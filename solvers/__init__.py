@@ -8,7 +8,7 @@ one step of a block stepper over a ``Block`` of fields. The long explanation of 
 count) that users run on their own schemes. This package imports only torch.
 """
 
-from ._base import AbstractStepper, Field, PhaseState, adapt, axpy, integrate, iterate, trajectory
+from ._base import DECLARATIONS, AbstractStepper, Field, PhaseState, adapt, axpy, integrate, iterate, trajectory
 from ._damped import Damped
 from ._euler import Euler
 from ._heun import Heun
@@ -37,6 +37,7 @@ STEPPERS: dict[str, type[AbstractStepper]] = {
 }
 
 __all__ = [
+    "DECLARATIONS",
     "STEPPERS",
     "AbstractStepper",
     "Block",

@@ -104,7 +104,8 @@ class PhaseState(NamedTuple):
 
 Y = Union[Tensor, PhaseState]  # noqa: UP007 - a runtime alias, also valid on Python 3.9 tools
 
-_DECLARATIONS = ("order", "second_order", "symplectic", "reversible", "evals_per_step")
+DECLARATIONS = ("order", "second_order", "symplectic", "reversible", "evals_per_step")
+"""The class variables every concrete stepper declares (the optional ones have defaults on :class:`AbstractStepper`)."""
 
 
 class AbstractStepper(nn.Module):
@@ -129,11 +130,11 @@ class AbstractStepper(nn.Module):
         super().__init_subclass__(**kwargs)
         if abstract:
             return
-        missing = [name for name in _DECLARATIONS if not hasattr(cls, name)]
+        missing = [name for name in DECLARATIONS if not hasattr(cls, name)]
         if missing:
             raise TypeError(
                 f"{cls.__name__} must declare the class variable(s) {', '.join(missing)}; "
-                f"every stepper declares {', '.join(_DECLARATIONS)}."
+                f"every stepper declares {', '.join(DECLARATIONS)}."
             )
         check_reversible_declaration(cls)
 

@@ -945,11 +945,7 @@ def check_reversible(
     if stepper.multistep:
         raise AssertionError(f"{name} declares reversible and multistep: an inverse from y1 alone needs one step.")
     if problem is None:
-        width = dim if dim is not None else stepper_width(stepper)
-        half = stepper.second_order or width is None
-        size = (width or 2) if half else width // 2
-        if not half and width % 2:
-            raise AssertionError(f"{name}: check_reversible's problems need an even width for a first-order scheme.")
+        size = _half_width(stepper, dim)
         pendulums = pendulum_problem(seed=4, dim=size, modulation=0.5)
         coupled = anharmonic_problem(seed=4, dim=max(size, 2))  # its cubic force grows fast: dt = 1 overflows there
         return max(check_reversible(stepper, pendulums, dts), check_reversible(stepper, coupled, dts[1:]))
