@@ -73,6 +73,7 @@ class TransformerConfig(ModelConfig):
     mlp_hidden: Optional[int] = None  # the FFN's hidden width; None: int(mlp_ratio * dim)
     activation: str = "gelu"  # gelu | gelu_tanh | relu | silu (each with an exact velocity path)
     ln_mode: str = "paper"  # paper | exact: how the velocity passes LayerNorm
+    norm: str = "pre"  # pre: Attn(LN x), MLP(LN x), a final LN (ViT, GPT-2) | post: LN after every sublayer (BERT)
     impl: str = "sdpa"  # sdpa | math
     dropout: float = 0.0
     tie_weights: bool = False  # one block shared by every layer (continuous solvers always share)

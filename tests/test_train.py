@@ -22,6 +22,7 @@ from odeformer.batches import EpochSampler, WindowSampler
 from odeformer.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from odeformer.continuous import ContinuousBackbone
 from odeformer.data import load
+from odeformer.joint import JointLayerNorm
 from solvers import STEPPERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,6 +105,24 @@ def test_model_mlp_hidden_sets_the_ffn_width(model):
     _, net, _ = runs.build(OmegaConf.to_container(cfg, resolve=True))
     widths = {m.out_features for m in net.backbone.modules() if isinstance(m, torch.nn.Linear) and m.in_features == 16}
     assert 24 in widths and 64 not in widths  # 64 would be the default int(4.0 * 16)
+
+
+@pytest.mark.parametrize("model", ["vit", "causal_lm", "masked_lm"])
+def test_model_norm_post_puts_a_layernorm_after_every_sublayer(model):
+    """``model.norm=post`` (BERT's layout) reaches the transformer models from the config; ``pre`` is the default."""
+    overrides = [f"model={model}", "data=synthetic", f"data.options.task={DATA_FOR_MODEL[model]}", "data.options.n=64"]
+    small = ["model.dim=16", "model.heads=2", "model.depth=2", "solver=full_wave"]
+    nets = {}
+    for norm in ("pre", "post"):
+        cfg = _compose([*overrides, *small, f"model.norm={norm}"])
+        _, nets[norm], _ = runs.build(OmegaConf.to_container(cfg, resolve=True))
+    assert _compose([*overrides, *small]).model.norm == "pre"
+    for layer in nets["pre"].backbone.layers:
+        assert isinstance(layer.attention.norm, torch.nn.LayerNorm) and layer.after_attention is None
+    for layer in nets["post"].backbone.layers:
+        assert isinstance(layer.attention.norm, torch.nn.Identity)
+        assert isinstance(layer.after_attention.module, JointLayerNorm)
+        assert isinstance(layer.after_ffn.module, JointLayerNorm)
 
 
 def _files_read_by(group):
@@ -417,6 +436,7 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
         (["model.dt=-0.5"], "dt must be positive and finite"),
         (["model.dim=30", "model.heads=4"], "dim must be divisible by heads: got dim=30, heads=4"),
         (["model.depth=0"], "depth must be a positive int, got 0"),
+        (["model.norm=mid"], "norm must be one of pre, post; got 'mid'"),
         (["data=planetoid", "model=difformer", "data.root=/nonexistent/odeformer"], "/nonexistent/odeformer"),
         pytest.param(["data=fashion_mnist", "data.options.subset=0"], "subset", marks=needs_fashion),
         (["data=shakespeare"], "trains on image data but data=shakespeare is text data; use model=causal_lm"),
