@@ -161,6 +161,16 @@ PRESETS: dict[str, Preset] = {
         options={"theta0": -8.0, "diffusion_dt": 1.0, "diffusion_shift": 1.0},
         ffn_dt=1.0,
     ),
+    "mix_bert": Preset(
+        "v <- λ (v + τ a) + (1 - λ) a with a = Attn(LN x) - x; x <- x + τ v; then (x, v) <- (x + MLP(LN x), "
+        "v + J_MLP∘LN(x) v)   (the official BERT code's mix: λ = sigmoid(β), one learnable scalar per layer, β0 = 0; "
+        "the FFN at unit step; BERT's own layout is norm=post)",
+        solvers.VelocityMix,
+        "laplacian",
+        0.5,
+        options={"theta0": 0.0, "gate": "scalar"},
+        ffn_dt=1.0,
+    ),
     "damped": Preset(
         "v <- exp(-γ τ) v + τ (Attn(LN x) - x); x <- x + τ v; FFN by the chain rule   (γ = softplus(ρ) per channel, "
         "γ0 = 1)",

@@ -6,7 +6,8 @@
 :func:`from_hf` reads the model's config, builds the odeformer task model of the same shape, and copies every weight
 into it. With ``solver="diffusion"`` (``dt = 1``) the copy computes the original's function (tested to ~1e-10 in
 float64 over random configurations); any other preset integrates the same modules with another scheme, so a
-pretrained checkpoint can be fine-tuned as a Full Wave, Light Wave, mix, ... model.
+pretrained checkpoint can be fine-tuned as a Full Wave, Light Wave, mix, ... model (a BERT checkpoint as the official
+code's BERT layers: ``full_wave_official`` and ``mix_bert``).
 
 Why the diffusion copy is exact:
 

@@ -21,6 +21,7 @@ from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
 from ._semi_implicit_euler import SemiImplicitEuler
 from ._splitting import Block, Split, Whole
+from ._velocity_mix import VelocityMix
 from ._velocity_verlet import VelocityVerlet
 
 STEPPERS: dict[str, type[AbstractStepper]] = {
@@ -34,6 +35,7 @@ STEPPERS: dict[str, type[AbstractStepper]] = {
     "damped": Damped,
     "light_wave": LightWave,
     "mix": Mix,
+    "velocity_mix": VelocityMix,
 }
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "RK4ThreeEighths",
     "SemiImplicitEuler",
     "Split",
+    "VelocityMix",
     "VelocityVerlet",
     "Whole",
     "adapt",

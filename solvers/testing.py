@@ -655,9 +655,14 @@ def check_order(
     """Assert the error at the finest grids falls like ``dt**order`` (slope within 0.3, local slopes steady within
     0.1) on each problem (default: :func:`default_problems` of width ``dim``, the last of them also on an uneven grid);
     if the stepper has learnable parameters, also with them moved away from their initial values (on the last
-    problem). Return the measured slopes."""
+    problem). Return the measured slopes. A scheme declaring order 0 (no small-step limit) has none to measure:
+    :func:`check_no_limit` runs on each problem instead, and the list is empty."""
     stepper = _instance(stepper)
     chosen = [problem] if problem is not None else default_problems(stepper, dim)
+    if stepper.order == 0:
+        for p in chosen:
+            check_no_limit(stepper, p)
+        return []
     runs = [(stepper, p, False) for p in chosen]
     if problem is None:
         runs.append((stepper, chosen[-1], True))

@@ -240,7 +240,7 @@ def _loss(kind, model):
     return model.classify(tokens).square().mean() + model(tokens).square().mean()
 
 
-@pytest.mark.parametrize("solver", ["full_wave", "light_wave", "mix", ["diffusion", "full_wave"]])
+@pytest.mark.parametrize("solver", ["full_wave", "light_wave", "mix", "mix_bert", ["diffusion", "full_wave"]])
 @pytest.mark.parametrize("kind", ["vit", "gpt2", "bert"])
 def test_other_presets_train_the_same_weights(kind, solver):
     hf = _hf_models()[kind]

@@ -24,6 +24,7 @@ from solvers import (
     PhaseState,
     SemiImplicitEuler,
     Split,
+    VelocityMix,
     VelocityVerlet,
     integrate,
 )
@@ -644,6 +645,9 @@ def test_order_zero_must_mean_a_step_that_does_not_shrink():
     with pytest.raises(AssertionError, match=r"NoLimitClaimHeun declares order 0 .* shrinks with dt"):
         check_stepper(NoLimitClaimHeun)
     assert "diffusion" in check_stepper(Mix(diffusion_dt=1.0))["order"]  # a genuine order-0 scheme passes
+    with pytest.raises(AssertionError, match=r"NoLimitClaimHeun declares order 0 .* shrinks with dt"):
+        check_order(NoLimitClaimHeun)  # check_order alone too, on each problem
+    assert check_order(VelocityMix) == [] and check_order(VelocityMix, dim=3) == []  # nothing to measure
 
 
 def test_learnable_parameters_are_checked_away_from_their_start():

@@ -1,6 +1,6 @@
 """The presets that claim the official Wavy Transformer code's update, against that update written out by hand from
 its code (github noguchisatoshi/Wavy-Transformer: ``src/bert/models/attention.py`` and ``layers.py`` for BERT's wave
-layer, ``src/vit/wavy_vit.py`` for the ViT blocks), in float64.
+and mix layers, ``src/vit/wavy_vit.py`` for the ViT blocks), in float64.
 
 The official code applies the FFN at unit step, ``(x, v) <- (x + MLP(x'), v + J v')`` after the attention's wave step
 ``v <- v + τ (Attn - x)``, ``x <- x + τ v``: ``full_wave_official`` is that layer; ``full_wave`` takes the FFN at ``τ``
@@ -81,3 +81,32 @@ def test_pre_ln_full_wave_official_takes_the_ffn_at_unit_step():
                 y, v = y + ffn_step * dx, v + ffn_step * dv
                 torch.testing.assert_close(state.x, y, rtol=1e-12, atol=1e-12)
                 torch.testing.assert_close(state.v, v, rtol=1e-12, atol=1e-12)
+
+
+def test_post_ln_mix_bert_is_berts_mix_layer():
+    """BERT's mix layer (``attention.py``, ``residual_type="mix"``): with ``δ = Attn(x) - x`` and ``α = sigmoid(β)``,
+    ``v <- α (τ δ + v) + (1 - α) δ``, ``x <- τ v + x``, joint LN; then the joint FFN at unit step as in the wave layer.
+    One learnable gate per layer, from ``β = 0``; moved here to a different value per layer."""
+    torch.manual_seed(0)
+    model = odeformer.MaskedLM(30, 8, depth=3, dim=16, heads=2, solver="mix_bert", norm="post").double()
+    model.eval()
+    betas = [layer.stepper.theta for layer in model.backbone.layers]
+    assert all(beta.requires_grad and beta.shape == (1,) and float(beta.detach()) == 0.0 for beta in betas)
+    with torch.no_grad():
+        for beta, value in zip(betas, (-1.5, 0.3, 2.0)):
+            beta.fill_(value)
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    states = []
+    with torch.no_grad():
+        model.backbone(x, record=states)
+        v = torch.zeros_like(x)
+        for layer, state, beta in zip(model.backbone.layers, states[1:], betas):
+            tau, alpha = layer.dt, torch.sigmoid(beta)
+            delta = _attention(layer.attention, x) - x
+            v = alpha * (tau * delta + v) + (1 - alpha) * delta
+            x = tau * v + x
+            x, v = _layer_norm(x, v, layer.after_attention.module)
+            dx, dv = _mlp(layer.ffn.mlp, x, v)
+            x, v = _layer_norm(x + dx, v + dv, layer.after_ffn.module)
+            torch.testing.assert_close(state.x, x, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(state.v, v, rtol=1e-12, atol=1e-12)

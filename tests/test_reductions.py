@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import TanhField
-from solvers import Damped, Euler, LightWave, Mix, PhaseState, SemiImplicitEuler, integrate
+from solvers import RK4, Damped, Euler, LightWave, Mix, PhaseState, SemiImplicitEuler, VelocityMix, integrate
 
 seeds = st.integers(0, 2**31 - 1)
 depths = st.integers(1, 6)
@@ -104,3 +104,46 @@ def test_mix_with_a_fixed_diffusion_step_has_no_small_step_limit():
         Mix(diffusion_dt=1.0).limit_field(lambda t, x: -x)
     with pytest.raises(ValueError, match="diffusion_dt must be positive"):
         Mix(diffusion_dt=0.0)
+
+
+@given(seed=seeds, depth=depths, dt=dts)
+def test_velocity_mix_with_gate_zero_is_euler_and_gate_one_is_semi_implicit_euler(seed, depth, dt):
+    """``lam = 0``: the velocity is the force, the position Euler's; ``lam = 1`` (sigmoid(40) rounds to 1): the
+    wave's kick and drift. Exactly, forward and backward."""
+    field, x0, v0 = _problem(seed)
+    params = [x0, v0, *field.parameters()]
+    zero = integrate(VelocityMix(dim=4, theta0=-math.inf), [field] * depth, PhaseState(x0, v0), dt)
+    euler = integrate(Euler(), [field] * depth, x0, dt)
+    assert torch.equal(zero.x, euler)
+    before_last = x0 if depth == 1 else integrate(Euler(), [field] * (depth - 1), x0, dt)
+    assert torch.equal(zero.v, field((depth - 1) * dt, before_last))
+    for a, b in zip(_grads(zero.x, params), _grads(euler, params)):
+        assert torch.equal(a, b)
+    one = integrate(VelocityMix(theta0=40.0), [field] * depth, PhaseState(x0, v0), dt)
+    wave = integrate(SemiImplicitEuler(), [field] * depth, PhaseState(x0, v0), dt)
+    assert float(VelocityMix(theta0=40.0).lam()) == 1.0
+    assert torch.equal(one.x, wave.x) and torch.equal(one.v, wave.v)
+    for a, b in zip(_grads(one.x + one.v, params), _grads(wave.x + wave.v, params)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("theta0", [-2.0, 0.0, 1.5])
+def test_velocity_mix_position_converges_with_order_1_to_the_force(theta0):
+    """No small-step limit in ``(x, v)`` (order 0, which the kit checks), but the position alone converges with
+    order 1 to ``x' = a(t, x)`` for a fixed gate, from a velocity at rest or drawn (the heavy-ball reading)."""
+    field, x0, v0 = _problem(7)
+    T = 1.0
+    with torch.no_grad():
+        exact = integrate(RK4(), [field] * 4000, x0, T / 4000)
+        for start in (torch.zeros_like(v0), v0):
+            errors = []
+            for n in (50, 100, 200, 400):
+                x = integrate(VelocityMix(theta0=theta0), [field] * n, PhaseState(x0, start), T / n).x
+                errors.append(float((x - exact).abs().max()))
+            slopes = [math.log2(a / b) for a, b in zip(errors, errors[1:])]
+            assert all(0.9 < s < 1.1 for s in slopes[1:]), (errors, slopes)
+    with pytest.raises(ValueError, match="no small-step limit"):
+        VelocityMix().limit_field(field)
+    with pytest.raises(ValueError, match="gate must be one of channel, scalar; got 'layer'"):
+        VelocityMix(gate="layer")
+    assert VelocityMix(dim=6, gate="scalar").theta.shape == (1,) and VelocityMix(dim=6).theta.shape == (6,)
