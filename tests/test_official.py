@@ -37,6 +37,14 @@ def _mlp(mlp, x, v):
     return mlp.fc2(F.gelu(hidden)), (slope * (v @ mlp.fc1.weight.T)) @ mlp.fc2.weight.T
 
 
+def _post_ln_ffn(layer, x, v):
+    """The rest of BERT's wave and mix layers after the attention's update: its joint LN, then the joint FFN at unit
+    step, ``x <- LN(x + MLP(x))``, ``v <- LN'(v + J v)``."""
+    x, v = _layer_norm(x, v, layer.after_attention.module)
+    dx, dv = _mlp(layer.ffn.mlp, x, v)
+    return _layer_norm(x + dx, v + dv, layer.after_ffn.module)
+
+
 def test_post_ln_full_wave_official_is_berts_wave_layer():
     """BERT's wave layer with ``apply_velocity_transform``: ``v <- τ (Attn(x) - x) + v``, ``x <- τ v + x``, joint LN;
     then ``x <- LN(x + MLP(x))``, ``v <- LN'(v + J v)``."""
@@ -52,9 +60,7 @@ def test_post_ln_full_wave_official_is_berts_wave_layer():
             tau = layer.dt
             v = tau * (_attention(layer.attention, x) - x) + v
             x = tau * v + x
-            x, v = _layer_norm(x, v, layer.after_attention.module)
-            dx, dv = _mlp(layer.ffn.mlp, x, v)
-            x, v = _layer_norm(x + dx, v + dv, layer.after_ffn.module)
+            x, v = _post_ln_ffn(layer, x, v)
             torch.testing.assert_close(state.x, x, rtol=1e-12, atol=1e-12)
             torch.testing.assert_close(state.v, v, rtol=1e-12, atol=1e-12)
 
@@ -105,8 +111,6 @@ def test_post_ln_mix_bert_is_berts_mix_layer():
             delta = _attention(layer.attention, x) - x
             v = alpha * (tau * delta + v) + (1 - alpha) * delta
             x = tau * v + x
-            x, v = _layer_norm(x, v, layer.after_attention.module)
-            dx, dv = _mlp(layer.ffn.mlp, x, v)
-            x, v = _layer_norm(x + dx, v + dv, layer.after_ffn.module)
+            x, v = _post_ln_ffn(layer, x, v)
             torch.testing.assert_close(state.x, x, rtol=1e-12, atol=1e-12)
             torch.testing.assert_close(state.v, v, rtol=1e-12, atol=1e-12)
