@@ -18,7 +18,10 @@ def test_oscillator_example(tmp_path, capsys):
 
     for name, cls in solvers.STEPPERS.items():
         assert name in printed
-        assert abs(results[name]["order"] - cls.order) < 0.3
+        if cls.order == 0:  # no small-step limit: nothing to measure
+            assert results[name]["order"] is None
+        else:
+            assert abs(results[name]["order"] - cls.order) < 0.3
     # the symplectic schemes keep the energy error bounded; explicit Euler does not
     assert results["velocity_verlet"]["max_energy_error"] < 1e-2
     assert results["semi_implicit_euler"]["max_energy_error"] < 0.1
