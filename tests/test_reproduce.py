@@ -124,7 +124,11 @@ def test_sections_cover_the_issue_grid():
     assert baseline.fixed == ["experiment=difformer_cora"] and len(baseline.seeds) == 5
     for key in ("digits", "fmnist"):
         assert list(SECTIONS[key].columns) == ["depth 6", "depth 12"]
-        assert set(SECTIONS[key].rows) == {"diffusion", "full_wave", "light_wave", "mix"}
+        assert set(SECTIONS[key].rows) == {"diffusion", "full_wave", "full_wave_official", "light_wave", "mix"}
+    for key in ("shakespeare", "sst2"):
+        assert set(SECTIONS[key].rows) == {"diffusion", "full_wave", "full_wave_official", "light_wave"}
+    bert = SECTIONS["sst2_bert"]  # the paper's language layers in BERT's post-LN layout
+    assert "model.norm=post" in bert.fixed and set(bert.rows) == {"diffusion", "full_wave_official", "mix_bert"}
 
 
 def test_a_cell_two_sections_share_is_trained_once(tmp_path):
