@@ -99,6 +99,7 @@ def test_diagnose_bad_input_is_one_line(tmp_path, capsys):
     assert "unknown solver 'wave'" in err[1]
 
 
+@pytest.mark.slow  # trains and diagnoses an adaptive-solver run (about 15 s)
 def test_diagnose_a_continuous_depth_run(tmp_path):
     run = tmp_path / "continuous"
     done = cli(*SMALL, "solver=dopri5_wave", "train.max_steps=4", "train.eval_every=2", f"train.out_dir={run}")

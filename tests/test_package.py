@@ -33,6 +33,7 @@ def test_the_wheel_is_named_for_pypi_and_carries_the_configs(wheel):
     assert any(n.startswith("solvers/") for n in names) and not any(n.startswith("configs/") for n in names)
 
 
+@pytest.mark.slow  # installs the wheel in a fresh venv and trains (about 15 s)
 def test_odeformer_train_runs_from_the_installed_wheel_outside_the_repository(wheel, tmp_path):
     target = tmp_path / "site"
     install = subprocess.run(

@@ -576,6 +576,7 @@ def test_a_scheme_of_ones_own_trains_by_its_dotted_path(tmp_path):
     assert done.returncode == 2 and "cannot import stepper 'user_scheme.Missing'" in _error_line(done)
 
 
+@pytest.mark.slow  # two processes start torch and train (about 12 s)
 def test_torchrun_two_cpu_processes_stay_in_sync(tmp_path):
     out = tmp_path / "ddp"
     done = subprocess.run(
