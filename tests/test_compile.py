@@ -23,7 +23,7 @@ def _fresh_dynamo():
 
 @pytest.mark.parametrize(
     "solver",
-    [*FULLGRAPH, odeformer.preset("mix", splitting="strang")],
+    [*FULLGRAPH, pytest.param(odeformer.preset("mix", splitting="strang"), marks=pytest.mark.slow)],  # ~8 s
     ids=lambda s: s if isinstance(s, str) else f"{s.name}-{s.splitting}",
 )
 def test_presets_trace_in_one_graph(solver):

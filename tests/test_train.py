@@ -387,6 +387,7 @@ def test_an_empty_evaluation_raises():
         objective.evaluate(_Recorder(4), "val", 0)
 
 
+@pytest.mark.slow  # a CLI run signalled mid-training (about 11 s)
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     out = tmp_path / "run"
     args = [*DEBUG, "train.max_steps=5000", "train.eval_every=1000", f"train.out_dir={out}"]
@@ -513,6 +514,7 @@ def test_samplers_resume_their_exact_order():
 # -- sweeps and torchrun -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a Hydra multirun of several trainings (about 12 s)
 def test_multirun_sweep(tmp_path):
     done = cli(
         "-m",
@@ -564,6 +566,7 @@ def test_help_lists_options_and_no_internal_schemas():
     assert "solver: " in done.stdout and "yoshida" not in done.stdout and "semi_implicit_euler" in done.stdout
 
 
+@pytest.mark.slow  # a CLI training run of a user file (about 16 s)
 def test_a_scheme_of_ones_own_trains_by_its_dotted_path(tmp_path):
     (tmp_path / "user_scheme.py").write_text(
         "from typing import ClassVar\nfrom solvers import Heun\n\n\nclass MyHeun(Heun):\n    order: ClassVar[int] = 2\n"
@@ -607,7 +610,7 @@ def test_torchrun_two_cpu_processes_stay_in_sync(tmp_path):
     assert first == second
 
 
-@pytest.mark.parametrize("solver", ["dopri5", "tsit5"])
+@pytest.mark.parametrize("solver", ["dopri5", pytest.param("tsit5", marks=pytest.mark.slow)])  # tsit5: ~11 s
 def test_continuous_solver_statistics_are_logged(tmp_path, solver):
     out = tmp_path / "run"
     done = cli(*DEBUG, f"solver={solver}", "train.max_steps=4", "train.eval_every=2", f"train.out_dir={out}")
