@@ -1,11 +1,12 @@
 """Speed and memory of the library against hand-written and library baselines, as ratios measured side by side.
 
-    python -m benchmarks.run [--quick] [--json PATH] [--results docs/RESULTS.md]
+    python -m benchmarks.run [--quick | --smoke] [--json PATH] [--results docs/RESULTS.md]
 
 Times are medians over repeated training steps (forward + backward + AdamW step) after warm-up, with the
 configurations interleaved round by round so that machine noise hits all of them alike. Memory is measured per
 configuration in a fresh subprocess (``benchmarks/memory.py``). The JSON holds every key of :data:`GOALS` (plus the
-raw medians); ``--results`` rewrites the benchmark block of ``docs/RESULTS.md``.
+raw medians); ``--results`` rewrites the benchmark block of ``docs/RESULTS.md``. ``--smoke`` runs every measure once,
+with a small memory batch, to check that each one runs and is reported (about a minute; its numbers mean nothing).
 
 The anchors (``benchmarks/anchors.py``) are what users run instead: Hugging Face's ``ViTForImageClassification`` and
 ``GPT2LMHeadModel`` and a ViT on ``nn.TransformerEncoder(norm_first=True)``, each of the same shape as the diffusion
@@ -265,7 +266,7 @@ def compile_times(rounds: int, device: str) -> dict[str, float]:
     return interleaved(steps, rounds, warmup=3, device=device)
 
 
-def memory(solver: str, depth: int, device: str) -> dict:
+def memory(solver: str, depth: int, device: str, batch: int = MEMORY["batch"]) -> dict:
     args = [
         sys.executable,
         "-m",
@@ -276,7 +277,7 @@ def memory(solver: str, depth: int, device: str) -> dict:
         str(depth),
         "--device",
         device,
-        *(f"--{k}={v}" for k, v in MEMORY.items()),
+        *(f"--{k}={v}" for k, v in (MEMORY | {"batch": batch}).items()),
     ]
     # A fixed mmap threshold: glibc otherwise raises it after large frees, keeping freed activation buffers in a
     # fragmented heap, so the resident set would show the allocator's history instead of the memory in use.
@@ -285,20 +286,23 @@ def memory(solver: str, depth: int, device: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run(quick: bool, device: str) -> dict:
-    rounds = 5 if quick else 20
+MODES = {"full": (20, MEMORY["batch"]), "quick": (5, MEMORY["batch"]), "smoke": (1, 4)}  # rounds, memory batch
+
+
+def run(mode: str, device: str) -> dict:
+    rounds, batch = MODES[mode]
     started = time.time()
     vit = vit_times(rounds, device)
     integ = integrate_times(rounds * 2, device)
-    comp = compile_times(max(3, rounds // 2), device)
+    comp = compile_times(max(3, rounds // 2) if mode != "smoke" else 1, device)
     mlp = joint_mlp_times(rounds * 2, device)
     mem = {
-        f"{s}_d{d}": memory(s, d, device)
+        f"{s}_d{d}": memory(s, d, device, batch)
         for s, d in [("diffusion", 6), ("full_wave", 6), ("reversible", 6), ("reversible", 48)]
     }
     anchors, used = anchor_times(rounds, device)
     for name in ("torch", "hf") if "hf_train" in anchors else ("torch",):
-        mem[f"{name}_d6"] = memory(name, 6, device)
+        mem[f"{name}_d6"] = memory(name, 6, device, batch)
     results = {
         "euler_vs_reference": vit["diffusion"] / vit["reference"],
         "light_vs_diffusion_time": vit["light_wave"] / vit["diffusion"],
@@ -329,7 +333,7 @@ def run(quick: bool, device: str) -> dict:
         "anchor_s": anchors,
         "attention": used,
         "memory_mb": mem,
-        "sizes": {"vit": VIT, "memory": MEMORY, "lm": LM},
+        "sizes": {"vit": VIT, "memory": MEMORY | {"batch": batch}, "lm": LM},
         "rounds": rounds,
         "device": device,
         "wall_s": round(time.time() - started, 1),
@@ -355,12 +359,17 @@ def table(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats (under 3 minutes on 2 CPU cores)")
+    speed = parser.add_mutually_exclusive_group()
+    speed.add_argument("--quick", action="store_true", help="fewer repeats (about 5 minutes on 2 CPU cores)")
+    speed.add_argument(
+        "--smoke", action="store_true", help="one round, small memory batch: checks that every measure runs"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--results", type=Path, default=None, help="rewrite the benchmark block of this markdown")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
-    results = run(args.quick, args.device)
+    mode = "quick" if args.quick else "smoke" if args.smoke else "full"
+    results = run(mode, args.device)
     text = table(results)
     print(text)
     raw = results["raw"]
@@ -368,14 +377,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.results:
-        command = "python -m benchmarks.run" + (" --quick" if args.quick else "") + f" --results {args.results}"
+        command = "python -m benchmarks.run" + ("" if mode == "full" else f" --{mode}") + f" --results {args.results}"
         sizes = (
             f"ViT timing: dim {VIT['dim']}, depth {VIT['depth']}, heads 4, {(VIT['image'] // VIT['patch']) ** 2 + 1} "
-            f"tokens, batch {VIT['batch']}; memory: dim {MEMORY['dim']}, batch {MEMORY['batch']}, peak over three "
-            "training steps minus the size before them, in a fresh process each. Anchors: the diffusion ViT against "
-            "Hugging Face's ViTForImageClassification and an nn.TransformerEncoder ViT of the same shape, and a "
-            f"diffusion CausalLM (dim {LM['dim']}, depth {LM['depth']}, {LM['length']} tokens, batch {LM['batch']}) "
-            f"against Hugging Face's GPT2LMHeadModel whose weights it copies; attention: {raw['attention']}."
+            f"tokens, batch {VIT['batch']}; memory: dim {MEMORY['dim']}, batch {raw['sizes']['memory']['batch']}, "
+            "peak over three training steps minus the size before them, in a fresh process each. Anchors: the "
+            "diffusion ViT against Hugging Face's ViTForImageClassification and an nn.TransformerEncoder ViT of the "
+            f"same shape, and a diffusion CausalLM (dim {LM['dim']}, depth {LM['depth']}, {LM['length']} tokens, "
+            f"batch {LM['batch']}) against Hugging Face's GPT2LMHeadModel whose weights it copies; attention: "
+            f"{raw['attention']}."
         )
         write_results(
             f"Generated by `{command}` on {raw['machine']} (torch {raw['torch']}, {raw['rounds']} "

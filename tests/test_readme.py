@@ -46,7 +46,7 @@ def _tiny(command: str, tmp: Path, index: int) -> list[list[str]] | str:
         recipe = _recipe("train").replace("$(VENV)/bin/", "")
         return [_train(recipe, tmp, index)]
     if command == "make bench":
-        return "benchmarks.run --quick runs in tests/test_benchmarks.py (slow); the Makefile target is checked below"
+        return "benchmarks.run --smoke runs in tests/test_benchmarks.py (slow); the Makefile target is checked below"
     if words[0] == "bash" and "gpu_check.sh" in command:
         return "needs a CUDA device (benchmarks/gpu_check.sh exits early without one)"
     if words[:3] == ["python", "-m", "benchmarks.gpu"]:
