@@ -18,6 +18,12 @@ gets its own steps). Only public APIs of both are used. After every forward :met
 gives the number of field evaluations and of accepted and rejected steps; the training loop logs them as ``nfe``,
 ``steps_accepted``, ``steps_rejected``.
 
+Padding: the adaptive solvers' error norm (the RMS over the state of the local error over its tolerance) counts only
+the tokens some query may attend to, read from the ``attn_mask`` the model passes (a key-padding mask: the real
+tokens). Without that, a sentence's steps, and so its features, would depend on how much padding its batch has.
+With torchode's per-sample control a sequence's features do not depend on its padding at all; torchdiffeq shares
+one step size over the batch, so there only the padding's own share is removed.
+
 ``depth`` keeps its meaning for diagnostics: :meth:`ContinuousBackbone.forward` can record the state at ``depth``
 evenly spaced times ``t_k = k T / depth``. The adaptive solvers interpolate there with their own dense output; the
 fixed grid, whose points need not fall on the ``t_k``, by cubic Hermite interpolation between its points (error of
@@ -209,10 +215,11 @@ class ContinuousBackbone(nn.Module):
         self.field.reset()
         y0 = torch.cat([x, torch.zeros_like(x)], dim=1).reshape(B, -1) if self.second_order else x.reshape(B, -1)
         times = torch.linspace(0.0, p.T, self.depth + 1 if record is not None else 2, dtype=x.dtype, device=x.device)
+        weights = self._error_weights(context.get("attn_mask"), x)
         if p.library == "torchdiffeq":
-            ys, stats = self._torchdiffeq(y0, times)
+            ys, stats = self._torchdiffeq(y0, times, weights)
         else:
-            ys, stats = self._torchode(y0, times)
+            ys, stats = self._torchode(y0, times, weights)
         self._stats = stats
         states = [self._unflatten(y, B, N, D) for y in ys]
         if record is not None:
@@ -220,19 +227,36 @@ class ContinuousBackbone(nn.Module):
         final = states[-1]
         return self.norm(final.x if isinstance(final, PhaseState) else final)
 
+    def _error_weights(self, attn_mask: Tensor | None, x: Tensor) -> Tensor | None:
+        """``(B, F)`` 0/1 weights of the flat state's entries in the error norm: a token counts if some query may
+        attend to it (a sequence with no such token counts all of its own). ``None`` when every token counts."""
+        if attn_mask is None:
+            return None
+        B, N, D = x.shape
+        mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))  # (B or 1, H or 1, N or 1, N)
+        seen = mask.any(dim=-2).any(dim=1).expand(B, N)  # (B, N): attended by some query of some head
+        seen = seen | ~seen.any(dim=1, keepdim=True)
+        if bool(seen.all()):
+            return None
+        copies = 2 if self.second_order else 1  # the wave's flat state is [x, v]
+        return seen.to(x.dtype)[:, None, :, None].expand(B, copies, N, D).reshape(B, -1)
+
     def _unflatten(self, y: Tensor, B: int, N: int, D: int):
         if self.second_order:
             x, v = y.view(B, 2, N, D).unbind(1)
             return PhaseState(x, v)
         return y.view(B, N, D)
 
-    def _torchdiffeq(self, y0: Tensor, times: Tensor):
+    def _torchdiffeq(self, y0: Tensor, times: Tensor, weights: Tensor | None):
         import torchdiffeq
 
         p = self.preset
         options = (
             {"step_size": p.T / p.steps, "interp": "cubic"} if p.method == "rk4" else {"max_num_steps": p.max_steps}
         )
+        if weights is not None and p.method != "rk4":
+            count = weights.sum()
+            options["norm"] = lambda error: (error.square() * weights).sum().div(count).sqrt()  # RMS over counted
         solve = torchdiffeq.odeint_adjoint if p.adjoint else torchdiffeq.odeint
         kwargs = {"adjoint_params": tuple(self.field.parameters())} if p.adjoint else {}
         with warnings.catch_warnings():  # fixed-grid methods have no accept/reject callbacks, and say so
@@ -242,13 +266,17 @@ class ContinuousBackbone(nn.Module):
         accepted = f.accepted if p.method != "rk4" else p.steps
         return list(ys), {"nfe": f.nfe, "steps_accepted": accepted, "steps_rejected": f.rejected}
 
-    def _torchode(self, y0: Tensor, times: Tensor):
+    def _torchode(self, y0: Tensor, times: Tensor, weights: Tensor | None):
         import torchode
 
         p = self.preset
         term = torchode.ODETerm(self.field)
         step = {"dopri5": torchode.Dopri5, "tsit5": torchode.Tsit5}[p.method](term=term)
-        controller = torchode.IntegralController(atol=p.atol, rtol=p.rtol, term=term)
+        norm = {}
+        if weights is not None:
+            count = weights.sum(dim=1)
+            norm["norm"] = lambda error: (error.square() * weights).sum(dim=1).div(count).sqrt()  # per sample
+        controller = torchode.IntegralController(atol=p.atol, rtol=p.rtol, term=term, **norm)
         solver = torchode.AutoDiffAdjoint(step, controller, max_steps=p.max_steps)
         problem = torchode.InitialValueProblem(y0=y0, t_eval=times.expand(y0.shape[0], -1))
         solution = solver.solve(problem)

@@ -105,6 +105,51 @@ def test_torchode_samples_do_not_depend_on_their_batch(method):
     assert model.solver_stats()["nfe"] >= nfe_alone
 
 
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("tsit5", {"library": "torchode", "method": "tsit5"}),
+        ("dopri5", {}),
+        ("dopri5_wave", {"dynamics": "wave"}),
+        ("bosh3_adjoint", {"method": "bosh3", "adjoint": True}),
+    ],
+)
+def test_padding_does_not_change_a_sequences_features(name, options):
+    """The error norm counts only real tokens, so a sentence's adaptive steps do not depend on its padding (before,
+    5 or 20 pad tokens moved its features by up to 8e-4 in float64). torchode controls each sequence's steps, so a
+    batch of differently padded sentences gives each its own features; torchdiffeq's step is shared, so one alone."""
+    torch.manual_seed(0)
+    model = odeformer.MaskedLM(vocab_size=20, max_len=32, depth=2, dim=16, heads=2, solver=continuous(**options))
+    model = model.double()
+    g = torch.Generator().manual_seed(4)
+    sentences = [torch.randint(1, 20, (1, n), generator=g) for n in (10, 7)]
+    if options.get("library") != "torchode":
+        sentences = sentences[:1]
+    width = 30
+    padded = torch.cat([torch.cat([s, torch.zeros(1, width - s.shape[1], dtype=torch.long)], 1) for s in sentences])
+    together = model.encode(padded)
+    for i, sentence in enumerate(sentences):
+        alone = model.encode(sentence)
+        torch.testing.assert_close(together[i : i + 1, : sentence.shape[1]], alone, rtol=1e-10, atol=1e-10)
+    if options.get("adjoint"):  # the backward pass solves with the same norm, and its gradients agree too
+        grads = [
+            torch.autograd.grad(model.encode(tokens)[:, :10].sum(), model.embed.tokens.weight)[0]
+            for tokens in (sentences[0], padded)
+        ]
+        torch.testing.assert_close(grads[1], grads[0], rtol=1e-6, atol=1e-8)
+
+
+def test_error_norm_counts_the_tokens_some_query_attends_to():
+    backbone = _block("wave")
+    x = torch.zeros(2, 4, 8, dtype=torch.float64)
+    keys = torch.tensor([[True, True, False, False], [False, False, False, False]])[:, None, None, :]
+    weights = backbone._error_weights(keys, x).view(2, 2, 4, 8)  # wave: [x, v] each weighted alike
+    assert weights[0, :, :2].eq(1).all() and weights[0, :, 2:].eq(0).all()
+    assert weights[1].eq(1).all()  # a sequence with no real token counts all of its own (no 0 / 0)
+    graph = torch.eye(4, dtype=torch.bool)  # every node attends to itself: all count, the default norm
+    assert backbone._error_weights(graph, x) is None and backbone._error_weights(None, x) is None
+
+
 @pytest.mark.parametrize("dynamics, preset", [("diffusion", "diffusion"), ("wave", "full_wave")])
 @torch.no_grad()
 def test_continuous_block_is_the_limit_of_the_discrete_preset(dynamics, preset):
