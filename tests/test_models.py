@@ -284,3 +284,20 @@ def test_masked_lm_gives_a_fully_padded_sequence_the_same_finite_output_under_ma
         ours, fused = getattr(math_model, method)(tokens), getattr(sdpa_model, method)(tokens)
         assert torch.isfinite(ours).all()
         torch.testing.assert_close(ours, fused, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_padding_leaves_a_sentences_features_and_class_as_they_are_under_every_preset(norm):
+    """Pad tokens are keys to no one, and every scheme acts per token, so appending padding changes no real token's
+    features and no pooled classification, for every preset (reversible has no post-LN form)."""
+    g = torch.Generator().manual_seed(5)
+    sentence = torch.randint(1, 11, (2, 7), generator=g)
+    padded = torch.cat([sentence, torch.zeros(2, 9, dtype=torch.long)], dim=1)
+    for name in PRESETS:
+        if name == "reversible" and norm == "post":
+            continue
+        torch.manual_seed(0)
+        model = MaskedLM(11, 16, depth=3, dim=16, heads=2, solver=name, num_classes=3, norm=norm).double().eval()
+        with torch.no_grad():
+            torch.testing.assert_close(model.encode(padded)[:, :7], model.encode(sentence), rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(model.classify(padded), model.classify(sentence), rtol=1e-12, atol=1e-12)
