@@ -43,8 +43,8 @@ a first-order and 2 for a second-order scheme; ``check_stepper(stepper, dim=...)
   limit) is checked by :func:`check_no_limit` instead: ``limit_field`` raises ``ValueError`` and the step indeed does
   not shrink with ``dt``.
 - :func:`check_symplectic` (if ``symplectic``): the Jacobian ``M`` of one step from a fresh ``init``, at four random
-  points (``x, v`` standard normal, ``t in [0, 1]``, ``dt in [0.05, 1.5]``) of a linear Hamiltonian problem
-  (``x'' = -K x``) and of a coupled nonlinear one (``x'' = -K x - x³``), has ``Mᵀ J M = J`` and ``det M = 1`` to
+  points (``x, v`` standard normal, ``t in [0, 1]``, ``dt in [0.05, 1.5]``, and two in ``[1e-3, 0.05]``) of a
+  linear Hamiltonian problem (``x'' = -K x``) and of a coupled nonlinear one (``x'' = -K x - x³``), has ``Mᵀ J M = J`` and ``det M = 1`` to
   rounding (``max|Mᵀ J M - J| <= 1000 eps |M|²`` and ``|det M - 1| <= 1000 eps |M|^(2d)``, ``|M|`` the spectral norm
   but at least 1, ``d`` the dimension of ``x``; a step that is not finite there, as a far-reaching composition's
   on the cubic force, is taken again at half the size, up to six times); with learnable parameters, also with them
@@ -877,7 +877,8 @@ def _jacobian(stepper: AbstractStepper, problem: Problem, t: float, y: PhaseStat
 
 def _symplectic_defect(stepper: AbstractStepper, problem: Problem, points: int = 4, seed: int = 0) -> dict:
     """The worst of ``points`` random ``(t, x, v, dt)`` (``x, v`` standard normal, ``t in [0, 1]``,
-    ``dt in [0.05, 1.5]``: a residual layer's step is often 1): ``max|Mᵀ J M - J|`` and ``|det M - 1|`` of the
+    ``dt in [0.05, 1.5]``: a residual layer's step is often 1), and two with small steps (``dt`` log-uniform in
+    ``[1e-3, 0.05]``, as in a deep stack): ``max|Mᵀ J M - J|`` and ``|det M - 1|`` of the
     one-step Jacobian ``M``, and ``ratio``, the larger of the two over what rounding allows (``1000 eps |M|²``, resp.
     ``1000 eps |M|^(2d)``, ``|M|`` the spectral norm, at least 1); ``ratio > 1`` means the step is not symplectic."""
     g = _generator(seed)
@@ -885,10 +886,11 @@ def _symplectic_defect(stepper: AbstractStepper, problem: Problem, points: int =
     eye, zero = torch.eye(d, dtype=torch.float64), torch.zeros(d, d, dtype=torch.float64)
     J = torch.cat([torch.cat([zero, eye], 1), torch.cat([-eye, zero], 1)], 0)
     worst: dict = {"ratio": -1.0}
-    for _ in range(points):
+    for i in range(points + 2):
         x, v = torch.randn(2, 1, d, generator=g, dtype=torch.float64)
         t = float(torch.rand((), generator=g, dtype=torch.float64))
-        dt = 0.05 + 1.45 * float(torch.rand((), generator=g, dtype=torch.float64))
+        u = float(torch.rand((), generator=g, dtype=torch.float64))
+        dt = 0.05 + 1.45 * u if i < points else 0.05 * 50**-u  # then two small steps, in [1e-3, 0.05]
         y = PhaseState(x, v) if stepper.second_order else torch.cat([x, v], dim=-1)
         M = _jacobian(stepper, problem, t, y, dt)
         drawn = dt

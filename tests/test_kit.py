@@ -1124,3 +1124,20 @@ class Yoshida8(VelocityVerlet):
 def test_symplecticity_is_checked_where_a_far_reaching_composition_stays_finite():
     report = check_symplectic(Yoshida8)  # was a crash: an SVD of the Jacobian of a step that had overflowed
     assert report["structure_defect"] < 1e-12 and report["rate"] > 7.7
+
+
+class SmallStepTrapezoidVerlet(VelocityVerlet):
+    """Velocity Verlet at layer-sized steps, the (non-symplectic) explicit trapezoid below dt = 0.02: both order 2."""
+
+    def step(self, field, t, y, dt, state):
+        if abs(dt) >= 0.02:
+            return super().step(field, t, y, dt, state)
+        x, v = self._unpack(y)
+        a = field(t, x)
+        x1, v1 = x + dt * v, v + dt * a
+        return PhaseState(x + 0.5 * dt * (v + v1), v + 0.5 * dt * (a + field(t + dt, x1))), state
+
+
+def test_symplecticity_is_checked_at_the_small_steps_of_a_deep_stack_too():
+    with pytest.raises(AssertionError, match=r"SmallStepTrapezoidVerlet declares symplectic but one step of size 0\.0"):
+        check_symplectic(SmallStepTrapezoidVerlet)
