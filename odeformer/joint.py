@@ -104,6 +104,12 @@ def _silu_second(z: Tensor) -> Tensor:
     return s * (1.0 - s) * (2.0 + z * (1.0 - 2.0 * s))
 
 
+def _times(prime: Callable[[Tensor], Tensor]) -> Callable[..., Tensor]:
+    """``(g, z, out=None) -> g ⊙ φ'(z)`` with ``φ'`` written out: for an activation whose ATen backward kernel has no
+    derivative of its own (the training path with dropout differentiates this product)."""
+    return lambda g, z, out=None: torch.mul(g, prime(z), out=out) if out is not None else g * prime(z)
+
+
 def _out_of(kernel: Callable[..., Tensor], **options: Any) -> Callable[..., Tensor]:
     """``kernel`` as ``f(*args, out=None)``: writes into ``out`` when given one, allocates otherwise."""
     return lambda *args, out=None: kernel(*args, **options) if out is None else kernel(*args, **options, out=out)
@@ -118,7 +124,7 @@ class Activation(NamedTuple):
     prime: Callable[[Tensor], Tensor]
     second: Callable[[Tensor], Tensor]
     phi_into: Callable[..., Tensor]  # (z, out=None) -> φ(z), one kernel
-    prime_times: Callable[..., Tensor]  # (g, z, out=None) -> g ⊙ φ'(z), one fused kernel
+    prime_times: Callable[..., Tensor]  # (g, z, out=None) -> g ⊙ φ'(z), one fused kernel where it is differentiable
     add_curvature: Callable[[Tensor, Tensor, Tensor, Tensor], None]  # (acc, g, z, scratch): acc += g ⊙ φ''(z)
 
 
@@ -163,7 +169,7 @@ ACTIVATIONS: dict[str, Activation] = {
         _silu_prime,
         _silu_second,
         _out_of(torch._C._nn.silu),
-        _backward_kernel(torch.ops.aten.silu_backward),
+        _times(_silu_prime),  # aten.silu_backward has no derivative: the dropout path could not train through it
         _curvature_by(_silu_second),
     ),
 }
@@ -243,7 +249,13 @@ def _vjp_with_graph(fn: Callable[..., Tensor | tuple[Tensor, ...]], inputs: tupl
     """
     aliases = [t.view_as(t) if t.requires_grad else t for t in inputs]
     wanted = [a for a in aliases if a.requires_grad]
-    found = iter(torch.autograd.grad(fn(*aliases), wanted, grads, create_graph=True, allow_unused=True))
+    outputs = fn(*aliases)
+    outputs, grads = (outputs, grads) if isinstance(outputs, tuple) else ((outputs,), (grads,))
+    kept = [(o, g) for o, g in zip(outputs, grads) if o.requires_grad]  # an output none of the wanted reach (the
+    if not kept:  # velocity when only the state's bias is trained) has no graph, and autograd refuses it
+        return [None] * len(aliases)
+    reached, along = zip(*kept)
+    found = iter(torch.autograd.grad(reached, wanted, along, create_graph=True, allow_unused=True))
     return [next(found) if a.requires_grad else None for a in aliases]
 
 

@@ -503,3 +503,48 @@ def test_joint_modules_compose_with_torch_func(mode, name):
     with torch.autograd.forward_ad.dual_level():
         dual = f(torch.autograd.forward_ad.make_dual(x, dx), torch.autograd.forward_ad.make_dual(v, dv))
         torch.testing.assert_close(torch.autograd.forward_ad.unpack_dual(dual).tangent, tangent, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", _fused_functions(), ids=lambda case: case[0])
+def test_fused_double_backward_with_any_inputs_frozen(case):
+    """Every subset of the inputs requiring grad (frozen weights, a state that needs none): the fused Function's
+    double backward is the plain formula's. Training only the second bias of the MLP used to crash there, because
+    the velocity's output then has no graph."""
+    import itertools
+
+    name, fused, formula, inputs = case
+    for wanted in itertools.product((False, True), repeat=len(inputs)):
+        if not any(wanted):
+            continue
+        ins = [t.detach().clone().requires_grad_(w) for t, w in zip(inputs, wanted)]
+        chosen = [t for t in ins if t.requires_grad]
+        results = []
+        for f in (fused, formula):
+            out = f(*ins)
+            outs = out if isinstance(out, tuple) else (out,)
+            loss = outs[0].sin().sum() + (outs[-1] * outs[0]).sum()
+            first = torch.autograd.grad(loss, chosen, create_graph=True, allow_unused=True)
+            inner = sum((q * q).sum() for q in first if q is not None)
+            results.append(torch.autograd.grad(inner, chosen, allow_unused=True) if inner.requires_grad else None)
+        if results[1] is None:
+            assert results[0] is None or all(a is None or not a.any() for a in results[0])
+            continue
+        for a, b in zip(*results):
+            b = torch.zeros_like(a) if b is None and a is not None else b
+            a = torch.zeros_like(b) if a is None and b is not None else a
+            if a is not None:
+                torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10 * (1 + b.abs().max().item()), msg=str(wanted))
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_training_with_dropout_differentiates_every_activation(name):
+    """With dropout in training the MLP runs unfused; its velocity product must be differentiable for every
+    activation (SiLU's ATen backward kernel is not: training crashed on the first backward pass)."""
+    mlp = _randomise(JointMLP(4, 6, name, dropout=0.3).double().train(), torch.Generator().manual_seed(11))
+    g, x, v = _draw(12, (2, 3, 4), 1.0)
+
+    def run(x, v):
+        torch.manual_seed(0)  # the same dropout masks every call
+        return mlp(x, v)
+
+    assert torch.autograd.gradcheck(run, (x.requires_grad_(), v.requires_grad_()))
