@@ -202,7 +202,7 @@ def check_command_line(argv: list[str]) -> None:
             continue
         first[i] = f"{o.input_line.split('=', 1)[0]}={values[0]}"
     plain = [o for o in first if o is not None]
-    compose(plain)
+    _check_out_dir(compose(plain), multirun=any(a in ("-m", "--multirun") for a in argv))
     for i, o in sweeps:
         for value in (_sweep_values(o) or [])[1:]:
             compose(
@@ -211,6 +211,19 @@ def check_command_line(argv: list[str]) -> None:
                     f"{o.input_line.split('=', 1)[0]}={value}",
                 ]
             )
+
+
+def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
+    """``train.out_dir`` must be a folder, or a path where one can be made: a file there (or above it) is a one-line
+    error before Hydra makes the directory (its own error is a traceback)."""
+    if multirun or not OmegaConf.select(cfg, "train.out_dir"):
+        return
+    path = Path(str(cfg.train.out_dir)).expanduser()
+    for folder in (path, *path.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise UsageError(f"train.out_dir={path} cannot be made: {folder} is a file, not a folder.")
+            return
 
 
 def _sweep_values(override: Any) -> list[str] | None:

@@ -75,6 +75,12 @@ class Settings(TrainConfig):
             )
         if self.lr <= 0 or not math.isfinite(self.lr):
             raise ValueError(f"train.lr must be positive, got {self.lr}.")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise ValueError(f"train.weight_decay must be 0 (none) or more, got {self.weight_decay}.")
+        if not (self.grad_clip >= 0 and math.isfinite(self.grad_clip)):
+            raise ValueError(f"train.grad_clip must be 0 (no clipping) or a positive norm, got {self.grad_clip}.")
+        if self.seed < 0:
+            raise ValueError(f"train.seed must be 0 or more, got {self.seed}.")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"train.device must be auto, cpu or cuda; got {self.device!r}.")
         if self.optimizer not in ("adamw", "adam"):
@@ -244,22 +250,31 @@ class Trainer:
                     self.writer.add_scalar(key, value, row["step"])
 
     def _truncate_metrics(self) -> None:
-        """On resume, drop logged rows past the checkpoint (they will be logged again)."""
+        """On resume, drop logged rows past the checkpoint (they will be logged again), and blank lines and a last
+        line cut short by a kill (a half-written row)."""
         path = self.out_dir / "metrics.jsonl"
         if self.main and path.exists():
-            rows = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= self.step]
+            rows = [json.dumps(row) for row in read_metrics(self.out_dir) if row["step"] <= self.step]
             path.write_text("".join(row + "\n" for row in rows))
 
     def _clear_logs(self) -> None:
-        """On a fresh start, remove what a run killed before its first ``last.pt`` left (``check_run_directory``
-        refuses a directory with a ``last.pt`` or ``summary.json``): its metrics, best weights, curves, tensorboard
-        events and half-written checkpoints would otherwise mix with this run's."""
+        """On a fresh start, move aside what a run killed before its first ``last.pt`` left (``check_run_directory``
+        refuses a directory with a ``last.pt`` or ``summary.json``), into ``previous/<date>_<time>/``: its metrics,
+        best weights, curves and tensorboard events would otherwise mix with this run's, and its ``best.pt`` may have
+        cost hours. Half-written checkpoints (``*.tmp``) are removed."""
         if not self.main:
             return
-        for name in ("metrics.jsonl", "best.pt", "curves.png", "last.pt.tmp", "best.pt.tmp"):
+        for name in ("last.pt.tmp", "best.pt.tmp"):
             (self.out_dir / name).unlink(missing_ok=True)
-        for events in (self.out_dir / "tensorboard").glob("events.out.tfevents.*"):
-            events.unlink()
+        left = [self.out_dir / n for n in ("metrics.jsonl", "best.pt", "curves.png") if (self.out_dir / n).exists()]
+        left += sorted((self.out_dir / "tensorboard").glob("events.out.tfevents.*"))
+        if not left:
+            return
+        aside = self.out_dir / "previous" / time.strftime("%Y-%m-%d_%H-%M-%S")
+        aside.mkdir(parents=True, exist_ok=True)
+        for path in left:
+            path.rename(aside / path.name)
+        self._say(f"moved what an earlier, unfinished run left here ({', '.join(p.name for p in left)}) to {aside}")
 
     # -- the loop -----------------------------------------------------------------------------------------------------
 
@@ -281,7 +296,14 @@ class Trainer:
         return result
 
     def _checkpoint_and_evaluate(self) -> None:
-        if self.main:
+        """At an evaluation step (every ``eval_every`` and the last), evaluate and keep ``best.pt``; at a checkpoint
+        step (every ``checkpoint_every``, or every evaluation when it is 0, and the last), save ``last.pt``."""
+        o, final = self.settings, self.step == self.settings.max_steps
+        evaluating = self.step % o.eval_every == 0 or final
+        saving = final or (self.step % o.checkpoint_every == 0 if o.checkpoint_every else evaluating)
+        if not (evaluating or saving):
+            return
+        if self.main and evaluating:
             result = self.evaluate("val")
             value = result[self.objective.metric]
             self._log({"step": self.step, **{f"val_{k}": v for k, v in result.items()}})
@@ -290,14 +312,13 @@ class Trainer:
                 weights = _unwrap(self.model).state_dict()
                 self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
                 save_checkpoint(self.out_dir / "best.pt", self.best_state())
-            every, final = self.settings.checkpoint_every, self.step == self.settings.max_steps
-            if every == 0 or self.step % every == 0 or final:
-                save_checkpoint(self.out_dir / "last.pt", self.state())
-            if self.settings.eval_every >= self.settings.log_every or self.step % self.settings.log_every == 0 or final:
+            if o.eval_every >= o.log_every or self.step % o.log_every == 0 or final:
                 self._say(
                     f"step {self.step}: val {self.objective.metric} {value:.4f} (best {self.best_val:.4f} at "
                     f"step {self.best_step})"
                 )
+        if self.main and saving:
+            save_checkpoint(self.out_dir / "last.pt", self.state())
         if self.world > 1:
             dist.barrier()
 
@@ -367,8 +388,7 @@ class Trainer:
                     self.bar.update(1)
                     best = "-" if self.best_val is None else f"{self.best_val:.4f}"
                     self.bar.set_postfix({"loss": f"{value:.4f}", f"best val {self.objective.metric}": best})
-                if self.step % o.eval_every == 0 or self.step == o.max_steps:
-                    self._checkpoint_and_evaluate()
+                self._checkpoint_and_evaluate()
                 if self._stop_requested() and self.step < o.max_steps:
                     if self.main:
                         save_checkpoint(self.out_dir / "last.pt", self.state())
@@ -453,10 +473,25 @@ def _progress(total: int, initial: int):
 
 
 def read_metrics(out_dir: Path) -> Iterator[dict[str, Any]]:
+    """The rows of ``metrics.jsonl``, skipping blank lines and a last line cut short (a run killed while writing);
+    any other line that is not a JSON object with a ``step`` is a one-line error naming the file and line."""
     path = Path(out_dir) / "metrics.jsonl"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            yield json.loads(line)
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            if i == last:  # a half-written last row: the run was killed while logging; it is logged again
+                return
+            raise ValueError(f"{path} line {i + 1} is not a JSON row ({error}); remove or repair that line.") from None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            raise ValueError(f"{path} line {i + 1} is not a metrics row with an integer step: {line[:80]!r}.")
+        yield row
 
 
 def plot_curves(out_dir: Path) -> Path:

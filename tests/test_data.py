@@ -627,6 +627,50 @@ def test_sst2_bad_line_is_one_line_naming_it(tmp_path, write_data):
     _one_line(info, folder / "train.tsv", "line 3", "label 0 or 1")
 
 
+@pytest.mark.parametrize(
+    "train, sentences, labels",
+    [
+        ("idx\tsentence\tlabel\n0\tgood film\t1\n1\tbad\t0\n", [["good", "film"], ["bad"]], [1, 0]),
+        ("sentence\tlabel\tidx\ngood film\t1\t0\nbad\t0\t1\n", [["good", "film"], ["bad"]], [1, 0]),
+        ("label\tsentence\n1\tgood film\n0\tbad\n", [["good", "film"], ["bad"]], [1, 0]),
+        ("\ufeffgood film\t1\nbad\t0\n", [["good", "film"], ["bad"]], [1, 0]),  # a byte-order mark, no header
+    ],
+    ids=["index_first", "index_last", "label_first", "bom_without_header"],
+)
+def test_sst2_reads_the_columns_its_header_names(tmp_path, write_data, train, sentences, labels):
+    """An exported file's index column is not read as words (before, an index-first file trained on the index
+    numbers as tokens), and a byte-order mark is not a token."""
+    from odeformer.data.sst2 import read_tsv
+
+    folder = write_data.sst2(tmp_path, train=train)
+    assert read_tsv(folder / "train.tsv") == (sentences, labels)
+
+
+@pytest.mark.parametrize(
+    "train, found",
+    [
+        ("index\tsentence\n0\tgood film\n", "header names the columns ['index', 'sentence']: name a 'label' column"),
+        ("idx\tsentence\tlabel\ngood film\t1\n", "line 2 is not 3 fields as its header names"),
+        ("0\tgood film\t1\n", "line 1 is not sentence<TAB>label"),  # an index column without a header
+        ("a great movie .\tpositive\ngood\t1\n", "line 1 is not sentence<TAB>label"),  # not a header: a bad row
+    ],
+    ids=["glue_test_layout", "short_row", "index_without_header", "sentence_with_a_word_label"],
+)
+def test_sst2_files_it_cannot_read_right_are_one_line_naming_them(tmp_path, write_data, train, found):
+    folder = write_data.sst2(tmp_path, train=train)
+    with pytest.raises(ValueError) as info:
+        load("sst2", tmp_path)
+    _one_line(info, folder / "train.tsv", found)
+
+
+def test_sst2_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, write_data):
+    folder = write_data.sst2(tmp_path)
+    (folder / "test.tsv").write_bytes("sentence\tlabel\nun film très bon\t1\n".encode("latin-1"))
+    with pytest.raises(ValueError) as info:
+        load("sst2", tmp_path)
+    _one_line(info, folder / "test.tsv", "is not UTF-8 text", "odeformer-data sst2")
+
+
 # -------------------------------------------------------------------------------------------- the `data` marker
 
 
@@ -757,3 +801,10 @@ def test_synthetic_sizes_and_graph():
     assert [len(graph.splits[s][0]) for s in graph.splits] == [36, 12, 12]
     edges = set(map(tuple, graph.graph[1].T.tolist()))
     assert edges == {(j, i) for i, j in edges} and all(i != j for i, j in edges)
+
+
+def test_a_data_root_that_is_a_file_says_so(tmp_path):
+    afile = tmp_path / "README.md"
+    afile.write_text("not a folder\n")
+    with pytest.raises(DatasetNotFound, match=f"data root {afile} is a file, not a folder; set ODEFORMER_DATA"):
+        load("sst2", afile)

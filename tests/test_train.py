@@ -338,6 +338,43 @@ def test_a_fresh_run_replaces_what_a_run_killed_before_its_first_checkpoint_left
     assert [r["step"] for r in rows if "loss" in r] == [1, 2] and all(r.get("loss") != 123.0 for r in rows)
     assert not (out / "tensorboard" / "events.out.tfevents.1.old").exists()
     assert load_checkpoint(out / "best.pt")["step"] == 2
+    (aside,) = (out / "previous").iterdir()  # the killed run's files are kept, not deleted: its best.pt may be dear
+    assert (aside / "best.pt").read_bytes() == b"old" and "123.0" in (aside / "metrics.jsonl").read_text()
+    assert (aside / "events.out.tfevents.1.old").read_bytes() == b"old"
+    assert "moved what an earlier, unfinished run left here" in done.stdout
+
+
+def test_resume_survives_a_blank_or_half_written_last_metrics_line_and_names_a_corrupt_one(tmp_path):
+    out = tmp_path / "run"
+    run = [*DEBUG, "train.eval_every=2", "train.log_every=1", f"train.out_dir={out}"]
+    assert cli_in_process(*run, "train.max_steps=2").returncode == 0
+    (out / "summary.json").unlink()
+    metrics = out / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + "\n" + '{"step": 3, "loss": 2.2')  # a blank line, a row cut short
+    done = cli_in_process(*run, "train.max_steps=3", "train.resume=true")
+    assert done.returncode == 0, done.stderr
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 3 and steps.count(3) == 2  # step 3's loss and val rows, once
+    (out / "summary.json").unlink()
+    metrics.write_text("not json\n" + metrics.read_text())
+    done = cli_in_process(*run, "train.max_steps=4", "train.resume=true")
+    assert done.returncode == 2 and f"{metrics} line 1 is not a JSON row" in done.stderr
+
+
+def test_last_pt_is_saved_every_checkpoint_every_steps_whatever_eval_every_is(tmp_path, monkeypatch):
+    from odeformer import trainer
+
+    saved, real = [], trainer.save_checkpoint
+
+    def spy(path, state):
+        saved.append((path.name, state["step"]))
+        return real(path, state)
+
+    monkeypatch.setattr(trainer, "save_checkpoint", spy)
+    cadence = ["train.max_steps=10", "train.eval_every=4", "train.checkpoint_every=3"]
+    done = cli_in_process(*DEBUG, *cadence, f"train.out_dir={tmp_path / 'run'}")
+    assert done.returncode == 0, done.stderr
+    assert [step for name, step in saved if name == "last.pt"] == [3, 6, 9, 10]  # before: [10] (evaluations at 4, 8)
 
 
 def test_the_logged_lr_is_the_one_the_step_used(tmp_path):
@@ -445,6 +482,12 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
         (["train.min_lr_ratio=-2"], "train.min_lr_ratio must be in [0, 1] (the cosine's floor"),
         (["train.min_lr_ratio=1.5"], "train.min_lr_ratio must be in [0, 1]"),
         (["train.warmup_steps=-1"], "train.warmup_steps must be 0 (no warm-up) or more, got -1"),
+        (["train.weight_decay=-1"], "train.weight_decay must be 0 (none) or more, got -1.0"),
+        (["train.grad_clip=-1"], "train.grad_clip must be 0 (no clipping) or a positive norm, got -1.0"),
+        (["train.seed=-1"], "train.seed must be 0 or more, got -1"),
+        (["model.patch_size=0"], "patch_size must be a positive int, got 0"),
+        (["model=causal_lm", "data=synthetic", "data.options.task=text", "model.max_len=0"], "max_len must be a"),
+        (["model=causal_lm", "data=synthetic", "data.options.task=text", "model.max_len=-3"], "max_len must be a"),
         (["data.batch_size=0"], "data.batch_size must be at least 1, got 0"),
         (["data.options.val_fraction=0"], "the val split is empty: nothing to evaluate"),
         (
@@ -620,3 +663,13 @@ def test_continuous_solver_statistics_are_logged(tmp_path, solver):
     assert len(logged) == 4
     for row in logged:
         assert row["nfe"] >= 6 and row["steps_accepted"] >= 1 and row["steps_rejected"] >= 0
+
+
+def test_an_out_dir_that_is_a_file_is_one_line_and_exit_2(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("kept\n")
+    for out in (afile, afile / "run"):
+        done = cli_in_process(*DEBUG, f"train.out_dir={out}")
+        assert done.returncode == 2, done.stderr
+        assert f"cannot be made: {afile} is a file, not a folder" in _error_line(done)
+    assert afile.read_text() == "kept\n"

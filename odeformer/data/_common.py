@@ -64,8 +64,9 @@ def resolve_root(root: str | os.PathLike | None, dataset: str, expects: str) -> 
         )
     path = Path(root).expanduser()
     if not path.is_dir():
+        what = "is a file, not a folder" if path.exists() else "does not exist"
         raise DatasetNotFound(
-            f"{dataset}: data root {path} does not exist; set {ENV_VAR} or data.root to the folder holding {expects}."
+            f"{dataset}: data root {path} {what}; set {ENV_VAR} or data.root to the folder holding {expects}."
         )
     return path
 

@@ -32,24 +32,50 @@ def tokenize(sentence: str) -> list[str]:
 
 
 def read_tsv(path: Path) -> tuple[list[list[str]], list[int]]:
-    """``(tokenised sentences, labels)`` of a ``sentence<TAB>label`` file; a first line whose label is not an
-    integer is a header and skipped."""
+    """``(tokenised sentences, labels)`` of a tab-separated file of sentences and 0/1 labels.
+
+    A first line of single words whose last is not an integer is a header: the columns it names ``sentence`` and
+    ``label`` are read (an exported file may carry an index column too), and every row must have the header's number
+    of fields; a header of two other names is read as ``sentence<TAB>label``. Without a header every row is
+    ``sentence<TAB>label``, two fields exactly. A byte-order mark is
+    ignored; a file that is not UTF-8, or a row that does not fit, is a one-line error naming the file and line.
+    """
     sentences, labels = [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            sentence, tab, label = line.rstrip("\r\n").rpartition("\t")
-            if number == 1 and tab and not label.strip().lstrip("-").isdigit():
-                continue  # header
-            if not tab or label.strip() not in ("0", "1"):
-                raise ValueError(
-                    f"sst2: {path} line {number} is not 'sentence<TAB>label' with label 0 or 1: "
-                    f"{one_line(line)[:60]!r}."
-                )
-            sentences.append(tokenize(sentence))
-            labels.append(int(label))
+    columns, sentence_at, label_at = 2, 0, 1
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                fields = line.rstrip("\r\n").split("\t")
+                words = all(re.fullmatch(r"\s*\w+\s*", name) for name in fields)
+                if number == 1 and len(fields) > 1 and words and not fields[-1].strip().lstrip("-").isdigit():
+                    columns, sentence_at, label_at = _header(path, [name.strip().lower() for name in fields])
+                    continue
+                if len(fields) != columns or fields[label_at].strip() not in ("0", "1"):
+                    layout = "sentence<TAB>label" if columns == 2 else f"{columns} fields as its header names"
+                    raise ValueError(
+                        f"sst2: {path} line {number} is not {layout} with label 0 or 1: {one_line(line)[:60]!r}."
+                    )
+                sentences.append(tokenize(fields[sentence_at]))
+                labels.append(int(fields[label_at]))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"sst2: {path} is not UTF-8 text ({error.reason} at byte {error.start}); {SOURCE}.") from None
     return sentences, labels
+
+
+def _header(path: Path, names: list[str]) -> tuple[int, int, int]:
+    """``(columns, sentence column, label column)`` from a header's lower-cased names."""
+    if "label" in names:
+        if "sentence" in names or len(names) == 2:
+            label_at = names.index("label")
+            return len(names), names.index("sentence") if "sentence" in names else 1 - label_at, label_at
+    elif len(names) == 2 and "sentence" not in names:
+        return 2, 0, 1  # two columns of other names: sentence, then label
+    raise ValueError(
+        f"sst2: {path}'s header names the columns {names}: name a 'label' column (GLUE's test.tsv has none) and, "
+        "beside others, a 'sentence' column."
+    )
 
 
 def build_vocab(sentences: list[list[str]], min_freq: int, max_vocab: int) -> list[str]:

@@ -12,6 +12,9 @@ from ._common import TaskModel, check_tokens
 class _Embedding(nn.Module):
     def __init__(self, vocab_size: int, max_len: int, dim: int):
         super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}.")
         self.tokens = nn.Embedding(vocab_size, dim)
         self.positions = nn.Embedding(max_len, dim)
         nn.init.normal_(self.tokens.weight, std=0.02)

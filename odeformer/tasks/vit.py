@@ -31,6 +31,9 @@ class ViT(TaskModel):
         **backbone_options,
     ):
         super().__init__()
+        for name, value in (("image_size", image_size), ("patch_size", patch_size), ("in_chans", in_chans)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}.")
         if image_size % patch_size:
             raise ValueError(f"image_size must be divisible by patch_size: got {image_size} and {patch_size}.")
         if pool not in ("cls", "mean"):
