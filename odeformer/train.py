@@ -34,13 +34,14 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .checkpoints import CheckpointError, RunDirectoryError, check_run_directory
 from .config import Config, group_options
 from .data import DatasetNotFound
-from .runs import UsageError, build
+from .runs import CONFIG_NAMES, UsageError, build
 from .stability import max_stable_dt, stable
 from .trainer import Settings, Trainer, TrainingDiverged
 
@@ -316,23 +317,45 @@ class SweepSummary(Callback):
         print(f"\n{markdown}\nsweep summary: {sweep_dir / 'summary.md'}")
 
 
+_FAILED_JOBS: list[int] = []  # exit codes of the sweep's jobs that failed (a sweep goes on past them)
+
+
 @hydra.main(version_base="1.3", config_path="pkg://" + CONFIG_MODULE, config_name="train")
 def _main(cfg: DictConfig) -> None:
     hydra_config = HydraConfig.get()
     out_dir = Path(hydra_config.runtime.output_dir)
+    sweep = hydra_config.mode == RunMode.MULTIRUN
     before = _written(out_dir)
     try:
         run(cfg, out_dir, list(hydra_config.overrides.task))
     except TrainingDiverged as error:
-        print(f"odeformer-train: {error}", file=sys.stderr)
-        sys.exit(1)
+        _failed(cfg, out_dir, f"odeformer-train: {error}", 1, sweep)
     except (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError) as error:
         if os.environ.get("ODEFORMER_DEBUG"):
             raise
-        if _written(out_dir) == before:  # refused before training: the command leaves no trace
+        if _written(out_dir) == before and not sweep:  # refused before training: the command leaves no trace
             _forget_snapshot(out_dir, hydra_config.output_subdir)
-        print(f"odeformer-train: error: {' '.join(str(error).split())}", file=sys.stderr)
-        sys.exit(2)
+        _failed(cfg, out_dir, f"odeformer-train: error: {' '.join(str(error).split())}", 2, sweep)
+
+
+def _failed(cfg: DictConfig, out_dir: Path, message: str, code: int, sweep: bool) -> None:
+    """Report a failed run: one line and exit ``code``; in a sweep, the line names the job, its ``summary.json``
+    records the failure (a row of the sweep's table) and the sweep goes on; the command exits ``code`` at its end."""
+    if not sweep:
+        print(message, file=sys.stderr)
+        sys.exit(code)
+    print(f"{message} (job {out_dir.name}; the sweep goes on)", file=sys.stderr)
+    _FAILED_JOBS.append(code)
+    summary = {
+        "status": "failed",
+        "error": message.split(": ", 1)[-1].removeprefix("error: "),
+        "solver": OmegaConf.select(cfg, "solver.name"),
+        "model": CONFIG_NAMES.get(str(OmegaConf.select(cfg, "model._target_")).rsplit(".", 1)[-1]),
+        "data": OmegaConf.select(cfg, "data.name"),
+        "depth": OmegaConf.select(cfg, "model.depth"),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def _written(out_dir: Path) -> dict[str, tuple[int, int]]:
@@ -363,7 +386,10 @@ def main() -> None:
         sys.exit(2)
     finally:
         GlobalHydra.instance().clear()
+    _FAILED_JOBS.clear()
     _main()
+    if _FAILED_JOBS:  # a sweep whose every job ran, some of them failing: the worst failure's code
+        sys.exit(min(_FAILED_JOBS))
 
 
 if __name__ == "__main__":

@@ -585,6 +585,19 @@ def test_bad_sweep_values_are_one_line_each(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing ran
 
 
+def test_a_sweep_goes_on_past_a_failing_job_and_lists_it(tmp_path):
+    """A combination that only the model can refuse (dim 30 with 4 heads) fails its job, not the sweep: the valid
+    job after it still runs, the table lists both, and the command exits 2 at the end."""
+    sweep = ["-m", *DEBUG[:2], "model.depth=1", "model.heads=4", "model.dim=30,16", "train.max_steps=2"]
+    done = cli_in_process(*sweep, f"hydra.sweep.dir={tmp_path}")
+    assert done.returncode == 2
+    assert "dim must be divisible by heads: got dim=30, heads=4. (job 0_" in done.stderr
+    rows = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["status"] for r in rows] == ["failed", "completed"] and rows[1]["steps"] == 2
+    failed = json.loads(next(tmp_path.glob("0_*/summary.json")).read_text())
+    assert failed["error"] == "dim must be divisible by heads: got dim=30, heads=4."
+
+
 def test_mistyped_keys_name_the_nearest_valid_one():
     done = cli_in_process(*DEBUG, "model.dpeth=4")
     line = _error_line(done)
