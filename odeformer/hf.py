@@ -68,6 +68,8 @@ ACTIVATIONS = {
     "gelu_python": "gelu",  # the same erf GELU, written out in Python
     "gelu_new": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_python_tanh": "gelu_tanh",  # the same tanh GELU, written out
+    "gelu_accurate": "gelu_tanh",  # the same tanh GELU, its constant computed in Python
     "relu": "relu",
     "silu": "silu",
     "swish": "silu",
@@ -365,6 +367,7 @@ def _bert(hf: nn.Module, solver: Solver, options: dict):
     config = hf.config
     _refuse(config, "position_embedding_type", lambda v: v == "absolute", "odeformer has absolute positions only")
     _refuse(config, "is_decoder", lambda v: not v, "odeformer's MaskedLM is an encoder (bidirectional attention)")
+    _refuse(config, "type_vocab_size", lambda v: v >= 1, "token type 0's embedding is folded into the positions")
     _refuse(config, "add_cross_attention", lambda v: not v, "odeformer's MaskedLM has no cross-attention")
     pad = config.pad_token_id
     options = {"pad_id": -1 if pad is None else pad, **options}

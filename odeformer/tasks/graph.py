@@ -134,7 +134,7 @@ class NodeClassifier(TaskModel):
         )
         self.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, num_classes))
 
-    def forward(self, features: Tensor, edge_index: Tensor, record: list | None = None) -> Tensor:
+    def forward(self, features: Tensor, edge_index: Tensor, *, record: list | None = None) -> Tensor:
         if features.dim() != 2 or features.shape[1] != self.in_features:
             raise ValueError(
                 f"NodeClassifier expects features of shape (N, {self.in_features}), got {tuple(features.shape)}."
@@ -443,7 +443,7 @@ class DIFFormer(TaskModel):
             h = module(h)
         return h
 
-    def forward(self, features: Tensor, edge_index: Tensor, record: list | None = None) -> Tensor:
+    def forward(self, features: Tensor, edge_index: Tensor, *, record: list | None = None) -> Tensor:
         if features.dim() != 2 or features.shape[1] != self.in_features:
             raise ValueError(
                 f"DIFFormer expects features of shape (N, {self.in_features}), got {tuple(features.shape)}."

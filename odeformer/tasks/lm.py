@@ -48,13 +48,13 @@ class CausalLM(TaskModel):
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.head.weight = self.embed.tokens.weight
 
-    def encode(self, tokens: Tensor, record: list | None = None) -> Tensor:
+    def encode(self, tokens: Tensor, *, record: list | None = None) -> Tensor:
         """Contextual features ``(B, T, D)`` (after the final norm), before the head."""
         check_tokens(tokens, self.vocab_size, self.max_len, "CausalLM")
         return self.backbone(self.embed(tokens), record=record)
 
-    def forward(self, tokens: Tensor, record: list | None = None) -> Tensor:
-        return self.head(self.encode(tokens, record))
+    def forward(self, tokens: Tensor, *, record: list | None = None) -> Tensor:
+        return self.head(self.encode(tokens, record=record))
 
 
 class MaskedLM(TaskModel):
@@ -97,20 +97,20 @@ class MaskedLM(TaskModel):
         self.head.weight = self.embed.tokens.weight
         self.classifier = nn.Linear(dim, num_classes) if num_classes else None
 
-    def encode(self, tokens: Tensor, padding_mask: Tensor | None = None, record: list | None = None) -> Tensor:
+    def encode(self, tokens: Tensor, padding_mask: Tensor | None = None, *, record: list | None = None) -> Tensor:
         """Contextual features ``(B, T, D)``."""
         check_tokens(tokens, self.vocab_size, self.max_len, "MaskedLM")
         keys = self._real_tokens(tokens, padding_mask)[:, None, None, :]  # (B, 1, 1, T): queries see real tokens only
         return self.backbone(self.embed_norm(self.embed(tokens)), record=record, attn_mask=keys)
 
-    def forward(self, tokens: Tensor, padding_mask: Tensor | None = None, record: list | None = None) -> Tensor:
-        return self.head(self.encode(tokens, padding_mask, record))
+    def forward(self, tokens: Tensor, padding_mask: Tensor | None = None, *, record: list | None = None) -> Tensor:
+        return self.head(self.encode(tokens, padding_mask, record=record))
 
-    def classify(self, tokens: Tensor, padding_mask: Tensor | None = None, record: list | None = None) -> Tensor:
+    def classify(self, tokens: Tensor, padding_mask: Tensor | None = None, *, record: list | None = None) -> Tensor:
         if self.classifier is None:
             raise ValueError("MaskedLM.classify needs a classification head: build it with num_classes=...")
         real = self._real_tokens(tokens, padding_mask)
-        h = self.encode(tokens, real, record)  # (B, T, D)
+        h = self.encode(tokens, real, record=record)  # (B, T, D)
         if self.pool == "first":
             return self.classifier(h[:, 0])
         weights = real.to(h.dtype).unsqueeze(-1)  # (B, T, 1)

@@ -46,7 +46,7 @@ class ViT(TaskModel):
         self.backbone = transformer(depth, dim, heads, solver, dt, **backbone_options)
         self.head = nn.Linear(dim, num_classes)
 
-    def encode(self, images: Tensor, record: list | None = None) -> Tensor:
+    def encode(self, images: Tensor, *, record: list | None = None) -> Tensor:
         """Features of every token after the backbone (and its final norm), ``(B, P + 1, D)``: CLS first."""
         expected = (self.in_chans, self.image_size, self.image_size)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
@@ -57,6 +57,6 @@ class ViT(TaskModel):
         x = torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1) + self.pos_embed  # (B, P + 1, D)
         return self.backbone(x, record=record)
 
-    def forward(self, images: Tensor, record: list | None = None) -> Tensor:
-        x = self.encode(images, record)  # (B, P + 1, D)
+    def forward(self, images: Tensor, *, record: list | None = None) -> Tensor:
+        x = self.encode(images, record=record)  # (B, P + 1, D)
         return self.head(x[:, 0] if self.pool == "cls" else x[:, 1:].mean(1))
