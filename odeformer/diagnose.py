@@ -253,7 +253,7 @@ def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size:
                 "(first-order) are plotted too, dashed, with that quotient as their velocity"
             )
         record["runs"] = curves
-        (out / f"{measure}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        (out / f"{measure}.json").write_text(_json(record))
     phases = {label: r for label, r in results.items() if "phase" in r}
     if phases:
         _phase_portraits(plt, phases, kinds, out)
@@ -326,7 +326,22 @@ def _phase_portraits(plt: Any, phases: dict[str, dict[str, Any]], kinds: dict[st
     }
     if all(run["token"] == first["token"] and run["channels"] == first["channels"] for run in runs.values()):
         record = {**record, "token": first["token"], "channels": first["channels"]}  # the same in every run
-    (out / "phase.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    (out / "phase.json").write_text(_json(record))
+
+
+def _json(record: dict) -> str:
+    """Strict JSON: a value that is not finite (a run whose states blew up) is written as null."""
+
+    def finite(value):
+        if isinstance(value, float):
+            return value if math.isfinite(value) else None
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [finite(v) for v in value]
+        return value
+
+    return json.dumps(finite(record), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,7 @@ one value per sample ``(B,)`` unless it says otherwise:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -56,13 +57,21 @@ def _centred(h: Tensor, w: Tensor, n: Tensor) -> Tensor:
     return (h - (w * h).sum(1, keepdim=True) / n.clamp_min(1)[:, None, None]) * w
 
 
+def _unit_scale(h: Tensor, w: Tensor) -> Tensor:
+    """``h`` divided, per sample, by its largest entry over the counted tokens (a sample of zeros stays zero): a
+    scale-free measure computed on it cannot overflow or underflow, whatever the tokens' scale (a diverging run's
+    1e20, a collapsing one's 1e-30)."""
+    peak = (w * h).abs().amax(dim=(1, 2), keepdim=True)  # (B, 1, 1)
+    return h / torch.where(peak > 0, peak, torch.ones_like(peak))
+
+
 def token_cosine(h: Tensor, drop_first: bool = False, mask: Tensor | None = None) -> Tensor:
     """Mean cosine similarity over pairs of distinct tokens; ``drop_first`` leaves out a [CLS] token, ``mask``
     (``(B, N)``, True on real tokens) padding."""
     h, w, n = _tokens(h, drop_first, mask)
     if int(n.min()) < 2:
         raise ValueError("token_cosine needs at least two tokens.")
-    unit = torch.nn.functional.normalize(h, dim=-1) * w
+    unit = torch.nn.functional.normalize(_unit_scale(h, w), dim=-1) * w
     gram = unit @ unit.transpose(1, 2)  # (B, N, N), zero on pairs with a padded token
     return (gram.sum((1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(-1)) / (n * (n - 1))
 
@@ -101,8 +110,9 @@ def normalised_dirichlet_energy(h: Tensor, edge_index: Tensor | None = None, mas
 
     When every token is 0 (all equal, norm 0) the value is defined as 0.
     """
+    _, w, n = _tokens(h, mask=mask)
+    h = _unit_scale(h, w)  # the ratio is scale-free: computed at unit scale, it neither overflows nor underflows
     energy = dirichlet_energy(h, edge_index, mask)
-    h, w, n = _tokens(h, mask=mask)
     scale = (w * h).square().sum((-1, -2)) / n  # (B,): (1/N) Σ_i ‖h_i‖²
     return energy / torch.where(scale > 0, scale, 1.0)  # scale 0: every token is 0, and so is the energy
 
@@ -121,8 +131,10 @@ def feature_variance(h: Tensor, mask: Tensor | None = None) -> Tensor:
 def rank_collapse(h: Tensor, mask: Tensor | None = None) -> Tensor:
     """``‖X - 1 mean(X)ᵀ‖_F / ‖X‖_F`` per sample over the (real) tokens (0: all tokens equal)."""
     h, w, n = _tokens(h, mask=mask)
+    h = _unit_scale(h, w)  # scale-free: at unit scale it neither overflows nor underflows
     spread = _centred(h, w, n).flatten(1).norm(dim=-1)
-    return spread / (w * h).flatten(1).norm(dim=-1).clamp_min(1e-30)
+    norm = (w * h).flatten(1).norm(dim=-1)
+    return spread / torch.where(norm > 0, norm, torch.ones_like(norm))  # every token 0: all equal, 0
 
 
 def wave_energy(h: Tensor, h_next: Tensor, dt: float, attention: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -143,7 +155,13 @@ def wave_energy(h: Tensor, h_next: Tensor, dt: float, attention: Tensor, mask: T
 
 def spectral_gap(attention: Tensor) -> Tensor:
     """``1 - |λ₂|`` for each row-stochastic matrix in ``(..., N, N)`` (``λ₁ = 1``)."""
-    return gap_from_eigenvalues(torch.linalg.eigvals(attention.double())).to(attention.dtype)
+    matrices = attention.double()
+    finite = torch.isfinite(matrices).flatten(-2).all(-1)  # a blown-up run's attention: no eigenvalues to take
+    eigenvalues = torch.linalg.eigvals(
+        torch.where(finite[..., None, None], matrices, torch.eye(matrices.shape[-1]).to(matrices))
+    )
+    gap = gap_from_eigenvalues(eigenvalues)
+    return torch.where(finite, gap, torch.full_like(gap, math.nan)).to(attention.dtype)
 
 
 def gap_from_eigenvalues(eigenvalues: Tensor) -> Tensor:

@@ -271,3 +271,35 @@ def test_the_input_has_no_phase_point_in_a_continuous_wave_run():
     model = odeformer.ViT(depth=3, dim=16, heads=2, solver=odeformer.continuous.continuous(dynamics="wave"))
     phase = layer_measures(model, torch.randn(2, 1, 8, 8), drop_first=True)["phase"]
     assert phase[0] is None and all(p is not None for p in phase[1:])
+
+
+@pytest.mark.parametrize(
+    "dtype, scales",
+    [(torch.float32, (1e-25, 1e-20, 1e15, 1e19)), (torch.float64, (1e-150, 1e-31, 1e-14, 1e150))],
+)
+def test_scale_free_measures_hold_at_any_token_scale(dtype, scales):
+    """A collapsing run's 1e-30 or a diverging one's 1e20 must not turn a scale-free measure into 0, NaN or a
+    different number: cosine, normalised Dirichlet energy and rank collapse are computed at unit scale."""
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(2, 5, 4, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    reference = [f(h, mask=mask) for f in (token_cosine, normalised_dirichlet_energy, rank_collapse)]
+    for scale in scales:
+        scaled = (h * scale).to(dtype)
+        for f, expected in zip((token_cosine, normalised_dirichlet_energy, rank_collapse), reference):
+            got = f(scaled, mask=mask).double()
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=f"{f.__name__} at {scale:g}")
+        assert torch.allclose(2 * rank_collapse(scaled, mask=mask).double() ** 2, reference[1], rtol=1e-5)
+
+
+def test_a_blown_up_runs_measures_are_strict_json_and_its_gap_is_nan():
+    import json
+
+    from odeformer.diagnose import _json
+
+    text = _json({"runs": {"a": {"values": [1.5, math.nan, math.inf, -math.inf]}}})
+    assert json.loads(text)["runs"]["a"]["values"] == [1.5, None, None, None] and "NaN" not in text
+    attention = torch.full((1, 3, 3), 1 / 3)
+    attention = torch.cat([attention, torch.full((1, 3, 3), math.nan)])
+    gap = spectral_gap(attention)
+    assert gap[0] == pytest.approx(1.0) and math.isnan(gap[1])
