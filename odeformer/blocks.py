@@ -93,7 +93,12 @@ def make_stepper(cls: type[AbstractStepper], options: dict[str, Any], dim: int |
         for key, p in stepper_parameters(cls).items()
         if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)  # nn.Module's (*args, **kwargs): no options
     }
-    unknown = sorted(set(options) - set(parameters) - {"dim"})
+    if "dim" in options:
+        raise ValueError(
+            f"dim is not a scheme option of {cls.__name__}: a per-channel scheme is given the model's width "
+            "(model.dim); leave dim out of the options."
+        )
+    unknown = sorted(set(options) - set(parameters))
     if unknown:
         allowed = ", ".join(p for p in parameters if p != "dim") or "none"
         raise ValueError(
@@ -307,7 +312,7 @@ def preset(
     form: str | None = None,
     splitting: str | None = None,
     options: dict[str, Any] | None = None,
-    stepper: str | None = None,
+    stepper: str | type | None = None,
     ffn: str | None = None,
     ffn_dt: float | None = None,
 ) -> Preset:
@@ -316,15 +321,16 @@ def preset(
     whole-block scheme, an option the stepper does not take, an unknown name, a non-positive ``dt`` are one-line
     errors.
 
-    ``stepper="module.Class"`` replaces the scheme with a class of the user's. If it is of the kind the solver
-    ``name``'s layer steps (first- or second-order, one evaluation or the whole block), the layer keeps that
-    solver's layout (form, step, splitting, FFN scheme and step, memory) with the class in it; otherwise the layer
-    follows from the class's declarations (:func:`derive`). The solver's own scheme options are not passed to another
-    class: ``options`` equal to the solver's defaults count as not given (the config fills them in), so the class
-    starts from its own defaults, and any other option must be one it takes."""
-    chosen = resolve(name) if not stepper else _with_stepper(name, import_stepper(stepper))
+    ``stepper`` (a class, or ``"module.Class"``) replaces the scheme with a class of the user's. If it is of the kind
+    the solver ``name``'s layer steps (first- or second-order, one evaluation or the whole block), the layer keeps
+    that solver's layout (form, step, splitting, FFN scheme and step, memory) with the class in it; otherwise the
+    layer follows from the class's declarations (:func:`derive`). Every option the class takes is handed to it, so
+    the run's config says what the scheme got; an option it does not take is dropped if it is the solver ``name``'s
+    default (the config fills those in for the named scheme), and is an error otherwise."""
+    chosen = resolve(name) if not stepper else _with_stepper(name, _stepper_class(stepper))
     if stepper:
-        options = {k: v for k, v in (options or {}).items() if k in chosen.options or not _solver_default(name, k, v)}
+        takes = set(stepper_parameters(chosen.stepper))
+        options = {k: v for k, v in (options or {}).items() if k in takes or not _solver_default(name, k, v)}
         chosen = replace(chosen, name=name if name not in solver_names() else chosen.name)
     for label, value in (("dt", dt), ("ffn_dt", ffn_dt)):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -363,6 +369,15 @@ def preset(
             made, equation=f"{made.equation}   [changed: {', '.join(f'{k}={v}' for k, v in changed.items())}]"
         )
     return made
+
+
+def _stepper_class(stepper: str | type) -> type[AbstractStepper]:
+    """``stepper`` as a class: a stepper class itself, or one imported from ``"module.Class"``."""
+    if isinstance(stepper, str):
+        return import_stepper(stepper)
+    if isinstance(stepper, type) and issubclass(stepper, AbstractStepper):
+        return stepper
+    raise ValueError(f"stepper must be a solvers.AbstractStepper subclass or 'module.Class', got {stepper!r}.")
 
 
 def _with_stepper(name: str, cls: type[AbstractStepper]) -> Preset:

@@ -482,6 +482,7 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
         (["train.min_lr_ratio=-2"], "train.min_lr_ratio must be in [0, 1] (the cosine's floor"),
         (["train.min_lr_ratio=1.5"], "train.min_lr_ratio must be in [0, 1]"),
         (["train.warmup_steps=-1"], "train.warmup_steps must be 0 (no warm-up) or more, got -1"),
+        (["solver=light_wave", "+solver.options.dim=3"], "dim is not a scheme option of LightWave"),
         (["train.weight_decay=-1"], "train.weight_decay must be 0 (none) or more, got -1.0"),
         (["train.grad_clip=-1"], "train.grad_clip must be 0 (no clipping) or a positive norm, got -1.0"),
         (["train.seed=-1"], "train.seed must be 0 or more, got -1"),

@@ -1,6 +1,7 @@
 """A scheme of the user's in a solver config (``solver.stepper=module.Class``): which layer it gets, which options
 reach it, and the errors for classes that cannot be one."""
 
+import importlib
 import sys
 import textwrap
 
@@ -50,14 +51,26 @@ def schemes(tmp_path, monkeypatch):
     sys.modules.pop("user_schemes_mod", None)
 
 
-def test_the_named_solvers_defaults_do_not_reach_another_class(schemes):
-    """The config fills solver.options with the named solver's defaults (light_wave: theta0 = -2); a class of the
-    user's starts from its own (3.0) unless the value was changed."""
+def test_options_the_class_takes_reach_it_and_the_named_solvers_others_are_dropped(schemes):
+    """The config fills solver.options with the named solver's defaults (light_wave: theta0 = -2). A class that takes
+    theta0 gets the value the config holds, which is what the run records: before, a theta0 typed equal to that
+    default was silently replaced by the class's own (3.0), while the config said -2. Given no options (Python), the
+    class starts from its own default; given as a class instead of a dotted path, the same."""
     made = preset("light_wave", options={"theta0": -2.0}, stepper=f"{schemes}.ThetaGate")
-    assert made.build(4).stepper.theta0 == 3.0
+    assert made.build(4).stepper.theta0 == -2.0
     assert preset("light_wave", options={"theta0": 1.0}, stepper=f"{schemes}.ThetaGate").build(4).stepper.theta0 == 1.0
+    assert preset("light_wave", stepper=f"{schemes}.ThetaGate").build(4).stepper.theta0 == 3.0
+    cls = importlib.import_module(schemes).ThetaGate
+    assert preset("light_wave", options={"theta0": 0.5}, stepper=cls).build(4).stepper.theta0 == 0.5
     mix = odeformer.PRESETS["mix"].options  # a scheme that takes none of mix's options is not handed them
     assert preset("mix", options=dict(mix), stepper=f"{schemes}.Kick").options == {}
+
+
+def test_dim_is_the_models_width_not_a_scheme_option(schemes):
+    with pytest.raises(ValueError, match=r"dim is not a scheme option of ThetaGate: .* \(model.dim\)"):
+        preset("light_wave", options={"dim": 3}, stepper=f"{schemes}.ThetaGate")
+    with pytest.raises(ValueError, match="stepper must be a solvers.AbstractStepper subclass or 'module.Class'"):
+        preset("light_wave", stepper=int)
 
 
 def test_a_class_of_the_solvers_kind_keeps_the_solvers_layout(schemes):
