@@ -617,6 +617,7 @@ def test_an_experiment_does_not_override_a_train_option_given_on_the_command_lin
     assert entry.compose(["experiment=fmnist_vit"]).train.max_steps == 1500
 
 
+@pytest.mark.slow  # two interpreters, Hydra's --help (about 9 s)
 def test_help_lists_options_and_no_internal_schemas():
     done = cli("--help")
     assert done.returncode == 0 and "_schema" not in done.stdout
@@ -667,7 +668,8 @@ def test_torchrun_two_cpu_processes_stay_in_sync(tmp_path):
     assert first == second
 
 
-@pytest.mark.parametrize("solver", ["dopri5", pytest.param("tsit5", marks=pytest.mark.slow)])  # tsit5: ~11 s
+@pytest.mark.slow  # a training run per library (about 10 s each)
+@pytest.mark.parametrize("solver", ["dopri5", "tsit5"])
 def test_continuous_solver_statistics_are_logged(tmp_path, solver):
     out = tmp_path / "run"
     done = cli(*DEBUG, f"solver={solver}", "train.max_steps=4", "train.eval_every=2", f"train.out_dir={out}")
