@@ -127,6 +127,15 @@ def _check_solver(solver: Solver, config, post: bool) -> None:
         )
 
 
+def _eps(hf: nn.Module) -> float:
+    """The epsilon the model's LayerNorms use (read from the modules: a config edited after the model was built no
+    longer describes them); LayerNorms of different epsilons are a one-line error."""
+    found = {m.eps for m in hf.modules() if isinstance(m, nn.LayerNorm)}
+    if len(found) != 1:
+        raise ValueError(f"from_hf: the model's LayerNorms use the epsilons {sorted(found)}; odeformer takes one.")
+    return found.pop()
+
+
 def _refuse(config, field: str, allowed: Callable[[Any], bool], why: str) -> None:
     """A one-line error naming ``field`` when ``config``'s value for it is not ``allowed``."""
     if hasattr(config, field) and not allowed(getattr(config, field)):
@@ -256,7 +265,7 @@ def _vit(hf: nn.Module, solver: Solver, options: dict):
         mlp_hidden=_width(config, "intermediate_size"),
         activation=_activation(config, "hidden_act"),
         norm="pre",
-        norm_eps=config.layer_norm_eps,
+        norm_eps=_eps(hf),
         qkv_bias=config.qkv_bias,
         **options,
     )
@@ -328,7 +337,7 @@ def _gpt2(hf: nn.Module, solver: Solver, options: dict):
         mlp_hidden=_width(config, "n_inner", default=4 * dim),
         activation=_activation(config, "activation_function"),
         norm="pre",
-        norm_eps=config.layer_norm_epsilon,
+        norm_eps=_eps(hf),
         qkv_bias=True,
         **options,
     )
@@ -383,7 +392,7 @@ def _bert(hf: nn.Module, solver: Solver, options: dict):
         mlp_hidden=_width(config, "intermediate_size"),
         activation=_activation(config, "hidden_act"),
         norm="post",
-        norm_eps=config.layer_norm_eps,
+        norm_eps=_eps(hf),
         qkv_bias=True,
         **options,
     )

@@ -393,6 +393,18 @@ def test_unsupported_config_fields_are_one_line_errors_naming_the_field(build, f
     assert f"config.{field}" in _error(build())
 
 
+def test_the_layer_norm_epsilon_is_read_from_the_modules_not_the_config():
+    """A config edited after the model was built no longer describes its LayerNorms (before, the copy took the
+    config's 0.5 and differed from the model by 1.25); LayerNorms of different epsilons are refused."""
+    hf = _built(transformers.BertModel, _bert_config(), 0)
+    hf.config.layer_norm_eps = 0.5
+    tokens = torch.randint(1, 37, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert _max_error(odeformer.from_hf(hf).encode(tokens), hf(tokens).last_hidden_state) < 1e-10
+    hf.embeddings.LayerNorm.eps = 1e-3
+    assert "the model's LayerNorms use the epsilons [1e-12, 0.001]" in _error(hf)
+
+
 def test_bert_position_embedding_types_other_than_absolute_are_refused():
     hf = _hf_models()["bert"]
     hf.config.position_embedding_type = "relative_key"  # a field of transformers 4's BertConfig
