@@ -26,29 +26,28 @@ a first-order and 2 for a second-order scheme; ``check_stepper(stepper, dim=...)
   grids of ``n`` steps of ``T / n``, ``n`` doubling from 8, until the error nears the float64 rounding floor
   (``100 n eps``, a margin over the worst case of ``n`` steps' rounding) or ``dt <= 2**-12`` (at most 4096 steps), so
   the fit sits in the asymptotic range, not at coarse steps where a small lower-order defect still hides behind the
-  leading term. The slope of log error against log dt over the three finest grids above the floor must match
-  ``order`` within 0.3, and the two local slopes there must agree within 0.1, or be settling toward a limit
-  geometrically (then the slope is that limit); else the error has not settled to one power of dt, and the check
-  fails saying so. Problems (``T = 0.5``): second-order schemes, linear modes coupled by a non-symmetric matrix
-  (:func:`coupled_problem`, matrix-exponential reference: a force whose Jacobian is not symmetric, as attention's is
-  not) and pendulums whose force is modulated in time and forced (``x'' = -w² (1 + ½ cos 2t) sin x + ½ cos t``: time
-  and state enter jointly); first-order schemes, a linear problem, a nonlinear time-modulated one
-  (:func:`nonlinear_problem`) and the pendulums as a system ``[x, v]``; nonlinear references are classic RK4 at steps
-  ``2**-10`` and ``2**-11``, Richardson-extrapolated, accurate to rounding. The last problem is measured again on an
-  uneven grid (steps alternating ``4/3 dt`` and ``2/3 dt``, as layers with different steps), and, if the stepper has
-  learnable parameters, with them moved by ``N(0, 0.5²)`` from their start (a claim must hold wherever training
-  takes them). A scheme whose error reaches the floor within three grids, or before its slopes settle, has its
-  horizon doubled (up to four times), so a high-order scheme still shows its order (up to order 6 on these problems;
-  an order-8 scheme reaches float64's floor before its error settles, and fails saying so). ``order = 0`` (no small-step
-  limit) is checked by :func:`check_no_limit` instead: ``limit_field`` raises ``ValueError`` and the step indeed does
-  not shrink with ``dt``.
+  leading term. The slope of log error against log dt over the three finest grids above the floor must match ``order``
+  within 0.3, and the two local slopes there must agree within 0.1, or be settling toward a limit geometrically (then
+  the slope is that limit); else the error has not settled to one power of dt, and the check fails saying so. Problems
+  (``T = 0.5``): second-order schemes, linear modes coupled by a non-symmetric matrix (:func:`coupled_problem`,
+  matrix-exponential reference: a force whose Jacobian is not symmetric, as attention's is not) and pendulums whose
+  force is modulated in time and forced (``x'' = -w² (1 + ½ cos 2t) sin x + ½ cos t``: time and state enter jointly);
+  first-order schemes, a linear problem, a nonlinear time-modulated one (:func:`nonlinear_problem`) and the pendulums as
+  a system ``[x, v]``; nonlinear references are classic RK4 at steps ``2**-10`` and ``2**-11``, Richardson-extrapolated,
+  accurate to rounding. The last problem is measured again on an uneven grid (steps alternating ``4/3 dt`` and
+  ``2/3 dt``, as layers with different steps), and, if the stepper has learnable parameters, with them moved by
+  ``N(0, 0.5²)`` from their start (a claim must hold wherever training takes them). A scheme whose error reaches the
+  floor within three grids, or before its slopes settle, has its horizon doubled (up to four times), so a high-order
+  scheme still shows its order (a fifth-order one does; an order-8 scheme reaches float64's floor before its error
+  settles, and fails saying so). ``order = 0`` (no small-step limit) is checked by :func:`check_no_limit` instead:
+  ``limit_field`` raises ``ValueError`` and the step indeed does not shrink with ``dt``.
 - :func:`check_symplectic` (if ``symplectic``): the Jacobian ``M`` of one step from a fresh ``init``, at four random
-  points (``x, v`` standard normal, ``t in [0, 1]``, ``dt in [0.05, 1.5]``, and two in ``[1e-3, 0.05]``) of a
-  linear Hamiltonian problem (``x'' = -K x``) and of a coupled nonlinear one (``x'' = -K x - x³``), has ``Mᵀ J M = J`` and ``det M = 1`` to
-  rounding (``max|Mᵀ J M - J| <= 1000 eps |M|²`` and ``|det M - 1| <= 1000 eps |M|^(2d)``, ``|M|`` the spectral norm
-  but at least 1, ``d`` the dimension of ``x``; a step that is not finite there, as a far-reaching composition's
-  on the cubic force, is taken again at half the size, up to six times); with learnable parameters, also with them
-  moved from their start; on the linear problem the energy error at ``dt = 0.1`` stays bounded over
+  points (``x, v`` standard normal, ``t in [0, 1]``, ``dt in [0.05, 1.5]``, and two in ``[1e-3, 0.05]``) of a linear
+  Hamiltonian problem (``x'' = -K x``) and of a coupled nonlinear one (``x'' = -K x - x³``), has ``Mᵀ J M = J`` and
+  ``det M = 1`` to rounding (``max|Mᵀ J M - J| <= 1000 eps |M|²`` and ``|det M - 1| <= 1000 eps |M|^(2d)``, ``|M|`` the
+  spectral norm but at least 1, ``d`` the dimension of ``x``; a step that is not finite there, as a far-reaching
+  composition's on the cubic force, is taken again at half the size, up to six times); with learnable parameters, also
+  with them moved from their start; on the linear problem the energy error at ``dt = 0.1`` stays bounded over
   ``t in [0, 200]`` (last quarter at most twice the first) and halving ``dt`` shrinks it like ``dt**order``.
 - :func:`check_reversible` (if ``reversible``): at ``dt`` = 1, 0.5, 0.1 and 0.01 on modulated, forced pendulums
   whose time dependence has no parity (``cos(t + 0.7)``: an inverse that runs time back through ``-t`` fails), and at

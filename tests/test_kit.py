@@ -1119,6 +1119,14 @@ def test_symplecticity_is_checked_where_a_far_reaching_composition_stays_finite(
     assert report["structure_defect"] < 1e-12 and report["rate"] > 7.7
 
 
+@pytest.mark.slow  # fifteen force evaluations per step on grids down to float64's floor
+def test_an_eighth_order_scheme_is_beyond_float64_and_the_order_check_says_so():
+    """The documented limit: the error of an order-8 scheme reaches the rounding floor before it settles to one power
+    of dt, so the order cannot be read and the check fails saying that, not that the order is wrong."""
+    with pytest.raises(AssertionError, match=r"Yoshida8 declares order 8 but its error has not settled"):
+        check_order(Yoshida8)
+
+
 class SmallStepTrapezoidVerlet(VelocityVerlet):
     """Velocity Verlet at layer-sized steps, the (non-symplectic) explicit trapezoid below dt = 0.02: both order 2."""
 
