@@ -286,15 +286,16 @@ def memory(solver: str, depth: int, device: str, batch: int = MEMORY["batch"]) -
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-MODES = {"full": (20, MEMORY["batch"]), "quick": (5, MEMORY["batch"]), "smoke": (1, 4)}  # rounds, memory batch
+MODES = {"full": (20, 10, MEMORY["batch"]), "quick": (5, 3, MEMORY["batch"]), "smoke": (1, 1, 4)}
+"""Rounds of the timed comparisons, of the compile comparison, and the memory probes' batch, per mode."""
 
 
 def run(mode: str, device: str) -> dict:
-    rounds, batch = MODES[mode]
+    rounds, compile_rounds, batch = MODES[mode]
     started = time.time()
     vit = vit_times(rounds, device)
     integ = integrate_times(rounds * 2, device)
-    comp = compile_times(max(3, rounds // 2) if mode != "smoke" else 1, device)
+    comp = compile_times(compile_rounds, device)
     mlp = joint_mlp_times(rounds * 2, device)
     mem = {
         f"{s}_d{d}": memory(s, d, device, batch)

@@ -172,6 +172,12 @@ class _Field(nn.Module):
         return torch.stack([dx, dv], dim=1).reshape(B, -1)
 
 
+def _counted_rms(weights: Tensor, dim: int | None) -> Callable[[Tensor], Tensor]:
+    """The error norm over the counted entries (``weights`` 1) of a flat state: RMS over ``dim`` (``None``: all)."""
+    count = weights.sum(dim=dim)
+    return lambda error: (error.square() * weights).sum(dim=dim).div(count).sqrt()
+
+
 class ContinuousBackbone(nn.Module):
     """One weight-tied block integrated over ``[0, T]``; a drop-in for :class:`~odeformer.model.Backbone`."""
 
@@ -255,8 +261,7 @@ class ContinuousBackbone(nn.Module):
             {"step_size": p.T / p.steps, "interp": "cubic"} if p.method == "rk4" else {"max_num_steps": p.max_steps}
         )
         if weights is not None and p.method != "rk4":
-            count = weights.sum()
-            options["norm"] = lambda error: (error.square() * weights).sum().div(count).sqrt()  # RMS over counted
+            options["norm"] = _counted_rms(weights, dim=None)  # one norm for the batch
         solve = torchdiffeq.odeint_adjoint if p.adjoint else torchdiffeq.odeint
         kwargs = {"adjoint_params": tuple(self.field.parameters())} if p.adjoint else {}
         with warnings.catch_warnings():  # fixed-grid methods have no accept/reject callbacks, and say so
@@ -272,10 +277,7 @@ class ContinuousBackbone(nn.Module):
         p = self.preset
         term = torchode.ODETerm(self.field)
         step = {"dopri5": torchode.Dopri5, "tsit5": torchode.Tsit5}[p.method](term=term)
-        norm = {}
-        if weights is not None:
-            count = weights.sum(dim=1)
-            norm["norm"] = lambda error: (error.square() * weights).sum(dim=1).div(count).sqrt()  # per sample
+        norm = {} if weights is None else {"norm": _counted_rms(weights, dim=1)}  # one norm per sample
         controller = torchode.IntegralController(atol=p.atol, rtol=p.rtol, term=term, **norm)
         solver = torchode.AutoDiffAdjoint(step, controller, max_steps=p.max_steps)
         problem = torchode.InitialValueProblem(y0=y0, t_eval=times.expand(y0.shape[0], -1))

@@ -57,12 +57,17 @@ def _centred(h: Tensor, w: Tensor, n: Tensor) -> Tensor:
     return (h - (w * h).sum(1, keepdim=True) / n.clamp_min(1)[:, None, None]) * w
 
 
+def _nonzero(t: Tensor) -> Tensor:
+    """``t`` with its zeros replaced by 1: a divisor for ratios defined as 0 where ``t`` is (every token 0)."""
+    return torch.where(t > 0, t, torch.ones_like(t))
+
+
 def _unit_scale(h: Tensor, w: Tensor) -> Tensor:
     """``h`` divided, per sample, by its largest entry over the counted tokens (a sample of zeros stays zero): a
     scale-free measure computed on it cannot overflow or underflow, whatever the tokens' scale (a diverging run's
     1e20, a collapsing one's 1e-30)."""
     peak = (w * h).abs().amax(dim=(1, 2), keepdim=True)  # (B, 1, 1)
-    return h / torch.where(peak > 0, peak, torch.ones_like(peak))
+    return h / _nonzero(peak)
 
 
 def token_cosine(h: Tensor, drop_first: bool = False, mask: Tensor | None = None) -> Tensor:
@@ -114,7 +119,7 @@ def normalised_dirichlet_energy(h: Tensor, edge_index: Tensor | None = None, mas
     h = _unit_scale(h, w)  # the ratio is scale-free: computed at unit scale, it neither overflows nor underflows
     energy = dirichlet_energy(h, edge_index, mask)
     scale = (w * h).square().sum((-1, -2)) / n  # (B,): (1/N) Σ_i ‖h_i‖²
-    return energy / torch.where(scale > 0, scale, 1.0)  # scale 0: every token is 0, and so is the energy
+    return energy / _nonzero(scale)  # scale 0: every token is 0, and so is the energy
 
 
 def feature_variance(h: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -134,7 +139,7 @@ def rank_collapse(h: Tensor, mask: Tensor | None = None) -> Tensor:
     h = _unit_scale(h, w)  # scale-free: at unit scale it neither overflows nor underflows
     spread = _centred(h, w, n).flatten(1).norm(dim=-1)
     norm = (w * h).flatten(1).norm(dim=-1)
-    return spread / torch.where(norm > 0, norm, torch.ones_like(norm))  # every token 0: all equal, 0
+    return spread / _nonzero(norm)  # every token 0: all equal, 0
 
 
 def wave_energy(h: Tensor, h_next: Tensor, dt: float, attention: Tensor, mask: Tensor | None = None) -> Tensor:

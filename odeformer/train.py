@@ -329,18 +329,20 @@ def _main(cfg: DictConfig) -> None:
     try:
         run(cfg, out_dir, list(hydra_config.overrides.task))
     except TrainingDiverged as error:
-        _failed(cfg, out_dir, f"odeformer-train: {error}", 1, sweep)
+        _failed(cfg, out_dir, str(error), 1, sweep)
     except (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError) as error:
         if os.environ.get("ODEFORMER_DEBUG"):
             raise
         if _written(out_dir) == before and not sweep:  # refused before training: the command leaves no trace
             _forget_snapshot(out_dir, hydra_config.output_subdir)
-        _failed(cfg, out_dir, f"odeformer-train: error: {' '.join(str(error).split())}", 2, sweep)
+        _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep)
 
 
-def _failed(cfg: DictConfig, out_dir: Path, message: str, code: int, sweep: bool) -> None:
-    """Report a failed run: one line and exit ``code``; in a sweep, the line names the job, its ``summary.json``
-    records the failure (a row of the sweep's table) and the sweep goes on; the command exits ``code`` at its end."""
+def _failed(cfg: DictConfig, out_dir: Path, error: str, code: int, sweep: bool) -> None:
+    """Report a failed run: one line (``error:`` for bad input, code 2; a diverged run, code 1) and exit ``code``; in a
+    sweep, the line names the job, its ``summary.json`` records the failure (a row of the sweep's table) and the sweep
+    goes on; the command exits ``code`` at its end."""
+    message = f"odeformer-train: {'error: ' if code == 2 else ''}{error}"
     if not sweep:
         print(message, file=sys.stderr)
         sys.exit(code)
@@ -348,7 +350,7 @@ def _failed(cfg: DictConfig, out_dir: Path, message: str, code: int, sweep: bool
     _FAILED_JOBS.append(code)
     summary = {
         "status": "failed",
-        "error": message.split(": ", 1)[-1].removeprefix("error: "),
+        "error": error,
         "solver": OmegaConf.select(cfg, "solver.name"),
         "model": CONFIG_NAMES.get(str(OmegaConf.select(cfg, "model._target_")).rsplit(".", 1)[-1]),
         "data": OmegaConf.select(cfg, "data.name"),

@@ -947,15 +947,8 @@ def check_symplectic(
                 f"check_symplectic needs a Hamiltonian problem (one with a potential), got {p.name}; "
                 "e.g. oscillator_problem() or anharmonic_problem()."
             )
-        for s, moved in _as_trained(stepper) if problem is None else [(stepper, "")]:
-            at = _symplectic_defect(s, p)
-            if at["ratio"] > 1:
-                raise AssertionError(
-                    f"{name}{', ' + moved + ',' if moved else ''} declares symplectic but one step of size "
-                    f"{at['dt']:.3f} at t = {at['t']:.3f} on {p.name} has Jacobian M (|M| = {at['size']:.2f}) with "
-                    f"max|MᵀJM - J| = {at['structure']:.2e} and |det M - 1| = {at['det']:.2e}; rounding allows "
-                    f"{_SYMPLECTIC_RTOL:.1e} |M|² and {_SYMPLECTIC_RTOL:.1e} |M|^{2 * p.x0.shape[-1]}."
-                )
+        for s in _as_trained(stepper) if problem is None else [stepper]:
+            at = _moved_says(stepper, s, _assert_symplectic_map, s, p)
             report["structure_defect"] = max(report["structure_defect"], at["structure"])
             report["det_defect"] = max(report["det_defect"], at["det"])
         if not p.linear:
@@ -976,6 +969,19 @@ def check_symplectic(
             )
         report["energy_error"], report["rate"] = float(coarse.max()), rate
     return report
+
+
+def _assert_symplectic_map(stepper: AbstractStepper, problem: Problem) -> dict:
+    """:func:`_symplectic_defect` on ``problem``, failing where it exceeds rounding; returns the worst point."""
+    at = _symplectic_defect(stepper, problem)
+    if at["ratio"] > 1:
+        raise AssertionError(
+            f"{_name(stepper)} declares symplectic but one step of size {at['dt']:.3f} at t = {at['t']:.3f} on "
+            f"{problem.name} has Jacobian M (|M| = {at['size']:.2f}) with max|MᵀJM - J| = {at['structure']:.2e} and "
+            f"|det M - 1| = {at['det']:.2e}; rounding allows {_SYMPLECTIC_RTOL:.1e} |M|² and "
+            f"{_SYMPLECTIC_RTOL:.1e} |M|^{2 * problem.x0.shape[-1]}."
+        )
+    return at
 
 
 def _fresh_step(stepper: AbstractStepper, field, t, y, dt):
@@ -1011,7 +1017,7 @@ def check_reversible(
         raise AssertionError(f"{name} declares reversible and multistep: an inverse from y1 alone needs one step.")
     if problem is None:
         worst = 0.0
-        for s, _ in _as_trained(stepper):
+        for s in _as_trained(stepper):
             runs = [(_time_problem(s, dim, seed=4), dts)]
             size = _half_width(s, dim)
             if size:  # its cubic force grows fast: dt = 1 overflows there
@@ -1111,11 +1117,11 @@ def _copy(stepper: AbstractStepper) -> AbstractStepper:
         return stepper
 
 
-def _as_trained(stepper: AbstractStepper) -> list[tuple[AbstractStepper, str]]:
-    """The stepper, and a copy with its learnable parameters moved from their start if it has any (:func:`_moved`):
-    each with the words that name it in a failure."""
+def _as_trained(stepper: AbstractStepper) -> list[AbstractStepper]:
+    """The stepper, and a copy with its learnable parameters moved from their start if it has any (:func:`_moved`);
+    :func:`_moved_says` names the copy in a failure."""
     moved = _moved(stepper)
-    return [(stepper, "")] + ([(moved, _MOVED)] if moved is not None else [])
+    return [stepper] + ([moved] if moved is not None else [])
 
 
 _MOVED = "with its learnable parameters moved by N(0, 0.5²) from their start"
