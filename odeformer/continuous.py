@@ -29,6 +29,10 @@ evenly spaced times ``t_k = k T / depth``. The adaptive solvers interpolate ther
 fixed grid, whose points need not fall on the ``t_k``, by cubic Hermite interpolation between its points (error of
 the order of the method's, ``O(h⁴)``; linear interpolation had been ``O(h²)``, 1e-3 off at the default 8 steps). The
 final state is a grid point either way, so recording does not change the output.
+
+Text generation (:mod:`odeformer.generate`): the fixed grid evaluates the field in the same order for any tokens, so
+a causal model on it steps new positions with a key/value cache (one slot per evaluation); an adaptive solver's steps
+depend on every token's error, so generation recomputes the sequence for each token there.
 """
 
 from __future__ import annotations
@@ -214,9 +218,19 @@ class ContinuousBackbone(nn.Module):
         """``nfe``, ``steps_accepted``, ``steps_rejected`` of the last forward."""
         return dict(self._stats)
 
-    def forward(self, x: Tensor, record: list | None = None, **context: Any) -> Tensor:
+    def forward(self, x: Tensor, record: list | None = None, cache: Any = None, **context: Any) -> Tensor:
+        """Features ``(B, N, D)``; with a :class:`~odeformer.generate.KVCache` (fixed grid only), ``x`` holds new
+        positions only and the field's attention reads the earlier ones' keys and values from it."""
         B, N, D = x.shape
         p = self.preset
+        if cache is not None:
+            if p.library != "torchdiffeq" or p.method != "rk4" or p.adjoint:
+                raise ValueError(
+                    f"the continuous solver {p.name!r} chooses its steps from every token, so a key/value cache "
+                    "cannot stand for earlier positions; only torchdiffeq's fixed grid (rk4_grid) caches."
+                )
+            cache.begin(N)
+            context = {**context, "cache": cache.layers[0]}
         self.field.shape, self.field.context = (N, D), context
         self.field.reset()
         y0 = torch.cat([x, torch.zeros_like(x)], dim=1).reshape(B, -1) if self.second_order else x.reshape(B, -1)
@@ -227,6 +241,8 @@ class ContinuousBackbone(nn.Module):
         else:
             ys, stats = self._torchode(y0, times, weights)
         self._stats = stats
+        if cache is not None:
+            cache.end()
         states = [self._unflatten(y, B, N, D) for y in ys]
         if record is not None:
             record.extend(states)

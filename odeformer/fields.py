@@ -17,12 +17,16 @@ Any field also takes an extra boolean ``attn_mask`` (True = may attend), e.g. fo
 matrix for diagnostics); ``impl="sdpa"`` calls ``scaled_dot_product_attention`` (fused; forward-mode AD through it
 fails on CPU). They agree to 1e-5 in float32; a query the mask lets attend to nothing (e.g. in a fully padded
 sequence) gets a zero output and zero gradients from both.
+
+A causal field also takes ``cache=`` (text generation, :mod:`odeformer.generate`): it is then evaluated on new
+positions only, which attend to the keys and values the cache kept from earlier positions.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -82,9 +86,30 @@ class AttentionField(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, t, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
-        out = self.attend(x, attn_mask)
+    def forward(self, t, x: Tensor, attn_mask: Tensor | None = None, cache: Any = None) -> Tensor:
+        out = self.attend(x, attn_mask) if cache is None else self.attend_cached(t, x, cache)
         return out - x if self.form == "laplacian" else out
+
+    def attend_cached(self, t, x: Tensor, cache: Any) -> Tensor:
+        """``Attn(LN(x))`` for new positions ``x`` ``(B, n, D)`` that follow the positions whose keys and values
+        ``cache`` holds (causal mask only): ``cache.extend(t, k, v)`` appends this evaluation's keys and values and
+        returns all of them, ``(B, H, P + n, Dh)`` each (see :mod:`odeformer.generate`). A new position ``i`` attends
+        to the ``P`` cached ones and to the new ones up to itself, as it would in the whole sequence."""
+        if self.mask != "causal":
+            raise ValueError(f"a key/value cache serves causal attention only; this field's mask is {self.mask!r}.")
+        q, k, v = self._qkv(x)  # each (B, H, n, Dh)
+        k, v = cache.extend(t, k, v)  # (B, H, P + n, Dh)
+        n, total = q.shape[-2], k.shape[-2]
+        mask = None if n == 1 else torch.ones(n, total, dtype=torch.bool, device=x.device).tril(total - n)
+        if self.impl == "sdpa":
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))  # (B, H, n, P + n)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            out = scores.softmax(dim=-1) @ v
+        B, N, D = x.shape
+        return self.proj(out.transpose(1, 2).reshape(B, N, D))
 
     def attend(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """``Attn(LN(x))``: the attention output before the form is applied."""

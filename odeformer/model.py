@@ -125,15 +125,22 @@ class Backbone(nn.Module):
         """Whether any layer carries a velocity."""
         return any(layer.stepper.second_order for layer in self.layers)
 
-    def forward(self, x: Tensor, record: list | None = None, **context: Any) -> Tensor:
+    def forward(self, x: Tensor, record: list | None = None, cache: Any = None, **context: Any) -> Tensor:
         """Features ``(B, N, D)``. ``context`` (e.g. ``attn_mask``) goes to every attention field. If ``record`` is a
         list, the state after every layer is appended to it (the input first): a Tensor, or a ``PhaseState`` for
-        second-order layers."""
+        second-order layers. With a :class:`~odeformer.generate.KVCache` (causal attention), ``x`` holds new
+        positions only, after those the cache holds: each layer's attention reads and extends its own slots."""
         steppers = [layer.dynamics for layer in self.layers]
-        blocks = [layer.block(context) for layer in self.layers]
+        if cache is None:
+            blocks = [layer.block(context) for layer in self.layers]
+        else:
+            if len(cache.layers) != len(self.layers):
+                raise ValueError(f"the cache has {len(cache.layers)} layers, the backbone {len(self.layers)}.")
+            cache.begin(x.shape[1])
+            blocks = [layer.block({**context, "cache": c}) for layer, c in zip(self.layers, cache.layers)]
         dts = [layer.dt for layer in self.layers]
         y0 = solvers.adapt(x, steppers[0])
-        if self.reversible and record is None and torch.is_grad_enabled():
+        if self.reversible and record is None and cache is None and torch.is_grad_enabled():
             if self.training and any(_drops(m) for m in self.layers.modules()):
                 raise ValueError(
                     "the reversible preset needs dropout=0 (it was switched on after construction): its backward "
@@ -141,13 +148,16 @@ class Backbone(nn.Module):
                 )
             y = solvers.integrate_reversible(steppers, blocks, y0, dts, modules=[self.layers])
         else:
-            hook = solvers.checkpointed([self.layers]) if (self.checkpoint and torch.is_grad_enabled()) else None
+            checkpoint = self.checkpoint and torch.is_grad_enabled() and cache is None
+            hook = solvers.checkpointed([self.layers]) if checkpoint else None
             if record is not None:
                 record.append(x)
             y = y0
             for y in solvers.iterate(steppers, blocks, y0, dts, hook=hook):
                 if record is not None:
                     record.append(y)
+            if cache is not None:
+                cache.end()
         return self.norm(y.x if isinstance(y, PhaseState) else y)
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
 
 from ..model import Solver, transformer
 from ._common import TaskModel, check_tokens
+
+if TYPE_CHECKING:
+    from ..generate import KVCache
 
 
 class _Embedding(nn.Module):
@@ -20,14 +25,16 @@ class _Embedding(nn.Module):
         nn.init.normal_(self.tokens.weight, std=0.02)
         nn.init.normal_(self.positions.weight, std=0.02)
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.tokens(tokens) + self.positions(torch.arange(tokens.shape[1], device=tokens.device))  # (B, T, D)
+    def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        return self.tokens(tokens) + self.positions(positions)  # (B, T, D)
 
 
 class CausalLM(TaskModel):
     """Token + position embedding -> causal backbone -> next-token logits ``(B, T, vocab_size)`` (tied weights).
 
-    ``CausalLM(vocab_size=65, max_len=64, depth=4, dim=64, heads=4, solver="full_wave")(tokens)``.
+    ``CausalLM(vocab_size=65, max_len=64, depth=4, dim=64, heads=4, solver="full_wave")(tokens)``;
+    :meth:`generate` continues prompts, with a key/value cache (``cache=`` of :meth:`forward`: new positions only).
     """
 
     def __init__(
@@ -48,13 +55,59 @@ class CausalLM(TaskModel):
         self.head = nn.Linear(dim, vocab_size, bias=False)
         self.head.weight = self.embed.tokens.weight
 
-    def encode(self, tokens: Tensor, *, record: list | None = None) -> Tensor:
-        """Contextual features ``(B, T, D)`` (after the final norm), before the head."""
+    def encode(self, tokens: Tensor, *, record: list | None = None, cache: KVCache | None = None) -> Tensor:
+        """Contextual features ``(B, T, D)`` (after the final norm), before the head. With ``cache`` (a
+        :class:`~odeformer.generate.KVCache`), ``tokens`` are the positions after those the cache holds."""
         check_tokens(tokens, self.vocab_size, self.max_len, "CausalLM")
-        return self.backbone(self.embed(tokens), record=record)
+        if cache is None:
+            return self.backbone(self.embed(tokens), record=record)
+        start = cache.length
+        if start + tokens.shape[1] > self.max_len:
+            raise ValueError(
+                f"CausalLM: {tokens.shape[1]} new tokens after the {start} cached ones exceed max_len={self.max_len}."
+            )
+        return self.backbone(self.embed(tokens, start), record=record, cache=cache)
 
-    def forward(self, tokens: Tensor, *, record: list | None = None) -> Tensor:
-        return self.head(self.encode(tokens, record=record))
+    def forward(self, tokens: Tensor, *, record: list | None = None, cache: KVCache | None = None) -> Tensor:
+        return self.head(self.encode(tokens, record=record, cache=cache))
+
+    def generate(
+        self,
+        prompt_tokens: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+        *,
+        cache: bool = True,
+        padding_mask: Tensor | None = None,
+        return_logits: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """The prompts ``(B, P)`` followed by ``max_new_tokens`` tokens: ``(B, P + max_new_tokens)``.
+
+        ``temperature=0`` is greedy (the argmax); otherwise each token is drawn from ``softmax(logits /
+        temperature)`` over the ``top_k`` most likely (all when ``None``), with ``generator`` if given. Prompts are
+        of one length (``CausalLM`` takes no padding mask: a list of prompts of several lengths, or a
+        ``padding_mask`` with padding, is a one-line error). A new token costs one pass of its position through the
+        layers: each layer keeps the keys and values of every attention evaluation of its step (``cache=False``
+        recomputes the sequence instead; an adaptive continuous solver always does, and warns). Past ``max_len``
+        the context is the last ``max_len`` tokens, recomputed for each token. ``return_logits=True`` also returns
+        the logits each new token was chosen from, ``(B, max_new_tokens, vocab_size)``. Runs in eval mode without
+        gradients, and leaves the mode as it was. See :mod:`odeformer.generate`.
+        """
+        from ..generate import generate
+
+        return generate(
+            self,
+            prompt_tokens,
+            max_new_tokens,
+            temperature,
+            top_k,
+            generator,
+            cache=cache,
+            padding_mask=padding_mask,
+            return_logits=return_logits,
+        )
 
 
 class MaskedLM(TaskModel):

@@ -1,0 +1,283 @@
+"""``CausalLM.generate``: a key/value cache per layer and per attention evaluation, exact under every fixed-step
+scheme (float64, against recomputing the whole sequence), the errors for schemes it cannot serve, sampling, and
+Hugging Face GPT-2's own cached generation as the anchor."""
+
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import odeformer
+from odeformer.blocks import preset
+from odeformer.continuous import continuous
+from odeformer.generate import CacheError, new_cache
+
+VOCAB, MAX_LEN, PROMPT, NEW = 13, 16, 3, 6
+
+
+def _lm(solver, seed=0, **options):
+    torch.manual_seed(seed)
+    return odeformer.CausalLM(VOCAB, MAX_LEN, depth=3, dim=8, heads=2, solver=solver, **options).double()
+
+
+def _prompt(batch=2, length=PROMPT, seed=1):
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _cached_equals_recomputed(model, prompt=None, new=NEW, **sampling):
+    """The logits each cached token was drawn from equal those of one forward of the whole sequence, to 1e-10."""
+    prompt = _prompt() if prompt is None else prompt
+    out, logits = model.generate(prompt, new, return_logits=True, **{"temperature": 0.0, **sampling})
+    with torch.no_grad():
+        full = model(out[:, :-1])[:, prompt.shape[1] - 1 :]
+    assert out.shape == (prompt.shape[0], prompt.shape[1] + new) and torch.equal(out[:, : prompt.shape[1]], prompt)
+    gap = float((logits - full).abs().max())
+    assert gap < 1e-10, gap
+    return out, logits
+
+
+SCHEDULES = {
+    **{name: name for name in odeformer.solver_names()},  # every preset and every registered stepper
+    "full_wave_strang": preset("full_wave", splitting="strang"),
+    "diffusion_strang": preset("diffusion", splitting="strang"),
+    "velocity_verlet_strang": preset("velocity_verlet", splitting="strang"),
+    "hybrid": ["diffusion", "full_wave", "light_wave"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_cached_logits_equal_recomputation_under_every_scheme(name):
+    _cached_equals_recomputed(_lm(SCHEDULES[name]))
+
+
+@pytest.mark.parametrize("options", [{"tie_weights": True}, {"norm": "post"}, {"impl": "math"}, {"ln_mode": "exact"}])
+def test_cached_logits_equal_recomputation_in_every_layout(options):
+    for solver in ("full_wave", "rk4"):
+        _cached_equals_recomputed(_lm(solver, **options))
+
+
+def test_each_attention_evaluation_of_a_step_has_its_own_slot():
+    """One slot for one-evaluation schemes, two for Verlet and Heun, four for RK4 (per layer)."""
+    expected = {"diffusion": 1, "full_wave": 1, "leapfrog": 1, "mix": 1, "velocity_verlet": 2, "heun": 2, "rk4": 4}
+    for solver, slots in expected.items():
+        model = _lm(solver).eval()
+        cache = new_cache(model)
+        with torch.no_grad():
+            model(_prompt(), cache=cache)
+        assert cache.slots() == [slots] * 3, solver
+        assert cache.length == PROMPT
+
+
+def test_the_cache_steps_new_positions_only_and_matches_the_whole_sequence():
+    """The public cache: the prompt, then one token at a time, each pass with the new positions only."""
+    model = _lm("velocity_verlet").eval()
+    tokens = _prompt(length=8)
+    cache = new_cache(model)
+    with torch.no_grad():
+        parts = [model(tokens[:, :5], cache=cache)] + [model(tokens[:, i : i + 1], cache=cache) for i in range(5, 8)]
+        assert float((torch.cat(parts, dim=1) - model(tokens)).abs().max()) < 1e-10
+        with pytest.raises(ValueError, match="exceed max_len"):
+            model(torch.zeros(2, MAX_LEN, dtype=torch.long), cache=cache)
+
+
+USER = '''
+from typing import ClassVar
+
+import torch
+from solvers import AbstractStepper
+
+
+class Ralston(AbstractStepper):
+    """Ralston's second-order Runge-Kutta: a user's scheme with two evaluations per step."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+
+    def step(self, field, t, y, dt, state):
+        k1 = field(t, y)
+        k2 = field(t + 2 * dt / 3, y + (2 * dt / 3) * k1)
+        return y + dt * (0.25 * k1 + 0.75 * k2), state
+
+
+class Restless(AbstractStepper):
+    """Evaluates the field once more when its state is large: its evaluations depend on the state."""
+
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+
+    def step(self, field, t, y, dt, state):
+        f = field(t, y)
+        if y.shape[1] > 1:
+            f = 0.5 * (f + field(t, y + dt * f))
+        return y + dt * f, state
+
+
+class Centred(AbstractStepper):
+    """Subtracts the mean over the sequence: mixes tokens outside attention."""
+
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+
+    def step(self, field, t, y, dt, state):
+        y1 = y + dt * field(t, y)
+        return y1 - 0.5 * y1.mean(dim=1, keepdim=True), state
+'''
+
+
+@pytest.fixture
+def user_schemes(tmp_path, monkeypatch):
+    (tmp_path / "generate_user_schemes.py").write_text(textwrap.dedent(USER))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "generate_user_schemes"
+    sys.modules.pop("generate_user_schemes", None)
+
+
+def test_a_users_scheme_from_solver_stepper_caches_without_writing_anything(user_schemes):
+    model = _lm(preset("diffusion", stepper=f"{user_schemes}.Ralston"))
+    _cached_equals_recomputed(model)
+    cache = new_cache(model)
+    with torch.no_grad():
+        model.eval()(_prompt(), cache=cache)
+    assert cache.slots() == [2, 2, 2]
+
+
+def test_a_scheme_whose_evaluations_vary_is_a_one_line_error(user_schemes):
+    model = _lm(preset("diffusion", stepper=f"{user_schemes}.Restless"))
+    with pytest.raises(CacheError, match=r"evaluated its attention .*cache=False") as caught:
+        model.generate(_prompt(), 3, temperature=0.0)
+    assert "\n" not in str(caught.value)
+    out, logits = model.generate(_prompt(), 3, temperature=0.0, cache=False, return_logits=True)
+    with torch.no_grad():
+        assert float((model(out[:, :-1])[:, PROMPT - 1 :] - logits).abs().max()) < 1e-10
+
+
+def test_a_scheme_that_mixes_tokens_is_caught_by_comparison_with_recomputation(user_schemes):
+    model = _lm(preset("diffusion", stepper=f"{user_schemes}.Centred"))
+    with pytest.raises(CacheError, match=r"not causal token by token.*cache=False") as caught:
+        model.generate(_prompt(), 3, temperature=0.0)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_fixed_grid_continuous_solver_caches():
+    for dynamics in ("diffusion", "wave"):
+        model = _lm(continuous("rk4_grid", method="rk4", steps=2, dynamics=dynamics, time_embedding=True))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _cached_equals_recomputed(model, new=4)
+        cache = new_cache(model)
+        with torch.no_grad():
+            model.eval()(_prompt(), cache=cache)
+        assert cache.slots()[0] >= 8  # 4 stages x 2 steps (and the interpolation's evaluations)
+
+
+def test_an_adaptive_continuous_solver_recomputes_and_says_so():
+    """Its steps depend on every token, so the whole sequence's forward is no reference for the earlier positions'
+    logits; each token's logits are those of a forward of the sequence before it."""
+    model = _lm(continuous("dopri5"))
+    with pytest.warns(UserWarning, match="adaptive solver 'dopri5'.*recomputes"):
+        out, logits = model.generate(_prompt(), 3, temperature=0.0, return_logits=True)
+    with torch.no_grad():
+        for i in range(3):
+            assert float((model(out[:, : PROMPT + i])[:, -1] - logits[:, i]).abs().max()) == 0.0
+    with pytest.raises(ValueError, match="only torchdiffeq's fixed grid"):
+        model(_prompt(), cache=new_cache(model))
+
+
+def test_past_max_len_the_context_is_the_last_max_len_tokens():
+    model = _lm("full_wave")
+    out, logits = model.generate(_prompt(length=12), 10, temperature=0.0, return_logits=True)
+    assert out.shape == (2, 22)
+    with torch.no_grad():
+        for i in range(10):
+            context = out[:, : 12 + i][:, -MAX_LEN:]
+            assert float((model(context)[:, -1] - logits[:, i]).abs().max()) < 1e-10
+
+
+def test_sampling_greedy_top_k_and_generator():
+    model = _lm("full_wave")
+    prompt = _prompt()
+    greedy = model.generate(prompt, NEW, temperature=0.0)
+    assert torch.equal(model.generate(prompt, NEW, top_k=1), greedy)  # top_k=1 is greedy at any temperature
+    draws = [model.generate(prompt, NEW, 1.5, 4, torch.Generator().manual_seed(7)) for _ in range(2)]
+    assert torch.equal(draws[0], draws[1])
+    recomputed = model.generate(prompt, NEW, 1.5, 4, torch.Generator().manual_seed(7), cache=False)
+    assert torch.equal(draws[0], recomputed)  # the same logits, so the same draws
+    assert torch.equal(model.generate(prompt[0], NEW, temperature=0.0), greedy[0])  # a 1-D prompt, a 1-D result
+    assert torch.equal(model.generate(prompt, 0), prompt)
+
+
+def test_generate_leaves_the_mode_and_the_rng_as_they_were():
+    model = _lm("full_wave", dropout=0.1).train()
+    state = torch.get_rng_state()
+    model.generate(_prompt(), 4, generator=torch.Generator().manual_seed(0))
+    assert model.training and torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda m: m.generate([[1, 2, 3], [4, 5]], 2), r"prompts of one length, got lengths \[2, 3\].*padding"),
+        (
+            lambda m: m.generate(torch.ones(2, 3, dtype=torch.long), 2, padding_mask=torch.tensor([[0, 1, 1]] * 2)),
+            "padding",
+        ),
+        (lambda m: m.generate(torch.ones(1, MAX_LEN + 1, dtype=torch.long), 2), "more than the model's max_len"),
+        (lambda m: m.generate(torch.full((1, 2), VOCAB), 2), "token ids must lie"),
+        (lambda m: m.generate(torch.ones(1, 0, dtype=torch.long), 2), "at least one prompt token"),
+        (lambda m: m.generate(torch.ones(1, 2, dtype=torch.long), -1), "max_new_tokens"),
+        (lambda m: m.generate(torch.ones(1, 2, dtype=torch.long), 2, temperature=-1.0), "temperature"),
+        (lambda m: m.generate(torch.ones(1, 2, dtype=torch.long), 2, top_k=0), "top_k"),
+        (lambda m: m.generate(torch.ones(1, 2), 2), "integer tokens"),
+    ],
+)
+def test_bad_input_is_one_line(call, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        call(_lm("diffusion"))
+    assert "\n" not in str(caught.value)
+
+
+def test_equal_prompts_given_as_lists_are_a_batch():
+    model = _lm("diffusion")
+    lists = model.generate([[1, 2, 3], [4, 5, 6]], 3, 0.0)
+    assert torch.equal(lists, model.generate(torch.tensor([[1, 2, 3], [4, 5, 6]]), 3, 0.0))
+
+
+# ---------------------------------------------------------------------------------------------- Hugging Face GPT-2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_tokens_equal_transformers_cached_generate(seed):
+    """The from_hf copy under diffusion generates, greedily and with its cache, the tokens GPT-2's own generate
+    makes with its cache (random configurations: heads, widths, depth, activation, tied or untied head)."""
+    transformers = pytest.importorskip("transformers")
+    g = torch.Generator().manual_seed(seed)
+    heads, head_dim, depth = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 4), (2, 6), (1, 4)))
+    act = ("gelu_new", "gelu", "relu")[seed % 3]
+    config = transformers.GPT2Config(
+        n_embd=heads * head_dim, n_layer=depth, n_head=heads, vocab_size=29, n_positions=40, activation_function=act,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=seed != 1, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        hf = transformers.GPT2LMHeadModel(config).double().eval()
+        with torch.no_grad():
+            for p in hf.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+    prompt = torch.randint(0, 29, (3, 4), generator=g)
+    expected = hf.generate(
+        prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20, min_new_tokens=20, do_sample=False,
+        use_cache=True, pad_token_id=0, eos_token_id=None,
+    )  # fmt: skip
+    model = odeformer.from_hf(hf, solver="diffusion")
+    assert torch.equal(model.generate(prompt, 20, temperature=0.0), expected)
