@@ -1,0 +1,205 @@
+"""``odeformer-sample`` (= ``python -m odeformer.sample``): text from a character-level language-model run.
+
+    odeformer-sample outputs/2026-01-01/12-00-00 --prompt "ROMEO:" --tokens 200 --temperature 0.8 --top-k 40
+
+It reads the run's ``best.pt`` with ``torch.load(weights_only=True)`` (no code is unpickled), rebuilds its
+``CausalLM`` from the config stored there, and prints the prompt and its continuation. The config reaches only the
+package's own builders: the model must be ``odeformer.CausalLM`` and the solver a registered preset, scheme or
+continuous solver; a scheme of your own that the run names (``solver.stepper``) is imported only if the command line
+names the same class (``--stepper``), never because a file says so. The vocabulary is the one the run stored (runs
+before it did are read from their dataset, under ``data.root`` or ``$ODEFORMER_DATA``). Bad input — a run directory
+without ``best.pt``, a run of another model, a prompt character the vocabulary lacks — is one line on stderr and
+exit code 2.
+
+:class:`EvalSample` is what the training loop calls at each evaluation of a character-level run: a short sample,
+logged to ``metrics.jsonl`` and shown (the last one) in the run's summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .checkpoints import load_checkpoint
+from .generate import sample_text
+
+MODEL_TARGET = "odeformer.CausalLM"
+SOLVER_TARGETS = ("odeformer.preset", "odeformer.continuous.continuous")
+
+
+class SampleError(ValueError):
+    """Input ``odeformer-sample`` cannot use; reported in one line."""
+
+
+def vocabulary(meta: dict[str, Any]) -> list[str] | None:
+    """A character-level dataset's vocabulary (``meta["itos"]``, one character per token), else ``None``."""
+    itos = meta.get("itos")
+    if isinstance(itos, (list, tuple)) and itos and all(isinstance(ch, str) and len(ch) == 1 for ch in itos):
+        return list(itos)
+    return None
+
+
+class EvalSample:
+    """A short sample of a character-level model, taken at each evaluation of its training run.
+
+    The prompt is a newline (the vocabulary's first character if it has none), the continuation ``tokens``
+    characters at temperature 1, drawn with a generator seeded by the run's seed: successive samples differ only
+    because the model does, and the training's random state is not touched.
+    """
+
+    def __init__(self, itos: list[str], seed: int = 0, tokens: int = 100):
+        self.itos, self.seed, self.tokens = itos, seed, tokens
+        self.prompt = "\n" if "\n" in itos else itos[0]
+
+    @classmethod
+    def of(cls, data: Any, model: nn.Module, seed: int = 0) -> EvalSample | None:
+        """The sampler for a character-level text run whose model generates; ``None`` for any other run."""
+        itos = vocabulary(getattr(data, "meta", {}) or {})
+        if getattr(data, "kind", None) != "text" or itos is None or not hasattr(model, "generate"):
+            return None
+        return cls(itos, seed)
+
+    def __call__(self, model: nn.Module) -> str:
+        generator = torch.Generator(device=next(model.parameters()).device).manual_seed(self.seed)
+        return sample_text(model, self.itos, self.prompt, self.tokens, generator=generator)
+
+
+# ---------------------------------------------------------------------------------------------------------- the run
+
+
+def _stepper_class(path: str | None, allowed: str | None) -> type | None:
+    """The run's own scheme, imported only when the command line names the same ``module.Class``."""
+    if path is None:
+        return None
+    if path != allowed:
+        named = f"; --stepper names {allowed!r}" if allowed else ""
+        raise SampleError(
+            f"the run's config names a scheme of your own, solver.stepper={path!r}{named}; a path stored in a file is "
+            f"not imported (a file could name any code). If you trust it, name it: --stepper {path}"
+        )
+    from .blocks import import_stepper
+
+    return import_stepper(path)
+
+
+def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = None) -> nn.Module:
+    """The run's ``CausalLM`` from its stored config, through the package's registered builders only."""
+    from . import CausalLM
+    from .blocks import preset, solver_names
+    from .continuous import CONTINUOUS, continuous
+
+    solver, model = config.get("solver"), config.get("model")
+    if not isinstance(solver, dict) or not isinstance(model, dict):
+        raise SampleError("the checkpoint stores no run config (solver, model), so its model cannot be rebuilt.")
+    if model.get("_target_") != MODEL_TARGET:
+        raise SampleError(
+            f"odeformer-sample continues text with a CausalLM run; this run's model is {model.get('_target_')!r}."
+        )
+    target = solver.get("_target_")
+    if target not in SOLVER_TARGETS:
+        raise SampleError(f"the run's solver._target_={target!r} is not one of {', '.join(SOLVER_TARGETS)}; refused.")
+    options = {k: v for k, v in solver.items() if not k.startswith("_")}
+    if target == SOLVER_TARGETS[1]:
+        if options.get("name") not in CONTINUOUS:
+            raise SampleError(f"the run's continuous solver {options.get('name')!r} is not registered; refused.")
+        chosen = continuous(**options)
+    else:
+        own = _stepper_class(options.get("stepper"), stepper)
+        if options.get("name") not in solver_names() and own is None:
+            raise SampleError(
+                f"the run's solver {options.get('name')!r} is not registered ({', '.join(solver_names())}); refused."
+            )
+        if options.get("ffn") is not None and options["ffn"] not in solver_names():
+            raise SampleError(f"the run's ffn scheme {options['ffn']!r} is not registered; refused.")
+        chosen = preset(**{**options, "stepper": own})
+    arguments = {k: v for k, v in model.items() if not k.startswith("_")}
+    try:
+        return CausalLM(vocab_size=vocab_size, solver=chosen, **arguments)
+    except TypeError as error:
+        raise SampleError(f"the run's model config does not fit CausalLM: {error}.") from None
+
+
+def load(run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None = None) -> tuple[nn.Module, list[str]]:
+    """The run's ``CausalLM`` (the checkpoint's weights, eval mode, on the CPU) and its vocabulary."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise SampleError(f"{run} does not exist or is not a folder; give a run directory (one holding {checkpoint}).")
+    path = run / checkpoint
+    if not path.is_file():
+        raise SampleError(
+            f"{path} does not exist: the run has not evaluated yet (best.pt is written at its first evaluation); "
+            "try --checkpoint last.pt."
+        )
+    payload = load_checkpoint(path)  # torch.load(..., weights_only=True)
+    info = payload.get("info") or {}
+    config = info.get("config") or {}
+    itos = info.get("vocabulary")
+    itos = list(itos) if isinstance(itos, str) else _dataset_vocabulary(config)
+    model = build_model(config, len(itos), stepper)
+    weights = payload.get("best_model") if checkpoint == "last.pt" and payload.get("best_model") else payload["model"]
+    if weights is None:
+        raise SampleError(f"{path} holds no weights yet (the run has not evaluated).")
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        reason = " ".join(str(error).split())[:200]
+        raise SampleError(f"{path}: the weights do not fit the run's config ({reason}).") from None
+    return model.eval(), itos
+
+
+def _dataset_vocabulary(config: dict[str, Any]) -> list[str]:
+    """The vocabulary of a run that did not store one: its dataset's, read through the registered loaders."""
+    from .data import DATASETS, load
+
+    data = config.get("data") or {}
+    name = data.get("name")
+    if name not in DATASETS:
+        raise SampleError(f"the run stores no vocabulary and its dataset {name!r} is not registered.")
+    itos = vocabulary(load(name, data.get("root"), **(data.get("options") or {})).meta)
+    if itos is None:
+        raise SampleError(f"the run's dataset {name!r} is not character-level: there are no characters to print.")
+    return itos
+
+
+# ---------------------------------------------------------------------------------------------------------- command
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="odeformer-sample", description="Print text from a character-level CausalLM run (its best weights)."
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (holding best.pt)")
+    p.add_argument("--prompt", default="\n", help="the text to continue (default: a newline)")
+    p.add_argument("--tokens", type=int, default=200, help="characters to generate (default 200)")
+    p.add_argument("--temperature", type=float, default=1.0, help="0: greedy; higher: more varied (default 1)")
+    p.add_argument("--top-k", type=int, default=None, help="draw from the k most likely characters only")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    p.add_argument("--checkpoint", default="best.pt", choices=("best.pt", "last.pt"), help="default best.pt")
+    p.add_argument("--stepper", default=None, help="module.Class: import the run's own scheme (if you trust it)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.tokens < 0:
+            raise SampleError(f"--tokens must be 0 or more, got {args.tokens}.")
+        if args.seed < 0:
+            raise SampleError(f"--seed must be 0 or more, got {args.seed}.")
+        model, itos = load(args.run_dir, args.checkpoint, args.stepper)
+        generator = torch.Generator().manual_seed(args.seed)
+        text = sample_text(model, itos, args.prompt, args.tokens, args.temperature, args.top_k, generator)
+    except (ValueError, TypeError, OSError, RuntimeError) as error:  # also CheckpointError, DatasetNotFound
+        print(f"odeformer-sample: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
