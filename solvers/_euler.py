@@ -1,23 +1,21 @@
-"""Explicit Euler: ``x_{n+1} = x_n + dt * f(t_n, x_n)``.
+"""Explicit Euler: ``x_{n+1} = x_n + dt * f(t_n, x_n)``, the one-stage tableau ``A = [[]]``, ``b = [1]``.
 
-Order 1, one evaluation per step, neither symplectic nor reversible. With the residual-form field
-``f(X) = Attn(LN(X))`` and ``dt = 1`` it is exactly the pre-LN transformer sublayer; with the Laplacian form
-``f(X) = (A(X) - I) X`` it is diffusion on the complete graph of tokens. Reference: Hairer, Nørsett & Wanner,
-*Solving Ordinary Differential Equations I*, §I.7.
+Order 1, one evaluation per step, neither symplectic nor reversible (each checked against the tableau,
+``_tableau.py``). With the residual-form field ``f(X) = Attn(LN(X))`` and ``dt = 1`` it is exactly the pre-LN
+transformer sublayer; with the Laplacian form ``f(X) = (A(X) - I) X`` it is diffusion on the complete graph of tokens.
+Reference: Hairer, Nørsett & Wanner, *Solving Ordinary Differential Equations I*, §I.7.
 """
 
 from typing import ClassVar
 
-from ._base import AbstractStepper, axpy
+from ._tableau import RungeKutta
 
 
-class Euler(AbstractStepper):
+class Euler(RungeKutta):
+    A = ((),)
+    b = (1,)
     order: ClassVar[int] = 1
     second_order: ClassVar[bool] = False
     symplectic: ClassVar[bool] = False
     reversible: ClassVar[bool] = False
     evals_per_step: ClassVar[int] = 1
-
-    def step(self, field, t, y, dt, state):
-        x = self._unpack(y)
-        return axpy(x, dt, field(t, x)), state
