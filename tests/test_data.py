@@ -481,8 +481,9 @@ _EMPTY_X, _EMPTY_Y = sp.csr_matrix((0, 6), dtype=np.float32), np.zeros((0, 3), d
         ({"test_index": "518\n518\n516\n"}, "test.index", "distinct test ids"),
         ({"test_index": "518\n513\n516\n"}, "test.index", "from 514"),  # a test id among the known nodes
         ({"test_index": "518\nnode\n516\n"}, "test.index", "one integer node id per line"),
-        ({"y": np.zeros((9, 3), dtype=np.int32)}, "", "inconsistent"),
-        ({"tx": sp.csr_matrix(np.ones((3, 5)))}, "", "inconsistent"),
+        ({"y": np.zeros((9, 3), dtype=np.int32)}, "x", "has 10 rows (training nodes), but ind.cora.y has 9"),
+        ({"tx": sp.csr_matrix(np.ones((3, 5)))}, "tx", "has 5 columns (features), but ind.cora.allx has 6"),
+        ({"ty": np.zeros((3, 4), dtype=np.int32)}, "ty", "has 4 columns (classes), but ind.cora.ally has 3"),
         ({"allx": sp.csr_matrix(np.ones((100, 6))), "ally": np.eye(3)[np.arange(100) % 3]}, "allx", "500 val"),
         ({"x": np.zeros(10)}, "x", "2-D matrix"),
         ({"graph": [[1], [0]]}, "graph", "dict of adjacency lists"),
@@ -495,6 +496,119 @@ def test_planetoid_bad_files_are_one_line_naming_the_file(tmp_path, write_data, 
     with pytest.raises(ValueError) as info:
         load("planetoid", tmp_path)
     _one_line(info, tiny.folder / f"ind.cora.{part}" if part else tiny.folder, message)
+
+
+def _damaged(matrix, damage):
+    """``matrix`` (CSR) with one field of its pickled state changed as a bit flip or a bad writer would."""
+    m = sp.csr_matrix(matrix)
+    if damage == "index far out of range":  # 11 of 12 random corruptions of ind.cora.tx did this: a segfault
+        m.indices[2] = 1_000_000
+    elif damage == "index just past the row's end":  # wrote into the next row: silently wrong features
+        m.indices[m.indptr[1] - 1] = m.shape[1]
+    elif damage == "negative index":
+        m.indices[0] = -3
+    elif damage == "indptr not rising":
+        m.indptr[1] = m.indptr[2] + 1
+    elif damage == "indptr not ending at nnz":
+        m.indptr[-1] -= 1
+    elif damage == "indptr too short":
+        m.indptr = m.indptr[:-1]
+    elif damage == "huge claimed shape":  # a small file claiming 200000 x 200000: 320 GB dense
+        m._shape = (200_000, 200_000)
+    elif damage == "not a number":
+        m.data[0] = np.nan
+    elif damage == "float indices":
+        m.indices = m.indices.astype(np.float64)
+    return m
+
+
+DAMAGES = {
+    "index far out of range": "column index 1000000 outside 0..5",
+    "index just past the row's end": "column index 6 outside 0..5",
+    "negative index": "column index -3 outside 0..5",
+    "indptr not rising": "indptr that does not rise from 0",
+    "indptr not ending at nnz": "indptr ending at",
+    "indptr too short": "indptr of 3 entries for 3 rows",
+    "huge claimed shape": "claims a 200000 x 200000 matrix",
+    "not a number": "NaN or infinite",
+    "float indices": "indices is a 1-D float64 array",
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+@pytest.mark.parametrize("part", ["tx", "allx"])
+def test_a_damaged_sparse_matrix_is_one_line_naming_the_file(tmp_path, write_data, damage, part):
+    """Every sparse matrix is checked before scipy densifies it (scipy trusts its indices: out of range, it writes
+    out of bounds and the interpreter segfaults, or, one past a row's end, into the next row)."""
+    clean = write_data.planetoid(tmp_path, name="toy")
+    dense = clean.tx if part == "tx" else clean.allx
+    if damage == "indptr too short" and part == "allx":
+        return  # the same check as tx's, on a longer matrix
+    write_data.pickle(clean.folder / f"ind.toy.{part}", _damaged(dense, damage))
+    with pytest.raises(ValueError) as info:
+        load("planetoid", tmp_path, name="toy")
+    message = DAMAGES[damage].replace("3 rows", f"{len(dense)} rows")
+    _one_line(info, clean.folder / f"ind.toy.{part}", message)
+
+
+def test_a_damaged_feature_file_stops_the_command_with_exit_2(tmp_path, write_data):
+    """End to end: odeformer-train on a planetoid folder whose tx has an index out of range prints one line naming
+    the file and exits 2 (it crashed the interpreter with a segfault, exit 139, and no output)."""
+    from helpers import cli_in_process
+
+    clean = write_data.planetoid(tmp_path / "data", name="toy")
+    write_data.pickle(clean.folder / "ind.toy.tx", _damaged(clean.tx, "index far out of range"))
+    out = tmp_path / "run"
+    done = cli_in_process(
+        "data=planetoid", f"data.root={tmp_path / 'data'}", "data.options.name=toy", "model=node_classifier",
+        "train=debug", f"train.out_dir={out}",
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(clean.folder / "ind.toy.tx") in lines[0] and "column index" in lines[0], lines
+    assert not out.exists() or not any(p for p in out.rglob("*") if p.is_file())
+
+
+def test_files_that_differ_from_the_published_ones_are_read_with_one_warning(tmp_path, write_data, monkeypatch):
+    """The published SHA-256 sums (what ``odeformer-data --list`` checks) are compared at load: a file that differs
+    is read all the same, with one warning naming it, and only once for the same file."""
+    import hashlib
+    import warnings
+
+    from odeformer.data import fetch
+
+    tiny = write_data.planetoid(tmp_path, name="cora")
+    published = tuple(
+        fetch.Remote(
+            f"planetoid/{path.name}", "https://example.invalid", hashlib.sha256(path.read_bytes()).hexdigest(),
+            path.stat().st_size,
+        )
+        for path in sorted(tiny.folder.iterdir())
+    )
+    monkeypatch.setitem(fetch.SOURCES, "cora", published)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load("planetoid", tmp_path)  # the published files: no warning
+    labels = tiny.parts["ally"].copy()
+    labels[[0, 1]] = labels[[1, 0]]  # two labels swapped: a valid file, but not the published one
+    write_data.pickle(tiny.folder / "ind.cora.ally", labels)
+    with pytest.warns(UserWarning) as caught:
+        load("planetoid", tmp_path)
+    messages = [str(w.message) for w in caught if "differ from the published" in str(w.message)]
+    assert len(messages) == 1 and "ind.cora.ally in" in messages[0] and "ind.cora.x" not in messages[0]
+    assert "odeformer-data cora --force" in messages[0] and "\n" not in messages[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load("planetoid", tmp_path)  # once: the same file is not reported again
+
+
+@pytest.mark.data("cora")
+def test_the_real_cora_files_are_the_published_ones(data_root):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load("planetoid", data_root, name="cora")
 
 
 def test_planetoid_missing_file(tiny_root):

@@ -4,13 +4,20 @@ Kipf & Welling's ``gcn/utils.py:load_data``.
 The files ``<root>/planetoid/ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index}`` are Python 2 pickles (features as
 ``scipy.sparse`` matrices, labels one-hot, the graph a dict of adjacency lists) plus a text file of test node ids.
 They come from github.com/kimiyoung/planetoid (``data/``); ``odeformer-data cora`` downloads Cora's.
+
+A damaged file is a one-line error naming it and what is wrong, never a crash or silently wrong features: every
+matrix is checked before it is used (its shape against the other files', a sparse matrix's ``indptr`` rising from 0
+to its number of entries, its column indices in range, its values finite, its dense size bounded). Files that differ
+from the published ones (the SHA-256 sums ``odeformer-data --list`` checks) are read, with one warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +33,7 @@ SOURCE = (
 PICKLES = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 SPLITS = ("public", "random", "difformer")
 NUM_VAL = 500  # Kipf's validation split: the 500 nodes after the labelled training nodes
+MAX_ENTRIES = 1 << 29  # a feature or label matrix's dense size at most (PubMed's allx: 9.4e6; 4 GB as float64)
 
 _SPARSE = {"csr_matrix", "csc_matrix", "coo_matrix", "lil_matrix", "dok_matrix", "bsr_matrix", "dia_matrix"}
 _ALLOWED = {
@@ -73,12 +81,149 @@ def _read_index(path: Path) -> np.ndarray:
         raise ValueError(f"planetoid: {path} must hold one integer node id per line ({one_line(error)}).") from None
 
 
-def _matrix(obj: Any, path: Path) -> np.ndarray:
-    """``obj`` (a sparse or dense matrix) as a dense 2-D array."""
-    array = obj.toarray() if hasattr(obj, "toarray") else obj
-    if not isinstance(array, np.ndarray) or array.ndim != 2:
-        raise ValueError(f"planetoid: {path} must hold a 2-D matrix, got {type(obj).__name__}; {SOURCE}.")
-    return np.asarray(array)
+def _bad(path: Path, what: str) -> ValueError:
+    return ValueError(f"planetoid: {path} {what}; {SOURCE}.")
+
+
+def _vector(state: dict, key: str, path: Path, kinds: str) -> np.ndarray:
+    array = state.get(key)
+    if not isinstance(array, np.ndarray) or array.ndim != 1 or array.dtype.kind not in kinds:
+        shown = f"a {array.ndim}-D {array.dtype} array" if isinstance(array, np.ndarray) else type(array).__name__
+        wanted = "integer" if kinds == "iu" else "numeric"
+        raise _bad(path, f"holds a sparse matrix whose {key} is {shown}, not a 1-D {wanted} array")
+    return array
+
+
+def _shape(obj: Any, path: Path) -> tuple[int, int]:
+    """The ``(rows, columns)`` a matrix (sparse or dense) claims, checked: two sizes, their product bounded."""
+    shape = vars(obj).get("_shape") if not isinstance(obj, np.ndarray) else obj.shape
+    if not isinstance(obj, np.ndarray) and shape is None:
+        shape = vars(obj).get("shape")
+    sizes = isinstance(shape, tuple) and len(shape) == 2
+    if not (sizes and all(isinstance(n, (int, np.integer)) and n >= 0 for n in shape)):
+        raise _bad(path, f"must hold a 2-D matrix, but it claims the shape {shape!r}")
+    rows, cols = int(shape[0]), int(shape[1])
+    if rows * cols > MAX_ENTRIES:
+        raise _bad(
+            path,
+            f"claims a {rows} x {cols} matrix ({rows * cols:.3g} entries, {rows * cols * 8 / 1e9:.3g} GB dense), more "
+            f"than a planetoid matrix holds (at most {MAX_ENTRIES:.3g} entries)",
+        )
+    return rows, cols
+
+
+def _sparse(obj: Any, path: Path, shape: tuple[int, int]) -> Any:
+    """A CSR, CSC or COO matrix rebuilt from its checked parts: ``indptr`` rises from 0 to the number of entries,
+    every index is in range, every value finite (scipy's own conversion trusts them, and writes out of bounds)."""
+    import scipy.sparse
+
+    kind = type(obj).__name__
+    state = vars(obj)
+    data = _vector(state, "data", path, "biuf")
+    if kind == "coo_matrix":
+        coords = state.get("coords")
+        row, col = coords if isinstance(coords, tuple) and len(coords) == 2 else (state.get("row"), state.get("col"))
+        row = _vector({"row": row}, "row", path, "iu")
+        col = _vector({"col": col}, "col", path, "iu")
+        if not len(row) == len(col) == len(data):
+            raise _bad(path, f"holds a COO matrix with {len(row)} rows, {len(col)} columns and {len(data)} values")
+        for name, index, size in (("row", row, shape[0]), ("column", col, shape[1])):
+            if len(index) and (index.min() < 0 or index.max() >= size):
+                bad = int(index.min() if index.min() < 0 else index.max())
+                raise _bad(path, f"has a {name} index {bad} outside 0..{size - 1}")
+        matrix = scipy.sparse.coo_matrix((data, (row, col)), shape=shape)
+    elif kind in ("csr_matrix", "csc_matrix"):
+        major, minor = shape if kind == "csr_matrix" else shape[::-1]
+        along, across = ("row", "column") if kind == "csr_matrix" else ("column", "row")
+        indptr, indices = _vector(state, "indptr", path, "iu"), _vector(state, "indices", path, "iu")
+        if len(indptr) != major + 1:
+            raise _bad(path, f"has an indptr of {len(indptr)} entries for {major} {along}s (it needs {major + 1})")
+        steps = np.diff(indptr.astype(np.int64))
+        if indptr[0] != 0 or (steps < 0).any():
+            where = 0 if indptr[0] != 0 else int(np.argmax(steps < 0)) + 1
+            raise _bad(path, f"has an indptr that does not rise from 0 (entry {where} is {int(indptr[where])})")
+        if not int(indptr[-1]) == len(indices) == len(data):
+            raise _bad(
+                path, f"has an indptr ending at {int(indptr[-1])}, but {len(indices)} indices and {len(data)} values"
+            )
+        if len(indices) and (indices.min() < 0 or indices.max() >= minor):
+            bad = int(indices.min() if indices.min() < 0 else indices.max())
+            raise _bad(path, f"has a {across} index {bad} outside 0..{minor - 1}")
+        make = scipy.sparse.csr_matrix if kind == "csr_matrix" else scipy.sparse.csc_matrix
+        matrix = make((data, indices, indptr), shape=shape)
+    else:
+        raise _bad(path, f"holds a {kind}; a planetoid feature file holds a CSR matrix (or CSC, COO)")
+    if not np.isfinite(data).all():
+        raise _bad(path, "holds values that are NaN or infinite")
+    return matrix
+
+
+def _matrix(obj: Any, path: Path, shape: tuple[int, int]) -> np.ndarray:
+    """``obj`` (a sparse or dense matrix whose ``shape`` :func:`_shape` checked) as a dense 2-D array, after checking
+    it (:func:`_sparse`)."""
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind not in "biuf":
+            raise _bad(path, f"must hold a numeric matrix, got {obj.dtype}")
+        if not np.isfinite(obj).all():
+            raise _bad(path, "holds values that are NaN or infinite")
+        return obj
+    return np.asarray(_sparse(obj, path, shape).toarray())
+
+
+def _is_matrix(obj: Any) -> bool:
+    return isinstance(obj, np.ndarray) or type(obj).__name__ in _SPARSE
+
+
+_PUBLISHED: dict[tuple[str, int, int], bool] = {}  # (file, size, mtime) -> whether it is the published file
+
+
+def _check_published(name: str, folder: Path, paths: dict[str, Path]) -> None:
+    """Warn once (per file as it is on disk) when a file differs from the published one (its SHA-256, as
+    ``odeformer-data --list`` checks): it is read all the same."""
+    from . import fetch
+
+    published = {Path(remote.path).name: remote for remote in fetch.SOURCES.get(name, ())}
+    differ = []
+    for path in paths.values():
+        remote = published.get(path.name)
+        if remote is None:
+            continue
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        if key in _PUBLISHED:
+            continue
+        same = stat.st_size == remote.size and hashlib.sha256(path.read_bytes()).hexdigest() == remote.sha256
+        _PUBLISHED[key] = same
+        if not same:
+            differ.append(path.name)
+    if differ:
+        warnings.warn(
+            f"planetoid: {', '.join(differ)} in {folder} differ from the published files (SHA-256, as "
+            f"`odeformer-data --list` checks); reading them anyway (`odeformer-data {name} --force` fetches them "
+            "again).",
+            stacklevel=3,
+        )
+
+
+def _check_shapes(shapes: dict[str, tuple[int, int]], paths: dict[str, Path], tests: int) -> None:
+    """The files' shapes agree: x, tx and allx have one width (the features), y, ty and ally another (the classes);
+    x and y have a row per training node, allx and ally a row per known node, tx and ty a row per test id."""
+    pairs = [
+        ("x", "allx", 1, "columns (features)"),
+        ("tx", "allx", 1, "columns (features)"),
+        ("y", "ally", 1, "columns (classes)"),
+        ("ty", "ally", 1, "columns (classes)"),
+        ("x", "y", 0, "rows (training nodes)"),
+        ("allx", "ally", 0, "rows (known nodes)"),
+        ("tx", "ty", 0, "rows (test nodes)"),
+    ]
+    for part, other, axis, what in pairs:
+        if shapes[part][axis] != shapes[other][axis]:
+            has = f"has {shapes[part][axis]} {what}, but {paths[other].name} has {shapes[other][axis]}"
+            raise _bad(paths[part], has)
+    if shapes["tx"][0] != tests:
+        listed = f"but {paths['test.index'].name} lists {tests} ids"
+        raise _bad(paths["tx"], f"has {shapes['tx'][0]} rows (test nodes), {listed}")
 
 
 def _edge_index(graph: dict, num_nodes: int, path: Path) -> np.ndarray:
@@ -168,22 +313,18 @@ def planetoid(
     paths = {
         part: require_file(folder / f"ind.{name}.{part}", "planetoid", SOURCE) for part in (*PICKLES, "test.index")
     }
-    x, y, tx, ty, allx, ally = (_matrix(_unpickle(paths[part]), paths[part]) for part in PICKLES[:-1])
-    graph = _unpickle(paths["graph"])
+    _check_published(name, folder, paths)
+    loaded = {part: _unpickle(paths[part]) for part in PICKLES[:-1]}
+    for part, obj in loaded.items():
+        if not _is_matrix(obj):
+            raise _bad(paths[part], f"must hold a 2-D matrix, got {type(obj).__name__}")
+    shapes = {part: _shape(obj, paths[part]) for part, obj in loaded.items()}
     test_index = _read_index(paths["test.index"])
+    _check_shapes(shapes, paths, len(test_index))
+    x, y, tx, ty, allx, ally = (_matrix(loaded[part], paths[part], shapes[part]) for part in PICKLES[:-1])
+    graph = _unpickle(paths["graph"])
 
     n_known, n_train = len(allx), len(y)
-    shapes = [x.shape, y.shape, tx.shape, ty.shape, allx.shape, ally.shape]  # in PICKLES order
-    rows_match = len(x) == n_train and len(ally) == n_known and len(tx) == len(ty) == len(test_index)
-    if (
-        not rows_match
-        or not x.shape[1] == allx.shape[1] == tx.shape[1]
-        or not y.shape[1] == ally.shape[1] == ty.shape[1]
-    ):
-        shown = ", ".join(f"{part} {shape}" for part, shape in zip(PICKLES, shapes))
-        raise ValueError(
-            f"planetoid: inconsistent ind.{name}.* files in {folder}: {shown}, {len(test_index)} test ids; {SOURCE}."
-        )
     if n_train == 0:
         raise ValueError(f"planetoid: {paths['y']} has no labelled nodes (0 rows), so the train split would be empty.")
     if n_train + NUM_VAL > n_known:
