@@ -355,6 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16, help="items from the validation split (default: 16)")
     parser.add_argument("--checkpoint", default="best.pt", help="checkpoint file in each run directory")
     parser.add_argument(
+        "--stepper",
+        default=None,
+        metavar="MODULE.CLASS",
+        help="a run trained with a scheme of your own (solver.stepper): its class; a path stored in a checkpoint is "
+        "never imported by itself",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -366,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = []
         for run_dir in args.runs:
-            data, model, info = load_run(run_dir, args.checkpoint)
+            data, model, info = load_run(run_dir, args.checkpoint, stepper=args.stepper)
             runs.append((f"{info['solver']} (depth {info['depth']}) {run_dir.name}", data, model))
         for solver in args.fresh or []:
             torch.manual_seed(args.seed)

@@ -259,12 +259,15 @@ def config_drift(run_dir: Path, overrides: list[str]) -> list[str]:
     """Where a finished run's configuration (saved in its checkpoint) and what its overrides compose to now disagree,
     as ``key: then → now``. A changed default of an experiment or a group makes the same overrides mean another
     run; keys that only one side has (options added since) are not compared."""
-    import torch
     from omegaconf import OmegaConf
 
     from . import train
+    from .checkpoints import load_checkpoint
 
-    saved = torch.load(run_dir / "last.pt", map_location="cpu", weights_only=False)["info"]["config"]
+    saved = (load_checkpoint(run_dir / "last.pt").get("info") or {}).get("config")
+    if not isinstance(saved, dict):
+        raise ValueError(f"{run_dir / 'last.pt'} stores no config, so its run cannot be checked; delete the folder to "
+                         "train it again.")
     now = OmegaConf.to_container(train.compose([*overrides, "train.progress=false"]), resolve=True)
     then, now = _flatten(saved), _flatten({key: now[key] for key in saved if key in now})
     return [
@@ -560,6 +563,18 @@ def _write_section(args: argparse.Namespace, key: str, parts: list[str]) -> None
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command: bad input, a damaged or refused checkpoint and missing data are one line and exit 2."""
+    from .checkpoints import CheckpointError, RunDirectoryError
+    from .data import DatasetNotFound
+
+    try:
+        return _main(argv)
+    except (ValueError, CheckpointError, RunDirectoryError, DatasetNotFound) as error:
+        print(f"odeformer-reproduce: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="odeformer-reproduce", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
     parser.add_argument(

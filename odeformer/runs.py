@@ -3,14 +3,23 @@
 The training entry point composes the config with Hydra and calls :func:`build`; ``odeformer-diagnose`` and the
 reproduction script rebuild a finished run from the resolved config stored in its checkpoints, and :func:`load_run`
 returns that run's model with its best weights.
+
+A config only reaches the package's registered builders: a solver node's ``_target_`` is one of
+:data:`SOLVER_TARGETS`, a model node's one of :data:`MODEL_TARGETS`, the dataset a name of
+:data:`odeformer.data.DATASETS`, and a config read from a file (``source=``) names only registered solvers: a scheme
+of your own (``solver.stepper: module.Class``) is imported only when the command line names it (``stepper=``),
+never because a file says so. Sizes are checked, and the memory a run needs estimated (:func:`estimate_memory`),
+before the model is built.
 """
 
 from __future__ import annotations
 
-import importlib
+import math
+import os
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from .checkpoints import load_checkpoint
@@ -33,6 +42,10 @@ CONFIG_NAMES = {
     "NodeClassifier": "node_classifier",
     "DIFFormer": "difformer",
 }
+MODEL_TARGETS = tuple(f"odeformer.{name}" for name in CONFIG_NAMES)
+"""The ``_target_`` a model node may name: the package's task models."""
+SOLVER_TARGETS = ("odeformer.preset", "odeformer.continuous.continuous")
+"""The ``_target_`` a solver node may name: a (discrete) preset, or a continuous-depth solver."""
 
 
 DATA_KINDS = {
@@ -57,27 +70,93 @@ class UsageError(ValueError):
     """A configuration that cannot run; reported in one line."""
 
 
-def target(node: dict[str, Any]) -> Any:
-    """The callable a config node's ``_target_`` names (``module.attribute``)."""
-    module, _, attribute = node["_target_"].rpartition(".")
-    return getattr(importlib.import_module(module), attribute)
+def _from(source: Path | None) -> str:
+    return f"{source}: " if source is not None else ""
+
+
+def target(node: dict[str, Any], allowed: tuple[str, ...], group: str, source: Path | None = None) -> Any:
+    """The registered callable a config node's ``_target_`` names; any other import path is refused in one line
+    (nothing is imported)."""
+    name = node.get("_target_") if isinstance(node, dict) else None
+    if name not in allowed:
+        raise UsageError(
+            f"{_from(source)}{group}._target_={name!r} is not one of odeformer's {group}s ({', '.join(allowed)}); "
+            "refused: a config reaches only the package's registered models, solvers and data, never an arbitrary "
+            "import path."
+        )
+    import odeformer
+    from . import continuous
+
+    return {**{f"odeformer.{k}": getattr(odeformer, k) for k in CONFIG_NAMES}, **{
+        "odeformer.preset": odeformer.preset,
+        "odeformer.continuous.continuous": continuous.continuous,
+    }}[name]
 
 
 def _arguments(node: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in node.items() if not k.startswith("_")}
 
 
-def build(config: dict[str, Any]) -> tuple[TaskData, nn.Module, dict[str, Any]]:
-    """The dataset, the model and the run's description from a resolved config (``solver``, ``model``, ``data``)."""
+def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | None) -> None:
+    """A config read from a file names registered solvers only; its scheme of the user's own is imported only if the
+    command line names the same ``module.Class`` (``stepper``)."""
+    from .blocks import solver_names
+    from .continuous import CONTINUOUS
+
+    if source is None:
+        return
+    own = solver.get("stepper")
+    if own is not None and own != stepper:
+        asked = f"; the command line names {stepper!r}" if stepper else ""
+        raise UsageError(
+            f"{source}: its config names a scheme of your own, solver.stepper={own!r}{asked}; refused: a path stored "
+            "in a file is not imported (a file could name any code). If you trust it, name it on the command line "
+            f"(--stepper {own})."
+        )
+    names = CONTINUOUS if solver.get("_target_") == SOLVER_TARGETS[1] else solver_names()
+    if solver.get("name") not in names and own is None:
+        raise UsageError(
+            f"{source}: its config names solver {solver.get('name')!r}, which is not registered; refused: a stored "
+            f"config may name only registered solvers ({', '.join(names)})."
+        )
+    ffn = solver.get("ffn")
+    if ffn is not None and ffn not in solver_names():
+        raise UsageError(f"{source}: its config names ffn scheme {ffn!r}, which is not registered; refused.")
+
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    """The solver, model, data and depth names :func:`build` gives ``config``'s run, without building it."""
+    model_name = str(config["model"].get("_target_", "")).rsplit(".", 1)[-1]
+    return {
+        "solver": config["solver"].get("name"),
+        "model": CONFIG_NAMES.get(model_name, model_name),
+        "data": config["data"].get("name"),
+        "depth": config["model"].get("depth"),
+    }
+
+
+def build(
+    config: dict[str, Any], source: Path | None = None, stepper: str | None = None
+) -> tuple[TaskData, nn.Module, dict[str, Any]]:
+    """The dataset, the model and the run's description from a resolved config (``solver``, ``model``, ``data``).
+
+    ``source``: the file the config was read from (a checkpoint), named in errors; such a config's own scheme
+    (``solver.stepper``) is imported only if ``stepper`` (from the command line) names the same class. Sizes that are
+    not positive, and a model that cannot fit in this machine's memory, are one-line errors before it is built."""
     solver, model_node, data_node = config["solver"], config["model"], config["data"]
+    solver_target = target(solver, SOLVER_TARGETS, "solver", source)
+    model_class = target(model_node, MODEL_TARGETS, "model", source)
+    _check_solver(solver, source, stepper)
     model_name = model_node["_target_"].rsplit(".", 1)[-1]
     options = data_node.get("options") or {}
+    check_sizes(config, source)
     _check_kind(model_name, data_node["name"], DATA_KINDS.get(data_node["name"]) or options.get("task"))
-    preset = target(solver)(**_arguments(solver))  # a bad solver option fails before the data is read
+    preset = solver_target(**_arguments(solver))  # a bad solver option fails before the data is read
     data = load(data_node["name"], data_node.get("root"), **options)
     _check_kind(model_name, data_node["name"], data.kind)
     sizes = {key: data.meta[key] for key in SIZES[model_name]}
-    model = target(model_node)(solver=preset, **_arguments(model_node), **sizes)
+    check_memory(config, data.meta, source)
+    model = model_class(solver=preset, **_arguments(model_node), **sizes)
     info = {
         "solver": getattr(preset, "name", None) or solver["name"],
         "model": CONFIG_NAMES[model_name],
@@ -89,9 +168,138 @@ def build(config: dict[str, Any]) -> tuple[TaskData, nn.Module, dict[str, Any]]:
     return data, model, info
 
 
-def load_run(run_dir: str | Path, checkpoint: str = "best.pt") -> tuple[TaskData, nn.Module, dict[str, Any]]:
-    """A finished run's dataset, model (with the checkpoint's weights, in eval mode) and description."""
-    payload = load_checkpoint(Path(run_dir) / checkpoint)
-    data, model, info = build(payload["info"]["config"])
+def load_run(
+    run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None = None
+) -> tuple[TaskData, nn.Module, dict[str, Any]]:
+    """A finished run's dataset, model (with the checkpoint's weights, in eval mode) and description. The config
+    stored in the checkpoint reaches only registered models, solvers and data; a run of a scheme of your own needs
+    ``stepper`` (``module.Class``, as given on the command line) to be rebuilt."""
+    path = Path(run_dir) / checkpoint
+    if not Path(run_dir).is_dir():
+        raise UsageError(
+            f"{run_dir} does not exist or is not a folder; give a run directory (one holding {checkpoint})."
+        )
+    payload = load_checkpoint(path)
+    config = (payload.get("info") or {}).get("config")
+    if not isinstance(config, dict) or not all(isinstance(config.get(k), dict) for k in ("solver", "model", "data")):
+        raise UsageError(f"{path} stores no run config (solver, model, data), so its run cannot be rebuilt.")
+    data, model, info = build(config, source=path, stepper=stepper)
     model.load_state_dict(payload["model"])
     return data, model.eval(), info
+
+
+# -- sizes and memory ---------------------------------------------------------------------------------------------
+
+POSITIVE = ("depth", "dim", "heads", "mlp_hidden", "max_len", "patch_size")
+
+
+def check_sizes(config: dict[str, Any], source: Path | None = None) -> None:
+    """Every size of the model and the batch a positive int (``model.mlp_hidden`` may be null)."""
+    model, data = config["model"], config["data"]
+    checks = [(f"model.{key}", model[key]) for key in POSITIVE if key in model and model[key] is not None]
+    checks.append(("data.batch_size", data.get("batch_size", 1)))
+    for key, value in checks:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{_from(source)}{key} must be a positive int, got {value!r}.")
+    ratio = model.get("mlp_ratio")
+    if model.get("mlp_hidden") is None and ratio is not None and not (
+        isinstance(ratio, (int, float)) and math.isfinite(ratio) and int(ratio * model["dim"]) >= 1
+    ):
+        raise UsageError(
+            f"{_from(source)}model.mlp_ratio={ratio!r} gives an FFN of {ratio!r} x {model['dim']} hidden units; it "
+            "must give at least 1."
+        )
+
+
+def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool = True) -> dict[str, float]:
+    """A lower estimate, in bytes, of the memory the run takes: ``parameters`` (with their gradients and AdamW's two
+    moments when ``training``) and ``activations`` (what one batch's forward keeps for the backward pass: per layer the
+    state, the attention's inputs and the FFN's hidden units; the n x n attention scores with ``impl=math`` or a
+    softmax over all nodes; the output logits). Used to refuse, before building, what cannot fit."""
+    model, solver, data, train = config["model"], config["solver"], config["data"], config.get("train") or {}
+    name = str(model["_target_"]).rsplit(".", 1)[-1]
+    d, depth, heads = model["dim"], model["depth"], model.get("heads") or 1
+    hidden = model.get("mlp_hidden") or int((model.get("mlp_ratio") or 4.0) * d)
+    continuous = solver.get("_target_") == SOLVER_TARGETS[1]
+    blocks = 1 if (continuous or model.get("tie_weights")) else depth
+    world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    batch = math.ceil(data.get("batch_size", 1) / world)
+    if name in ("NodeClassifier", "DIFFormer"):
+        n, batch = meta.get("num_nodes", 1), 1
+        per_block = 4 * d * d + 8 * d
+        params = meta.get("in_features", 1) * d + blocks * per_block + d * meta.get("num_classes", 1)
+        scores = heads * n * n if model.get("attention", "simple") == "softmax" or name == "DIFFormer" else 0
+        per_layer = n * 6 * d + (2 * scores if name != "DIFFormer" else 0)
+        head = n * meta.get("num_classes", 1)
+    else:
+        if name == "ViT":
+            patch = model.get("patch_size") or 1
+            n = (meta.get("image_size", 1) // patch) ** 2 + 1
+            embed = patch * patch * meta.get("in_chans", 1) * d + n * d
+            classes = meta.get("num_classes", 1)
+        else:
+            n = model.get("max_len") or meta.get("max_len", 1)
+            embed = meta.get("vocab_size", 1) * d + n * d
+            classes = meta.get("vocab_size", 1) if name == "CausalLM" else meta.get("num_classes", 1)
+        per_block = 4 * d * d + 2 * d * hidden + hidden + 9 * d
+        params = embed + blocks * per_block + (d * classes if name != "CausalLM" else 0)
+        scores = heads * n * n if model.get("impl") == "math" else 0
+        per_layer = batch * (n * (6 * d + 2 * hidden) + 2 * scores)
+        head = batch * n * classes * (2 if name == "CausalLM" else 1)
+    cuda = train.get("device") == "cuda" or (train.get("device", "auto") == "auto" and torch.cuda.is_available())
+    bf16 = train.get("precision") == "bf16" or (train.get("precision", "auto") == "auto" and cuda)
+    width = 2 if bf16 else 4
+    if not training:
+        layers_kept = depth + 1  # the diagnostics keep every layer's state
+        per_layer = batch * n * d if name not in ("NodeClassifier", "DIFFormer") else n * d
+    elif model.get("checkpoint") or (continuous and solver.get("adjoint")):
+        layers_kept = 1
+    else:
+        layers_kept = depth
+    return {
+        "parameters": float(params) * (16 if training else 4),
+        "parameter_count": float(params),
+        "activations": float(per_layer * layers_kept + head) * width,
+    }
+
+
+def memory_limit(config: dict[str, Any]) -> tuple[float, str]:
+    """The memory the run's device has in all, in bytes, and a name for it: a CUDA device's, else the machine's."""
+    train = config.get("train") or {}
+    device = train.get("device", "auto")
+    if device in ("cuda", "auto") and torch.cuda.is_available():
+        index = int(os.environ.get("LOCAL_RANK", "0"))
+        return float(torch.cuda.get_device_properties(index).total_memory), f"CUDA device {index}'s"
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: no bound known
+        return math.inf, "this machine's"
+    return float(total), "this machine's"
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value / 1e3:.3g} kB"
+
+
+def check_memory(
+    config: dict[str, Any], meta: dict[str, Any], source: Path | None = None, training: bool = True
+) -> None:
+    """Refuse, in one line with the estimate and the limit, a run whose :func:`estimate_memory` exceeds the memory of
+    the device it would run on."""
+    estimate = estimate_memory(config, meta, training)
+    need = estimate["parameters"] + estimate["activations"]
+    limit, where = memory_limit(config)
+    if need <= limit:
+        return
+    model = config["model"]
+    shown = ", ".join(f"model.{k}={model[k]}" for k in ("depth", "dim", "mlp_hidden") if model.get(k) is not None)
+    state = " with their gradients and AdamW's moments" if training else ""
+    raise UsageError(
+        f"{_from(source)}this run needs about {_bytes(need)} of memory ({estimate['parameter_count']:.3g} parameters: "
+        f"{_bytes(estimate['parameters'])}{state}; activations {_bytes(estimate['activations'])} at "
+        f"data.batch_size={config['data'].get('batch_size')}), more than {where} {_bytes(limit)} ({shown}); make the "
+        "model or the batch smaller."
+    )
