@@ -32,10 +32,25 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .checkpoints import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoints import (
+    FORMAT,
+    HISTORY,
+    CheckpointError,
+    load_checkpoint,
+    non_finite,
+    record,
+    resume_command,
+    save_checkpoint,
+)
 from .config import TrainConfig
 from .data import TaskData
 from .objectives import TextObjective, make_objective
+from .sample import EvalSample
+
+
+PENDING_STOP: int | None = None
+"""A signal received before the loop could install its own handler (a sweep's worker process sets it): the run
+starts, saves its first checkpoint and stops, as if signalled during training."""
 
 
 class TrainingDiverged(RuntimeError):
@@ -87,6 +102,11 @@ class Settings(TrainConfig):
             raise ValueError(f"train.optimizer must be adamw or adam; got {self.optimizer!r}.")
         if self.decay not in ("matrices", "all"):
             raise ValueError(f"train.decay must be matrices or all; got {self.decay!r}.")
+        if self.threads is not None and (isinstance(self.threads, bool) or self.threads < 1):
+            raise ValueError(
+                f"train.threads must be a number of CPU threads (1 or more), or null for torch's default; got "
+                f"{self.threads}."
+            )
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"train.precision must be auto, fp32 or bf16; got {self.precision!r}.")
 
@@ -145,7 +165,13 @@ class Trainer:
         self.step, self.wall, self.best_val, self.best_step = 0, 0.0, None, 0
         self.best_weights: dict[str, torch.Tensor] | None = None  # on the CPU: the model at best_step
         self.stop_signal: int | None = None
+        self.saved_step: int | None = None  # the step of the last.pt on disk (None: none written by this run yet)
+        self.resume_changes: list[tuple[str, Any, Any]] = []  # what a resume after a divergence changes
         self.writer = self.bar = None
+        self.sample = EvalSample.of(data, model, settings.seed)  # character-level text: a sample per evaluation
+        self.last_sample: str | None = None
+        if self.sample is not None:  # the vocabulary odeformer-sample prints with
+            self.info.setdefault("vocabulary", "".join(self.sample.itos))
         self.network = self.objective.network(model)
         if self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -210,8 +236,21 @@ class Trainer:
         if torch.cuda.is_available() and payload["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.step, self.wall = payload["step"], payload["wall"]
+        self.saved_step = self.step
         self.best_val, self.best_step = payload["best_val"], payload["best_step"]
+        if any(base != self.settings.lr for base in self.scheduler.base_lrs):
+            self._rescale_lr()
         self._restore_best(payload)
+
+    def _rescale_lr(self) -> None:
+        """A resume after a divergence with another ``train.lr``: the schedule continues from the restored step,
+        scaled to the new peak (the optimiser's moments are kept)."""
+        lr = self.settings.lr
+        self.scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
+        factor = self._lr_factor(self.scheduler.last_epoch)
+        for group in self.optimizer.param_groups:
+            group["initial_lr"], group["lr"] = lr, lr * factor
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
     def _restore_best(self, payload: dict[str, Any]) -> None:
         """Make ``best.pt`` the best of the restored state: ``last.pt`` carries the best weights; a ``best.pt`` written
@@ -266,7 +305,8 @@ class Trainer:
             return
         for name in ("last.pt.tmp", "best.pt.tmp"):
             (self.out_dir / name).unlink(missing_ok=True)
-        left = [self.out_dir / n for n in ("metrics.jsonl", "best.pt", "curves.png") if (self.out_dir / n).exists()]
+        names = ("metrics.jsonl", "best.pt", "curves.png", HISTORY)
+        left = [self.out_dir / n for n in names if (self.out_dir / n).exists()]
         left += sorted((self.out_dir / "tensorboard").glob("events.out.tfevents.*"))
         if not left:
             return
@@ -306,7 +346,12 @@ class Trainer:
         if self.main and evaluating:
             result = self.evaluate("val")
             value = result[self.objective.metric]
-            self._log({"step": self.step, **{f"val_{k}": v for k, v in result.items()}})
+            row = {"step": self.step, **{f"val_{k}": v for k, v in result.items()}}
+            if self.sample is not None:  # what the model writes now (a fixed prompt and seed)
+                row["sample"] = self.last_sample = self.sample(_unwrap(self.model))
+                if self.writer is not None:
+                    self.writer.add_text("sample", row["sample"], self.step)
+            self._log(row)
             if self._better(value):
                 self.best_val, self.best_step = value, self.step
                 weights = _unwrap(self.model).state_dict()
@@ -318,9 +363,36 @@ class Trainer:
                     f"step {self.best_step})"
                 )
         if self.main and saving:
-            save_checkpoint(self.out_dir / "last.pt", self.state())
+            self._save_last()
         if self.world > 1:
             dist.barrier()
+
+    def _save_last(self) -> None:
+        """Write ``last.pt``, unless the model or optimiser state holds a NaN or infinity: that is a divergence, and
+        the last good ``last.pt`` is kept."""
+        state = self.state()
+        where = non_finite(state)
+        if where is not None:
+            self._diverged(f"the {where} state holds non-finite values at step {self.step}")
+        save_checkpoint(self.out_dir / "last.pt", state)
+        self.saved_step = self.step
+
+    def _diverged(self, what: str) -> None:
+        """Record the divergence in the run's history and stop with one line saying how to go on."""
+        if self.main:
+            event = {"event": "diverged", "step": self.step + 1, "what": what, "checkpoint_step": self.saved_step}
+            record(self.out_dir, event)
+        last = self.out_dir / "last.pt"
+        if self.saved_step is not None and last.exists():
+            lower = f"train.lr={self.settings.lr / 10:.3g}"
+            command = resume_command(self.out_dir, self.info.get("overrides"), lower)
+            how = (
+                f"the last good checkpoint is {last} (step {self.saved_step}); resume from it with a lower learning "
+                f"rate: {command} (or start again with a smaller model.dt)"
+            )
+        else:
+            how = "no checkpoint was written yet; start again with a smaller model.dt or train.lr"
+        raise TrainingDiverged(f"{what}: the dynamics diverged; {how}.")
 
     def _say(self, text: str) -> None:
         if self.main:
@@ -343,12 +415,19 @@ class Trainer:
         if o.resume:
             self.restore(load_checkpoint(self.out_dir / "last.pt"))
             self._truncate_metrics()
+            if self.resume_changes and self.main:
+                changes = {key: [old, new] for key, old, new in self.resume_changes}
+                record(self.out_dir, {"event": "resumed", "step": self.step, "changes": changes})
+                shown = ", ".join(f"{key} {old} -> {new}" for key, old, new in self.resume_changes)
+                self._say(f"resuming after the divergence from step {self.step} with {shown} (recorded in {HISTORY})")
         else:
             self._clear_logs()
         # on resume, tensorboard drops the events logged after the checkpoint, as _truncate_metrics does
         self.writer = _tensorboard(self.out_dir, self.step + 1 if o.resume else None) if self.main else None
         self.bar = _progress(o.max_steps, self.step) if (self.main and o.progress) else None
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        if PENDING_STOP is not None:
+            self.stop_signal = PENDING_STOP
         status = "completed"
         try:
             self.network.train()
@@ -359,12 +438,7 @@ class Trainer:
                     loss = self.objective.loss(self.network, batch)
                 value = loss.item()  # the step's one host sync: the divergence check, the log and the bar read it
                 if not math.isfinite(value):
-                    last = self.out_dir / "last.pt"
-                    kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint was written yet"
-                    raise TrainingDiverged(
-                        f"loss is {value} at step {self.step + 1}: the dynamics diverged; try a smaller model.dt "
-                        f"or train.lr ({kept})."
-                    )
+                    self._diverged(f"loss is {value} at step {self.step + 1}")
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if o.grad_clip > 0:
@@ -391,11 +465,11 @@ class Trainer:
                 self._checkpoint_and_evaluate()
                 if self._stop_requested() and self.step < o.max_steps:
                     if self.main:
-                        save_checkpoint(self.out_dir / "last.pt", self.state())
+                        self._save_last()
                     status = "interrupted"
                     self._say(
-                        f"stopped by signal {self.stop_signal} at step {self.step}; checkpoint saved, resume "
-                        "with train.resume=true"
+                        f"stopped by signal {self.stop_signal} at step {self.step}; checkpoint saved, resume with: "
+                        + resume_command(self.out_dir, self.info.get("overrides"))
                     )
                     break
         finally:
@@ -432,9 +506,12 @@ class Trainer:
             "status": status,
             "device": str(self.device),
             "world_size": self.world,
+            **({"sample": self.last_sample} if self.last_sample is not None else {}),
         }
         if checksums is not None:
             summary["rank_checksums"] = checksums
+        if status == "interrupted":
+            summary["signal"] = self.stop_signal
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         plot_curves(self.out_dir)
         return summary
