@@ -155,6 +155,7 @@ class TrainConfig:
     resume: bool = False  # continue the run already in out_dir from its last.pt
     compile: bool = False
     progress: bool = True  # progress bar on a terminal
+    threads: Optional[int] = None  # CPU threads torch computes with (None: torch's default); 1 on a busy shared machine
 
 
 @dataclass

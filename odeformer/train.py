@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import json
 import os
 import re
 import shutil
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -38,7 +40,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .checkpoints import CheckpointError, RunDirectoryError, check_run_directory
+from .checkpoints import (
+    CheckpointError,
+    CheckpointWriteError,
+    RunDirectoryBusy,
+    RunDirectoryError,
+    check_run_directory,
+    lock_run_directory,
+)
 from .config import Config, group_options
 from .data import DatasetNotFound
 from .runs import CONFIG_NAMES, UsageError, build
@@ -128,7 +137,10 @@ def _one_line(error: Exception, overrides: list[str]) -> str:
         match = re.search(r"Could not (?:find|load) '([\w/]+)/([^']*)'", text)
         if match:
             group, value = match.groups()
-            return f"unknown {group} {value!r}; choose one of: {', '.join(_options(group, overrides))}."
+            options = _options(group, overrides)
+            near = difflib.get_close_matches(value, options, n=1, cutoff=0.6)
+            hint = f"did you mean {group}={near[0]}? " if near else ""
+            return f"unknown {group} {value!r}; {hint}choose one of: {', '.join(options)}."
     if isinstance(error, OverrideParseException):
         return f"cannot parse the override: {' '.join(text.split())}"
     match = re.search(r"Could not (?:override|append to) '([^']+)'", text) or re.search(
@@ -139,9 +151,15 @@ def _one_line(error: Exception, overrides: list[str]) -> str:
         key = match.group(1)
         parent, _, leaf = key.rpartition(".")
         if "not in struct" in str(cause) or "Key '" in str(cause):
-            keys = _keys(parent, [o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
-            near = difflib.get_close_matches(leaf, keys, n=1)
-            hint = f"did you mean {parent + '.' if parent else ''}{near[0]}? " if near else ""
+            rest = [o for o in overrides if not o.lstrip("+~").startswith(key + "=")]
+            keys = _keys(parent, rest)
+            near = [f"{parent + '.' if parent else ''}{k}" for k in difflib.get_close_matches(leaf, keys, n=1)]
+            if not parent:  # a group's key given without its group (dt=-1 for model.dt): the nested keys first
+                nested = _nested_keys(rest)
+                leaves = sorted({k.rsplit(".", 1)[-1] for k in nested})
+                closest = difflib.get_close_matches(leaf, leaves, n=1)
+                near = [k for k in nested if k.rsplit(".", 1)[-1] in (closest or [None])] or near
+            hint = f"did you mean {' or '.join(near[:3])}? " if near else ""
             if not keys:
                 return f"unknown key {key!r}: {parent or 'the config'} has no keys here{_who_takes(parent, leaf)}."
             where = f"the keys of {parent}" if parent else "the top-level keys"
@@ -160,6 +178,17 @@ def _who_takes(parent: str, leaf: str) -> str:
     if not takers:
         return f" ({own[2:]})"
     return f" (the chosen solver's stepper takes no {leaf}; solvers that do: {', '.join(takers)}{own})"
+
+
+def _nested_keys(overrides: list[str]) -> list[str]:
+    """``group.key`` for every key of every group of the config composed from ``overrides``."""
+    from hydra import compose as hydra_compose
+
+    try:
+        node = hydra_compose(config_name="train", overrides=overrides)
+        return sorted(f"{group}.{key}" for group in node for key in node[group] if not str(key).startswith("_"))
+    except Exception:  # the hint is a courtesy; the error itself is already known
+        return []
 
 
 def _keys(parent: str, overrides: list[str]) -> list[str]:
@@ -257,13 +286,19 @@ def run(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None) -> d
     the checkpoints, so that a resume with another config can be told the command to repeat."""
     settings = Settings(**OmegaConf.to_container(cfg.train, resolve=True), batch_size=cfg.data.batch_size)
     config = OmegaConf.to_container(cfg, resolve=True)
-    check_run_directory(out_dir, settings.resume, config)
-    torch.manual_seed(settings.seed)  # the model's initial weights are part of the run's seed
-    data, model, info = build(config)
-    if overrides is not None:
-        info["overrides"] = list(overrides)
-    warn_unstable(model)
-    summary = Trainer(model, data, settings, out_dir, info).fit()
+    writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 writes the run and holds its lock
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+    with lock_run_directory(out_dir) if writer else contextlib.nullcontext():
+        changes = check_run_directory(out_dir, settings.resume, config)
+        torch.manual_seed(settings.seed)  # the model's initial weights are part of the run's seed
+        data, model, info = build(config)
+        if overrides is not None:
+            info["overrides"] = list(overrides)
+        warn_unstable(model)
+        trainer = Trainer(model, data, settings, out_dir, info)
+        trainer.resume_changes = changes
+        summary = trainer.fit()
     if summary:
         print_summary(summary, out_dir)
     return summary
@@ -327,18 +362,39 @@ def _main(cfg: DictConfig) -> None:
     sweep = hydra_config.mode == RunMode.MULTIRUN
     before = _written(out_dir)
     try:
-        run(cfg, out_dir, list(hydra_config.overrides.task))
-    except TrainingDiverged as error:
+        summary = run(cfg, out_dir, list(hydra_config.overrides.task))
+        if summary.get("status") == "interrupted":  # after its checkpoint and its line: 130 (SIGINT), 143 (SIGTERM)
+            sys.exit(128 + int(summary.get("signal") or signal.SIGINT))  # a sweep stops here too
+    except (TrainingDiverged, CheckpointWriteError) as error:
         _failed(cfg, out_dir, str(error), 1, sweep)
+    except RunDirectoryBusy as error:  # another process writes this directory: leave it exactly as it is
+        if not sweep:
+            _forget_snapshot(out_dir, hydra_config.output_subdir)
+        _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep, record=False)
     except (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError) as error:
         if os.environ.get("ODEFORMER_DEBUG"):
             raise
         if _written(out_dir) == before and not sweep:  # refused before training: the command leaves no trace
             _forget_snapshot(out_dir, hydra_config.output_subdir)
         _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise
+        where = f" while writing {error.filename}" if error.filename else ""
+        _failed(cfg, out_dir, f"no space left on device{where}; the checkpoints written before are intact.", 1, sweep)
+    except KeyboardInterrupt:
+        if _written(out_dir) == before:  # stopped before training: no trace
+            if not sweep:
+                _forget_snapshot(out_dir, hydra_config.output_subdir)
+            print(
+                "odeformer-train: interrupted (Ctrl-C) before training started; nothing was trained.", file=sys.stderr
+            )
+        else:
+            print(f"odeformer-train: interrupted (Ctrl-C); what {out_dir} holds is kept.", file=sys.stderr)
+        sys.exit(130)
 
 
-def _failed(cfg: DictConfig, out_dir: Path, error: str, code: int, sweep: bool) -> None:
+def _failed(cfg: DictConfig, out_dir: Path, error: str, code: int, sweep: bool, record: bool = True) -> None:
     """Report a failed run: one line (``error:`` for bad input, code 2; a diverged run, code 1) and exit ``code``; in a
     sweep, the line names the job, its ``summary.json`` records the failure (a row of the sweep's table) and the sweep
     goes on; the command exits ``code`` at its end."""
@@ -348,6 +404,8 @@ def _failed(cfg: DictConfig, out_dir: Path, error: str, code: int, sweep: bool) 
         sys.exit(code)
     print(f"{message} (job {out_dir.name}; the sweep goes on)", file=sys.stderr)
     _FAILED_JOBS.append(code)
+    if not record:  # the directory is another process's: write nothing into it
+        return
     summary = {
         "status": "failed",
         "error": error,
@@ -386,10 +444,19 @@ def main() -> None:
     except UsageError as error:
         print(f"odeformer-train: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print("odeformer-train: interrupted (Ctrl-C) during start-up; nothing was written.", file=sys.stderr)
+        sys.exit(130)
     finally:
         GlobalHydra.instance().clear()
     _FAILED_JOBS.clear()
-    _main()
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 writes the invocation's one config snapshot
+        sys.argv.append("hydra.output_subdir=null")
+    try:
+        _main()
+    except KeyboardInterrupt:  # between jobs of a sweep, or in Hydra's own start-up
+        print("odeformer-train: interrupted (Ctrl-C); the runs' checkpoints written so far are kept.", file=sys.stderr)
+        sys.exit(130)
     if _FAILED_JOBS:  # a sweep whose every job ran, some of them failing: the worst failure's code
         sys.exit(min(_FAILED_JOBS))
 
