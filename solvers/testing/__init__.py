@@ -1,0 +1,208 @@
+"""The property kit: test what a stepper declares, each claim a hypothesis property over drawn instances.
+
+Run it on your own scheme::
+
+    from solvers.testing import check_stepper
+    check_stepper(MyScheme)                 # or an instance: check_stepper(MyScheme(dim=4, theta0=1.0))
+    check_stepper(MyScheme, examples=200)   # a thorough run: more drawn instances per claim
+
+``check_stepper`` runs every check the class's declarations call for and raises ``AssertionError`` on the first claim
+the scheme does not live up to, with the claim, the numbers that contradict it and the instance it failed on. Each
+claim is checked at fixed points (the problems and steps of earlier versions of this kit, kept as explicit examples)
+and then on ``examples`` instances drawn by hypothesis; a failure on a drawn instance is shrunk to the smallest one
+hypothesis finds that still fails (fewest steps, smallest shape, magnitude 1, parameters at their start where the
+defect allows) and that is the instance the message names. Draws follow the active hypothesis profile: this
+project's ``ci`` profile derandomizes them, so a run is reproducible.
+
+What is drawn (:mod:`solvers.testing.strategies`): states of two dimensions ``(batch, width)`` and three
+``(batch, tokens, width)``, batches of 2 or 3, fields that couple the tokens of a sample as attention does (a softmax
+over tokens) and insist on states shaped like ``y``, now and then a state of at least ``LARGE_STATE`` entries,
+magnitudes log-uniform over ``MAGNITUDES`` (states and fields scaled together, so the problem stays the same problem),
+step sizes of either sign over three decades, horizons up to ``MAX_HORIZON`` steps, learnable parameters moved by up
+to two standard normals from their start, and up to three instances of the stepper with different parameters handing
+the running state on, as a model's layers do.
+
+The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mod:`~solvers.testing.order`,
+:mod:`~solvers.testing.geometry`, :mod:`~solvers.testing.layers`; every threshold is a named constant in
+:mod:`solvers.testing.thresholds`):
+
+- :func:`check_protocol`: ``step`` returns ``(y1, state)`` with ``y1`` of ``y``'s form; no step writes into anything
+  reachable from ``y`` or ``state`` (values, version counters, containers), at any step of the run; the same step
+  taken again, or by a copy in the other mode (``eval()``), gives the same ``y1``; a sample's result does not move
+  when the other samples of its batch change.
+- :func:`check_gradients`: the gradient of 4 to 8 steps with the state handed on, with respect to ``y0`` and every
+  instance's learnable parameters, equals difference quotients; every learnable parameter gets a non-zero gradient.
+- :func:`check_precision`: a float32 step agrees with the float64 step from the same state to ``FLOAT32_UNITS``
+  float32 rounding units.
+- :func:`check_evals`: each step evaluates the field ``evals_per_step`` times (``- 1`` on a repeated field if
+  ``fsal``; the first steps as ``startup_evals`` says), at abscissae ``c`` (times ``t + c dt``) that are the same at
+  every ``dt``.
+- :func:`check_order`: the error on grids refined to float64's rounding floor falls like ``dt**order`` (slope within
+  ``ORDER_TOLERANCE``, local slopes steady within ``STEADY``) on fixed problems (a force whose Jacobian is not
+  symmetric, time-dependent nonlinear ones, an uneven grid, moved parameters) and on drawn ones; ``order = 0`` is
+  checked by :func:`check_no_limit` (``limit_field`` raises ``ValueError``, the step does not shrink with ``dt``).
+- :func:`check_symplectic` (if ``symplectic``): the one-step Jacobian ``M`` has ``Mᵀ J M = J`` and ``det M = 1`` to
+  ``SYMPLECTIC_RTOL`` on Hamiltonian problems, and the energy error stays bounded and falls like ``dt**order``.
+- :func:`check_reversible` (if ``reversible``): ``inverse`` undoes ``step`` and ``step`` undoes ``inverse`` to
+  ``REVERSIBLE_RTOL`` (and ``step(-dt)`` undoes ``step(dt)`` if ``symmetric``), each step from a fresh ``init``.
+- :func:`check_one_step` (unless ``multistep``): a step from the carried state equals one by an unused copy of the
+  stepper from a fresh ``init``, also when instances with different parameters hand the state on.
+- :func:`check_layer`: a block stepper's order on its block's ODE, and its protocol on drawn blocks.
+
+What it cannot do: a property holds on the instances drawn, not on every state. A defect that shows only where the
+strategies never reach (a state of a million entries, a magnitude of 1e30, step 10,000, a parameter moved by 100, a
+dtype other than float32 and float64, a device other than the CPU) passes; so does a scheme that detects the kit's own
+problems. More examples search longer, not further. The kit is evidence for a claim, not a proof of it.
+
+The reference of the order check is the flow of ``stepper.limit_field(field)``: the dynamics the scheme claims to
+converge to. Problems are built from a seed with ``torch.Generator`` (float64): :mod:`~solvers.testing.problems`
+has the builders, :mod:`~solvers.testing.strategies` the hypothesis strategies over them. Do not call a check from
+inside a test of your own decorated with ``@given``: hypothesis refuses nested ``@given`` unless that test suppresses
+``HealthCheck.nested_given``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import hypothesis  # noqa: F401 - the kit's claims are hypothesis properties
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "solvers.testing needs hypothesis (pip install hypothesis, or install this package with its [kit] extra)"
+    ) from error
+
+from .._base import AbstractStepper
+from . import thresholds as th
+from ._common import _instance, _name, reachable_tensors
+from .evals import RecordingField, check_evals
+from .geometry import check_reversible, check_symplectic
+from .layers import check_layer
+from .order import OrderMeasurement, check_no_limit, check_order, measure_order
+from .problems import (
+    Problem,
+    anharmonic_problem,
+    block_problem,
+    coupled_problem,
+    default_problems,
+    linear_problem,
+    nonlinear_problem,
+    oscillator_problem,
+    pendulum_problem,
+    row_problem,
+    scaled,
+    stepper_width,
+    token_problem,
+)
+from .protocol import check_gradients, check_one_step, check_precision, check_protocol
+from .references import reference
+from .strategies import (
+    Instance,
+    anharmonic_problems,
+    coupled_problems,
+    instances,
+    linear_problems,
+    nonlinear_problems,
+    oscillator_problems,
+    pendulum_problems,
+    problems,
+    scaled_problems,
+)
+from .thresholds import ORDER_TOLERANCE
+
+__all__ = [
+    "ORDER_TOLERANCE",
+    "Instance",
+    "OrderMeasurement",
+    "Problem",
+    "RecordingField",
+    "anharmonic_problem",
+    "anharmonic_problems",
+    "block_problem",
+    "check_evals",
+    "check_gradients",
+    "check_layer",
+    "check_no_limit",
+    "check_one_step",
+    "check_order",
+    "check_precision",
+    "check_protocol",
+    "check_reversible",
+    "check_stepper",
+    "check_symplectic",
+    "coupled_problem",
+    "coupled_problems",
+    "default_problems",
+    "instances",
+    "linear_problem",
+    "linear_problems",
+    "measure_order",
+    "nonlinear_problem",
+    "nonlinear_problems",
+    "oscillator_problem",
+    "oscillator_problems",
+    "pendulum_problem",
+    "pendulum_problems",
+    "problems",
+    "reachable_tensors",
+    "reference",
+    "row_problem",
+    "scaled",
+    "scaled_problems",
+    "stepper_width",
+    "token_problem",
+]
+
+
+def check_stepper(
+    stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None, examples: int = th.EXAMPLES
+) -> dict[str, Any]:
+    """Run every check the stepper's declarations call for; return what was measured.
+
+    ``dim`` is the width of the states the fixed problems have; by default the width of the stepper's per-channel
+    parameters (``MyScheme(dim=6)``), else 4 for a first-order and 2 for a second-order scheme (drawn instances draw
+    it where the stepper does not fix it). ``examples`` is how many instances each claim is checked on besides its
+    fixed points (``EXAMPLES`` by default; more for a thorough run, and the order check a tenth of them, at least
+    ``ORDER_EXAMPLES``).
+    """
+    stepper = _instance(stepper)
+    name = _name(stepper)
+    for attr, kind in (
+        ("order", int),
+        ("evals_per_step", int),
+        ("second_order", bool),
+        ("symplectic", bool),
+        ("reversible", bool),
+        ("symmetric", bool),
+        ("fsal", bool),
+        ("multistep", bool),
+    ):
+        value = getattr(stepper, attr)
+        least = 0 if attr == "order" else 1  # order 0: no small-step limit
+        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < least)):
+            wanted = "bool" if kind is bool else ("non-negative int" if least == 0 else "positive int")
+            raise AssertionError(f"{name}.{attr} must be a {wanted}, got {value!r}.")
+    if stepper.symmetric and not stepper.reversible:
+        raise AssertionError(f"{name} declares symmetric (step(-dt) undoes step(dt)) but not reversible.")
+    startup = stepper.startup_evals
+    if not (
+        isinstance(startup, tuple) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in startup)
+    ):
+        raise AssertionError(f"{name}.startup_evals must be a tuple of non-negative ints, got {startup!r}.")
+    if startup and not stepper.multistep:
+        raise AssertionError(f"{name} declares startup_evals, which only a multistep scheme has (it builds a history).")
+    report: dict[str, Any] = {"protocol": check_protocol(stepper, dim, examples)}
+    check_evals(stepper, dim=dim, examples=examples)
+    report["precision"] = check_precision(stepper, dim, examples)
+    check_gradients(stepper, dim, examples)
+    if stepper.order == 0:
+        report["order"] = check_no_limit(stepper, default_problems(stepper, dim)[-1])
+    else:
+        report["order"] = check_order(stepper, dim=dim, examples=max(th.ORDER_EXAMPLES, examples // 10))
+    if stepper.symplectic:
+        report["symplectic"] = check_symplectic(stepper, dim=dim, examples=examples)
+    if stepper.reversible:
+        report["reversible"] = check_reversible(stepper, dim=dim, examples=examples)
+    if not stepper.multistep:
+        report["one_step"] = check_one_step(stepper, dim=dim, examples=examples)
+    return report

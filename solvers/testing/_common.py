@@ -1,0 +1,188 @@
+"""Helpers every check shares: instances and copies of a stepper, parameter moves, walking what a state holds."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._base import AbstractStepper, PhaseState
+from . import thresholds as th
+from .problems import generator
+
+
+def _instance(stepper: AbstractStepper | type[AbstractStepper]) -> AbstractStepper:
+    return stepper() if isinstance(stepper, type) else stepper
+
+
+def _name(stepper: AbstractStepper) -> str:
+    return type(stepper).__name__
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """The kit's problems are tiny: one intra-op thread is faster, and immune to a busy machine's thread contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def reachable_tensors(obj: Any) -> Iterator[tuple[str, Tensor]]:
+    """Every tensor ``obj`` holds, with a path naming where: through tuples (named ones too), lists, dicts, deques,
+    dataclasses, modules' parameters and buffers, and plain objects' attributes. Callables other than modules (a
+    field a state remembers) are not entered: what they hold is not the scheme's."""
+    seen: set[int] = set()
+
+    def walk(value: Any, path: str) -> Iterator[tuple[str, Tensor]]:
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, Tensor):
+            yield path, value
+        elif isinstance(value, torch.nn.Module):
+            for name, t in (*value.named_parameters(recurse=False), *value.named_buffers(recurse=False)):
+                yield from walk(t, f"{path}.{name}")
+            for name, child in value.named_children():
+                yield from walk(child, f"{path}.{name}")
+            for name, item in vars(value).items():
+                if not name.startswith("_") and not callable(item):
+                    yield from walk(item, f"{path}.{name}")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                yield from walk(item, f"{path}[{key!r}]")
+        elif isinstance(value, tuple) and hasattr(value, "_fields"):
+            for name, item in zip(value._fields, value):
+                yield from walk(item, f"{path}.{name}")
+        elif isinstance(value, (list, tuple)) or type(value).__name__ == "deque":
+            for i, item in enumerate(value):
+                yield from walk(item, f"{path}[{i}]")
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                yield from walk(getattr(value, f.name), f"{path}.{f.name}")
+        elif hasattr(value, "__dict__") and not callable(value) and not isinstance(value, type):
+            for name, item in vars(value).items():
+                yield from walk(item, f"{path}.{name}")
+
+    yield from walk(obj, "")
+
+
+def structure(obj: Any) -> Any:
+    """A picture of the containers ``obj`` holds (kind, length or keys, identity of each tensor): a list appended to,
+    or an entry replaced, in place changes it."""
+    seen: set[int] = set()
+
+    def picture(value: Any) -> Any:
+        if isinstance(value, Tensor):
+            return ("tensor", id(value))
+        if id(value) in seen:
+            return ("seen", id(value))
+        seen.add(id(value))
+        if isinstance(value, dict):
+            return ("dict", id(value), tuple((repr(k), picture(v)) for k, v in value.items()))
+        if isinstance(value, (list, tuple)) or type(value).__name__ == "deque":
+            return (type(value).__name__, id(value), tuple(picture(v) for v in value))
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return ("dataclass", id(value), tuple(picture(getattr(value, f.name)) for f in dataclasses.fields(value)))
+        if hasattr(value, "__dict__") and not callable(value) and not isinstance(value, type):
+            return ("object", id(value), tuple((k, picture(v)) for k, v in vars(value).items()))
+        return ("value", id(value))
+
+    return picture(obj)
+
+
+def _copy(stepper: AbstractStepper) -> AbstractStepper:
+    """An unused deep copy of ``stepper``. A tensor that carries a graph (a cache a step left on the stepper) cannot be
+    deep-copied; it is copied detached. Anything else that cannot be copied (a lock, an open file) is an
+    ``AssertionError`` saying so: the kit compares a stepper with unused copies of itself, and a stepper compared
+    with itself would prove nothing."""
+    try:
+        return copy.deepcopy(stepper)
+    except Exception as first:  # noqa: BLE001 - retried below, or reported with its reason
+        memo: dict[int, Any] = {}
+        for _, t in reachable_tensors(stepper):
+            if t.grad_fn is not None or not t.is_leaf:
+                memo[id(t)] = t.detach().clone()
+        if memo:
+            try:
+                return copy.deepcopy(stepper, memo)
+            except Exception:  # noqa: BLE001 - the first reason is the one to report
+                pass
+        reason = " ".join(str(first).split())[:200]
+        raise AssertionError(
+            f"the kit compares {_name(stepper)} with unused copies of itself, but copy.deepcopy fails on it "
+            f"({type(first).__name__}: {reason}); hold nothing that cannot be copied (a lock, an open file) on the "
+            "stepper, or give it a __deepcopy__."
+        ) from first
+
+
+def _moved(stepper: AbstractStepper, seed: int = 0, sigma: float = th.MOVED) -> AbstractStepper | None:
+    """A copy of ``stepper`` with every learnable parameter moved by ``N(0, sigma²)`` (``None`` if it has none): a
+    declaration must hold wherever training takes the parameters, not only at their start."""
+    learnable = [p for p in stepper.parameters() if p.requires_grad]
+    if not learnable:
+        return None
+    moved = _copy(stepper)
+    g = generator(seed)
+    with torch.no_grad():
+        for p in moved.parameters():
+            if p.requires_grad:
+                p.add_(sigma * torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype))
+    return moved
+
+
+def _as_trained(stepper: AbstractStepper) -> list[AbstractStepper]:
+    """The stepper, and a copy with its learnable parameters moved from their start if it has any (:func:`_moved`);
+    :func:`_moved_says` names the copy in a failure."""
+    moved = _moved(stepper)
+    return [stepper] + ([moved] if moved is not None else [])
+
+
+_MOVED = f"with its learnable parameters moved by N(0, {th.MOVED}²) from their start"
+
+
+def _moved_says(stepper: AbstractStepper, s: AbstractStepper, check: Callable, *args: Any) -> Any:
+    """``check(*args)``, its failure message saying so when ``s`` is the moved copy of ``stepper``."""
+    if s is stepper:
+        return check(*args)
+    try:
+        return check(*args)
+    except AssertionError as error:
+        raise AssertionError(f"{_name(stepper)}, {_MOVED}: {error}") from error
+
+
+def _cast(y: Tensor | PhaseState, dtype: torch.dtype) -> Tensor | PhaseState:
+    return PhaseState(y.x.to(dtype), y.v.to(dtype)) if isinstance(y, PhaseState) else y.to(dtype)
+
+
+def _tensors(y: Any) -> tuple[Tensor, ...]:
+    return tuple(y) if isinstance(y, PhaseState) else (y,)
+
+
+def _select(y: Tensor | PhaseState, b: int) -> Tensor | PhaseState:
+    return PhaseState(y.x[b : b + 1], y.v[b : b + 1]) if isinstance(y, PhaseState) else y[b : b + 1]
+
+
+def _fresh_step(stepper: AbstractStepper, field, t, y, dt):
+    """One step from a fresh ``init``: nothing a previous step left in ``state`` can serve."""
+    return stepper.step(field, t, y, dt, stepper.init(field, t, y))[0]
+
+
+def _float64(stepper: AbstractStepper) -> AbstractStepper:
+    """A float64 copy of a stepper with floating parameters or buffers (so that difference quotients in them are not
+    float32 rounding), else the stepper itself."""
+    tensors = [*stepper.parameters(), *stepper.buffers()]
+    if not any(t.is_floating_point() and t.dtype != torch.float64 for t in tensors):
+        return stepper
+    return _copy(stepper).to(torch.float64)
+
+
+def _show(numbers: list[float]) -> str:
+    return "[" + ", ".join(f"{a:.4g}" for a in numbers) + "]"

@@ -1,0 +1,64 @@
+"""Running a claim as a hypothesis property: drawn instances, shrinking, and a message naming the counterexample."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis.errors import FlakyFailure
+
+from ._common import _one_thread
+
+
+class Counterexample(AssertionError):
+    """A claim that failed on a drawn instance; ``str`` names the claim, the evidence and the (shrunk) instance."""
+
+
+def check_drawn(
+    strategy: Any,
+    claim: Callable[[Any], Any],
+    examples: int,
+    fixed: Sequence[Any] = (),
+) -> None:
+    """Run ``claim(instance)`` on ``examples`` instances drawn from ``strategy`` (and first on each of ``fixed``).
+
+    A failing claim raises ``AssertionError``; hypothesis then shrinks the instance to the smallest one that still
+    fails, and the error raised here carries that claim's message with the instance it failed on. The draws follow the
+    active hypothesis profile (derandomized under this project's ``ci`` profile), with no deadline and no database.
+    """
+    if examples <= 0 and not fixed:
+        return
+
+    def run(instance: Any) -> None:
+        try:
+            claim(instance)
+        except Counterexample:
+            raise
+        except AssertionError as error:
+            raise Counterexample(f"{error}\n  counterexample: {instance}") from None
+
+    test = given(strategy)(run)
+    for instance in reversed(list(fixed)):
+        test = example(instance)(test)
+    test = settings(
+        max_examples=max(examples, 1),
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink] if examples > 0 else [Phase.explicit],
+    )(test)
+    try:
+        with _one_thread():
+            test()
+    except FlakyFailure as group:  # a failure that did not repeat on the same instance: report the first one
+        first = next((e for e in group.exceptions if isinstance(e, AssertionError)), None)
+        if first is None:
+            raise
+        raise AssertionError(
+            f"{first} (it did not fail again on the same instance: does the scheme keep state between calls, or "
+            "draw random numbers?)"
+        ) from None
+    except Counterexample as error:
+        raise AssertionError(str(error)) from None

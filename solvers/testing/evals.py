@@ -1,0 +1,124 @@
+"""The evaluation count: how often, and where in the step, a stepper evaluates its field."""
+
+from __future__ import annotations
+
+import torch
+
+from .._base import AbstractStepper
+from . import thresholds as th
+from ._common import _copy, _instance, _name, _show
+from ._drawn import check_drawn
+from .problems import Problem, default_problems, stepper_width
+from .strategies import Instance, instances
+
+class RecordingField:
+    """Wraps a field and records the time of every evaluation."""
+
+    def __init__(self, field):
+        self.field, self.times = field, []
+
+    def __call__(self, t, x):
+        self.times.append(float(t))
+        return self.field(t, x)
+
+
+def _counted_run(
+    steppers: list[AbstractStepper], problem: Problem, dts: list[float], t0: float, tied: bool, what: str
+) -> list[list[float]]:
+    """Take ``len(dts)`` steps (by ``steppers`` in turn, handing the state on where one continues the other), each
+    with a recording field (one for all steps if ``tied``), and assert each step's evaluation count; return each
+    step's abscissae ``c = (s - t) / dt`` of its evaluation times ``s``."""
+    from .._splitting import Block
+
+    first = steppers[0]
+    y, base = problem.initial(first), problem.field_for(first)
+    block = base if isinstance(base, Block) else None
+    counted = base if block is None else block.attention
+    fsal = first.layer_fsal(block) if block is not None and hasattr(first, "layer_fsal") else first.fsal
+    name, declared, startup = _name(first), first.evals_per_step, tuple(first.startup_evals)
+    shared = RecordingField(counted)
+    t, state, previous, out = t0, None, None, []
+    for i, dt in enumerate(dts):
+        s = steppers[i % len(steppers)]
+        recorder = shared if tied else RecordingField(counted)
+        field = recorder if block is None else block._replace(attention=recorder)
+        before = len(recorder.times)
+        fresh = previous is None or not s.continues(previous)
+        if fresh:
+            state = s.init(field, t, y)
+        y, state = s.step(field, t, y, dt, state)
+        times = recorder.times[before:]
+        if i < len(startup):
+            expected, claim = startup[i], f"startup_evals = {startup}"
+        else:
+            expected = declared - 1 if (tied and fsal and i > 0) else declared
+            claim = f"evals_per_step = {declared}{' and fsal' if fsal else ''}"
+        how = "the same field as the step before" if (tied and i > 0) else "a new field"
+        if len(times) != expected:
+            raise AssertionError(
+                f"{name} evaluated the field {len(times)} times in step {i} with {how} at dt = {dt:g}{what}; it "
+                f"declares {claim}, so {expected} were expected."
+            )
+        out.append([(u - t) / dt for u in times])
+        t, previous = t + dt, s
+    return out
+
+
+def _same_abscissae(name: str, runs: list[tuple[float, list[list[float]]]], how: str) -> None:
+    """Every run's step ``i`` evaluates at the same abscissae ``c``: where a step evaluates moves with the step."""
+    first_dt, first = runs[0]
+    for dt, run in runs[1:]:
+        for i, (a, b) in enumerate(zip(first, run)):
+            if any(abs(u - v) > 1e-9 * max(1.0, abs(u)) for u, v in zip(a, b)):
+                raise AssertionError(
+                    f"{name} evaluates the field at t + c dt with c = {_show(a)} at dt = {first_dt:g} but "
+                    f"c = {_show(b)} at dt = {dt:g} (step {i}, {how}): where a step evaluates must move with "
+                    "the step, at every dt."
+                )
+
+
+@torch.no_grad()
+def check_evals(
+    stepper: AbstractStepper | type[AbstractStepper],
+    problem: Problem | None = None,
+    dts=th.EVAL_DTS,
+    dim: int | None = None,
+    examples: int = th.EXAMPLES,
+) -> None:
+    """Assert every step evaluates the field ``evals_per_step`` times (``- 1`` on repeated fields if ``fsal``; the
+    first steps as ``startup_evals`` says, if a multistep scheme declares it), with one fresh field per step and with
+    one field for all steps, and that the evaluation times are ``t + c dt`` with the same abscissae ``c`` at every
+    ``dt``.
+
+    Fixed: ``EVAL_STEPS`` steps from ``t = EVAL_T0`` at every ``dt`` in ``dts``. Drawn (unless ``problem`` is given;
+    ``examples`` instances, :func:`~solvers.testing.strategies.instances`): up to ``MAX_HORIZON`` steps of sizes
+    alternating ``dt`` and ``rate dt`` (either sign), from a drawn ``t``, on states of drawn shape and magnitude, with
+    the learnable parameters moved, compared with the same run at another ``dt``.
+
+    On a :class:`~solvers.Block` problem (a block stepper's, e.g. :func:`block_problem`) the attention field's
+    evaluations are counted, and first-same-as-last is what the stepper's ``layer_fsal(block)`` says for that block,
+    where it has the method."""
+    stepper = _instance(stepper)
+    name = _name(stepper)
+    chosen = problem or default_problems(stepper, dim)[-1]
+    for tied in (False, True):
+        how = "one field for all steps" if tied else "a new field each step"
+        runs = [(dt, _counted_run([stepper], chosen, [dt] * th.EVAL_STEPS, th.EVAL_T0, tied, "")) for dt in dts]
+        _same_abscissae(name, runs, how)
+    if problem is not None or examples <= 0:
+        return
+    pristine = _copy(stepper)
+    width = dim if dim is not None else stepper_width(stepper)
+
+    def claim(inst: Instance) -> None:
+        moved = inst.steppers(pristine)[0]
+        drawn = inst.problem(moved)
+        for tied in (False, True):
+            how = "one field for all steps" if tied else "a new field each step"
+            runs = [
+                (scale * inst.dt, _counted_run([moved], drawn, [scale * d for d in inst.dts()], inst.t0, tied, ""))
+                for scale in (1.0, inst.rate)
+            ]
+            _same_abscissae(name, runs, how)
+
+    check_drawn(instances(pristine, width, layers=1), claim, examples)

@@ -1,0 +1,316 @@
+"""Symplecticity and reversibility: the one-step map's Jacobian, energy over long times, and round trips."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from torch import Tensor
+
+from .._base import AbstractStepper, PhaseState
+from . import thresholds as th
+from ._common import _as_trained, _copy, _fresh_step, _instance, _moved, _moved_says, _name
+from ._drawn import check_drawn
+from .problems import (
+    Problem,
+    _half_width,
+    _time_problem,
+    anharmonic_problem,
+    generator,
+    oscillator_problem,
+    stepper_width,
+)
+from .references import _error, _flat, _unflat
+from .strategies import hamiltonian_problems, time_problems
+
+
+@dataclass(frozen=True)
+class Point:
+    """A drawn point of a one-step claim: the problem, where the step starts (``t``, and the state drawn from
+    ``seed`` at the problem's magnitude, or the problem's own start), its signed size, and how far the learnable
+    parameters are moved."""
+
+    problem: Problem
+    t: float
+    dt: float
+    seed: int
+    moved: float
+    moved_seed: int
+
+    def __str__(self) -> str:
+        moved = (
+            f"parameters moved by {self.moved:g} N(0, 1) (seed {self.moved_seed})"
+            if self.moved
+            else "parameters at their start"
+        )
+        return f"{self.problem.name}, t = {self.t:.4g}, dt = {self.dt:.4g}, state seed {self.seed}, {moved}"
+
+    def stepper(self, stepper: AbstractStepper) -> AbstractStepper:
+        moved = _moved(stepper, seed=self.moved_seed, sigma=self.moved) if self.moved else None
+        return moved if moved is not None else _copy(stepper)
+
+
+def _points(problems: Any, max_dt: float, min_dt: float = 1e-3):
+    """Strategy: :class:`Point` on ``problems``, ``|dt|`` log-uniform in ``[min_dt, max_dt]`` of either sign."""
+    low, high = math.log10(min_dt), math.log10(max_dt)
+    return st.builds(
+        Point,
+        problem=problems,
+        t=st.floats(-1.0, 1.0),
+        dt=st.builds(lambda e, sign: sign * 10.0**e, st.floats(low, high), st.sampled_from([1.0, -1.0])),
+        seed=st.integers(0, 2**31 - 1),
+        moved=st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+        moved_seed=st.integers(0, 2**16),
+    )
+
+
+# -- symplectic -------------------------------------------------------------------------------------------------------
+
+
+def _jacobian(stepper: AbstractStepper, problem: Problem, t: float, y: Any, dt: float) -> Tensor:
+    """Jacobian of one step from a fresh ``init`` with respect to ``(x, v)`` (a batch of one)."""
+    field = problem.field_for(stepper)
+
+    def one_step(vector):
+        y0 = _unflat(vector, y)
+        y1, _ = stepper.step(field, t, y0, dt, stepper.init(field, t, y0))
+        return _flat(y1)
+
+    with torch.enable_grad():
+        return torch.autograd.functional.jacobian(one_step, _flat(y))
+
+
+def _symplectic_at(stepper: AbstractStepper, problem: Problem, t: float, x: Tensor, v: Tensor, dt: float) -> dict:
+    """``max|Mᵀ J M - J|`` and ``|det M - 1|`` of the one-step Jacobian ``M`` at ``(t, x, v, dt)``, and ``ratio``, the
+    larger of the two over what rounding allows (``SYMPLECTIC_RTOL |M|²``, resp. ``SYMPLECTIC_RTOL |M|^(2d)``, ``|M|``
+    the spectral norm, at least 1); ``ratio > 1`` means the step is not symplectic. A step that is not finite there
+    (a far-reaching composition on a stiff force) is taken again at half the size, up to six times."""
+    d = x.shape[-1]
+    eye, zero = torch.eye(d, dtype=torch.float64), torch.zeros(d, d, dtype=torch.float64)
+    J = torch.cat([torch.cat([zero, eye], 1), torch.cat([-eye, zero], 1)], 0)
+    y = PhaseState(x, v) if stepper.second_order else torch.cat([x, v], dim=-1)
+    drawn = dt
+    M = _jacobian(stepper, problem, t, y, dt)
+    while not bool(torch.isfinite(M).all()) and abs(dt) > abs(drawn) / 64:
+        dt /= 2
+        M = _jacobian(stepper, problem, t, y, dt)
+    if not bool(torch.isfinite(M).all()):
+        raise AssertionError(
+            f"{_name(stepper)}'s step is not finite at t = {t:.3f} on {problem.name} for any dt from {drawn:.3g} "
+            f"down to {dt:.3g}, so its symplecticity cannot be checked there."
+        )
+    size = max(1.0, float(torch.linalg.matrix_norm(M, ord=2)))
+    structure = float((M.T @ J @ M - J).abs().max())
+    det = abs(float(torch.linalg.det(M)) - 1)
+    ratio = max(structure / size**2, det / size ** M.shape[0]) / th.SYMPLECTIC_RTOL
+    return {"ratio": ratio, "structure": structure, "det": det, "size": size, "t": t, "dt": dt}
+
+
+def _symplectic_defect(stepper: AbstractStepper, problem: Problem, points: int = 4, seed: int = 0) -> dict:
+    """The worst of ``points`` fixed random ``(t, x, v, dt)`` (``x, v`` standard normal, ``t in [0, 1]``,
+    ``dt in [0.05, 1.5]``: a residual layer's step is often 1) and two with small steps (``dt`` log-uniform in
+    ``[1e-3, 0.05]``, as in a deep stack), as :func:`_symplectic_at` measures them."""
+    g = generator(seed)
+    d = problem.x0.shape[-1]
+    worst: dict = {"ratio": -1.0}
+    for i in range(points + 2):
+        x, v = torch.randn(2, 1, d, generator=g, dtype=torch.float64)
+        t = float(torch.rand((), generator=g, dtype=torch.float64))
+        u = float(torch.rand((), generator=g, dtype=torch.float64))
+        dt = 0.05 + 1.45 * u if i < points else 0.05 * 50**-u  # then two small steps, in [1e-3, 0.05]
+        at = _symplectic_at(stepper, problem, t, problem.scale * x, problem.scale * v, dt)
+        if at["ratio"] > worst["ratio"]:
+            worst = at
+    return worst
+
+
+def _not_symplectic(stepper: AbstractStepper, problem: Problem, at: dict) -> str:
+    return (
+        f"{_name(stepper)} declares symplectic but one step of size {at['dt']:.4g} at t = {at['t']:.3f} on "
+        f"{problem.name} has Jacobian M (|M| = {at['size']:.2f}) with max|MᵀJM - J| = {at['structure']:.2e} and "
+        f"|det M - 1| = {at['det']:.2e}; rounding allows {th.SYMPLECTIC_RTOL:.1e} |M|² and "
+        f"{th.SYMPLECTIC_RTOL:.1e} |M|^{2 * problem.x0.shape[-1]} (SYMPLECTIC_RTOL)."
+    )
+
+
+def _assert_symplectic_map(stepper: AbstractStepper, problem: Problem) -> dict:
+    """:func:`_symplectic_defect` on ``problem``, failing where it exceeds rounding; returns the worst point."""
+    at = _symplectic_defect(_copy(stepper), problem)
+    if at["ratio"] > 1:
+        raise AssertionError(_not_symplectic(stepper, problem, at))
+    return at
+
+
+@torch.no_grad()
+def _energy_errors(stepper: AbstractStepper, problem: Problem, dt: float, T: float) -> Tensor:
+    y, field = problem.initial(stepper), problem.field_for(stepper)
+    H0 = problem.energy(y)
+    errors = []
+    t, state = 0.0, stepper.init(field, 0.0, y)
+    for _ in range(round(T / dt)):
+        y, state = stepper.step(field, t, y, dt, state)
+        t = t + dt
+        errors.append(((problem.energy(y) - H0).abs() / H0).max())
+    return torch.stack(errors)
+
+
+def check_symplectic(
+    stepper: AbstractStepper | type[AbstractStepper],
+    problem: Problem | None = None,
+    T: float = 200.0,
+    dim: int | None = None,
+    examples: int = th.EXAMPLES,
+) -> dict[str, float]:
+    """Assert one step is a symplectic map, ``Mᵀ J M = J`` and ``det M = 1`` to rounding (``SYMPLECTIC_RTOL``), on
+    each Hamiltonian problem (default: ``x'' = -K x`` and the coupled nonlinear ``x'' = -K x - x³``, of width ``dim``,
+    else the stepper's, else 2 and 3) at fixed random points, with learnable parameters at their start and moved;
+    and, unless ``problem`` is given, at ``examples`` drawn points (:class:`Point`: oscillators or anharmonic ones of
+    drawn width and magnitude, ``t``, ``dt`` of either sign with ``|dt|`` from 1e-3 to 1.5, parameters moved by up to
+    two standard normals). On the linear problems the energy error stays bounded over ``[0, T]`` at ``dt = 0.1`` and
+    falls like ``dt**order``."""
+    stepper = _instance(stepper)
+    name = _name(stepper)
+    width = dim if dim is not None else stepper_width(stepper)
+    if problem is not None:
+        chosen = [problem]
+    else:
+        chosen = [oscillator_problem(seed=3, dim=width or 2), anharmonic_problem(seed=3, dim=width or 3)]
+    report: dict[str, float] = {"structure_defect": 0.0, "det_defect": 0.0}
+    for p in chosen:
+        if p.potential is None or not p.second_order:
+            raise ValueError(
+                f"check_symplectic needs a Hamiltonian problem (one with a potential), got {p.name}; "
+                "e.g. oscillator_problem() or anharmonic_problem()."
+            )
+        for s in _as_trained(stepper) if problem is None else [stepper]:
+            at = _moved_says(stepper, s, _assert_symplectic_map, s, p)
+            report["structure_defect"] = max(report["structure_defect"], at["structure"])
+            report["det_defect"] = max(report["det_defect"], at["det"])
+        if not p.linear:
+            continue
+        coarse, fine = (_energy_errors(_copy(stepper), p, dt, T) for dt in (0.1, 0.05))
+        quarter = len(coarse) // 4
+        early, late = float(coarse[:quarter].max()), float(coarse[-quarter:].max())
+        if not late <= 2 * early + 1e-12:
+            raise AssertionError(
+                f"{name} declares symplectic but its energy error grows over t in [0, {T}] at dt 0.1 on {p.name}: "
+                f"max {early:.2e} in the first quarter, {late:.2e} in the last."
+            )
+        rate = math.log2(float(coarse.max()) / float(fine.max()))
+        if rate < stepper.order - th.ORDER_TOLERANCE:
+            raise AssertionError(
+                f"{name} declares symplectic with order {stepper.order} but halving dt shrinks its maximum energy "
+                f"error on {p.name} only by 2^{rate:.2f} ({float(coarse.max()):.2e} -> {float(fine.max()):.2e})."
+            )
+        report["energy_error"], report["rate"] = float(coarse.max()), rate
+    if problem is None and examples > 0:
+        pristine = _copy(stepper)
+
+        def claim(point: Point) -> None:
+            g = generator(point.seed)
+            d = point.problem.x0.shape[-1]
+            x, v = (point.problem.scale * torch.randn(1, d, generator=g, dtype=torch.float64) for _ in range(2))
+            at = _symplectic_at(point.stepper(pristine), point.problem, point.t, x, v, point.dt)
+            if at["ratio"] > 1:
+                raise AssertionError(_not_symplectic(stepper, point.problem, at))
+
+        family = hamiltonian_problems(stepper.second_order, _half_width(stepper, dim) if width is not None else None)
+        check_drawn(_points(family, 1.5), claim, examples)
+    return report
+
+
+# -- reversible -------------------------------------------------------------------------------------------------------
+
+
+def _inverse(stepper: AbstractStepper, field, t, y1, dt):
+    try:
+        return stepper.inverse(field, t, y1, dt)
+    except NotImplementedError as error:
+        raise AssertionError(f"{_name(stepper)} declares reversible but has no inverse: {error}") from error
+
+
+def _round_trips(stepper: AbstractStepper, problem: Problem, t: float, y0: Any, dt: float, name: str) -> float:
+    """The round trips of one step of ``dt`` from ``(t, y0)``, each step from a fresh ``init``; the largest defect."""
+    field = problem.field_for(stepper)
+    y1 = _fresh_step(stepper, field, t, y0, dt)
+    checks = []
+    if stepper.symmetric:
+        earlier = _fresh_step(stepper, field, t + dt, y0, -dt)  # y0 as the start of a step of -dt
+        checks += [
+            ("symmetric", "step(t + dt, step(t, y, dt), -dt) = y", _fresh_step(stepper, field, t + dt, y1, -dt)),
+            ("symmetric", "step(t, step(t + dt, y, -dt), dt) = y", _fresh_step(stepper, field, t, earlier, dt)),
+        ]
+    before = _inverse(stepper, field, t, y0, dt)  # y0 as the end of a step the scheme never took
+    checks += [
+        ("reversible", "inverse(field, t, step(y), dt) = y", _inverse(stepper, field, t, y1, dt)),
+        ("reversible", "step(field, t, inverse(y1), dt) = y1", _fresh_step(stepper, field, t, before, dt)),
+    ]
+    worst = 0.0
+    for claim, what, recovered in checks:
+        defect = _error(recovered, y0, problem.scale)
+        if not defect <= th.REVERSIBLE_RTOL:
+            raise AssertionError(
+                f"{name} declares {claim} but {what} misses by {defect:.2e} (relative; REVERSIBLE_RTOL is "
+                f"{th.REVERSIBLE_RTOL:g}) at dt = {dt:.4g}, t = {t:.4g} on {problem.name}, each step from a fresh init."
+            )
+        worst = max(worst, defect)
+    return worst
+
+
+@torch.no_grad()
+def check_reversible(
+    stepper: AbstractStepper | type[AbstractStepper],
+    problem: Problem | None = None,
+    dts=th.REVERSIBLE_DTS,
+    dim: int | None = None,
+    examples: int = th.EXAMPLES,
+) -> float:
+    """Assert a step can be undone to rounding (``REVERSIBLE_RTOL``), every step from a fresh ``init``:
+    ``inverse(field, t, step(y), dt) = y`` and ``step(field, t, inverse(y1), dt) = y1``; if ``symmetric`` also
+    ``step(t + dt, step(t, y, dt), -dt) = y`` and ``step(t, step(t + dt, y, -dt), dt) = y``.
+
+    Fixed: at every ``dt`` in ``dts`` from ``t = 0.3`` on modulated, forced pendulums with a phase (nonlinear, their
+    time dependence neither even nor odd; :func:`nonlinear_problem` at an odd first-order width) and coupled anharmonic
+    oscillators (without the largest ``dt``, where the cubic force makes a step lose every digit), with learnable
+    parameters at their start and moved. Drawn (unless ``problem`` is given): ``examples`` :class:`Point` instances on those
+    families at drawn width and magnitude, state, ``t``, ``dt`` of either sign (``|dt|`` up to 1, 0.5 on the cubic
+    force) and parameter moves. Return the largest relative defect."""
+    stepper = _instance(stepper)
+    name = _name(stepper)
+    if stepper.multistep:
+        raise AssertionError(f"{name} declares reversible and multistep: an inverse from y1 alone needs one step.")
+    if problem is not None:
+        y0 = problem.initial(stepper)
+        return max(_round_trips(stepper, problem, 0.3, y0, dt, name) for dt in dts)
+    worst = 0.0
+    for s in _as_trained(stepper):
+        runs = [(_time_problem(s, dim, seed=4), dts)]
+        size = _half_width(s, dim)
+        if size:  # its cubic force grows fast: dt = 1 overflows there
+            fixed = dim is not None or stepper_width(s) is not None  # else any width: take a coupled one
+            runs.append((anharmonic_problem(seed=4, dim=size if fixed else max(size, 2)), dts[1:]))
+        worst = max([worst] + [_moved_says(stepper, s, check_reversible, s, p, d) for p, d in runs])
+    if examples <= 0:
+        return worst
+    pristine = _copy(stepper)
+    fixed_width = dim if dim is not None else stepper_width(stepper)
+    if stepper.second_order:
+        family = time_problems(width=fixed_width)
+    else:
+        family = time_problems(first_order_width=fixed_width if fixed_width is not None else 4)
+
+    def claim(point: Point) -> None:
+        s = point.stepper(pristine)
+        problem = point.problem
+        dt = 0.5 * point.dt if problem.name.startswith("anharmonic") else point.dt  # the cubic force: |dt| <= 0.5
+        g = generator(point.seed)
+        y0 = problem.initial(s)
+        noise = torch.randn(_flat(y0).shape, generator=g, dtype=torch.float64)
+        y0 = _unflat(_flat(y0) + 0.5 * problem.scale * noise, y0)
+        _round_trips(s, problem, point.t, y0, dt, name)
+
+    check_drawn(_points(family, 1.0), claim, examples)
+    return worst

@@ -1,0 +1,83 @@
+"""The layer check: a block stepper (attention and FFN as one step) against its block's ODE, and its protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+from .._base import AbstractStepper
+from . import thresholds as th
+from ._common import _copy
+from ._drawn import check_drawn
+from .order import _assert_order, check_no_limit, measure_order
+from .problems import Problem, block_problem, stepper_width
+from .protocol import _protocol_run
+
+
+@dataclass(frozen=True)
+class BlockCase:
+    """A drawn block problem for a layer's protocol: its weights' seed, batch, tokens, and the steps."""
+
+    seed: int
+    batch: int
+    tokens: int
+    dt: float
+    steps: int
+
+    def __str__(self) -> str:
+        return (
+            f"block seed {self.seed}, batch {self.batch}, {self.tokens} token(s), {self.steps} step(s) of "
+            f"{self.dt:.4g}"
+        )
+
+
+def _drawn_layer_protocol(stepper: AbstractStepper, width: int, examples: int) -> None:
+    name, pristine = repr(stepper), _copy(stepper)
+    cases = st.builds(
+        BlockCase,
+        seed=st.integers(0, 2**31 - 1),
+        batch=st.integers(2, 3),
+        tokens=st.integers(1, 4),
+        dt=st.builds(lambda e, sign: sign * 10.0**e, st.floats(-2.0, 0.0), st.sampled_from([1.0, -1.0])),
+        steps=st.integers(1, 8),
+    )
+
+    def claim(case: BlockCase) -> None:
+        layer = _copy(pristine)
+        p = block_problem(case.seed, layer.second_order, case.tokens, width, batch=case.batch)
+        _protocol_run(name, [layer], p, 0.0, [case.dt] * case.steps, case.seed + 1)
+
+    check_drawn(cases, claim, examples)
+
+
+def check_layer(
+    stepper: AbstractStepper, problem: Problem | None = None, examples: int = th.EXAMPLES
+) -> dict[str, Any]:
+    """Assert a block stepper (:class:`~solvers.Split`, :class:`~solvers.Whole` or one of your own, stepping on a
+    :class:`~solvers.Block`) converges to its block's ODE with the order it declares for that block.
+
+    The declared order is ``stepper.layer_order(block)`` if the stepper has that method (a split layer's order
+    depends on the block: with no FFN it is the stepper's, with maps after the sublayers 0), else ``stepper.order``.
+    It is measured as :func:`check_order` measures a scheme, against ``stepper.limit_field(block)``, on ``problem``
+    (default: :func:`block_problem` of the stepper's kind and per-channel width, weight-tied: the same block every
+    step). Unless ``problem`` is given, the layer's protocol is checked too on ``examples`` drawn blocks (seed,
+    batches of 2 or 3, 1 to 4 tokens, signed ``dt``, up to 8 steps): its steps write into nothing they were given,
+    return ``y``'s form, and step each sample independently (a step that flattens the batch into rows before calling
+    attention mixes samples). Order 0 means no small-step limit; then :func:`check_no_limit` runs instead
+    (``limit_field`` raises ``ValueError``, the step does not shrink with ``dt``). Returns ``{"declared": order, "slope": slope}`` (``slope``
+    None for order 0, with the reason).
+    """
+    drawn = problem is None
+    width = stepper_width(stepper) or 2
+    problem = problem or block_problem(second_order=stepper.second_order, dim=width)
+    block = problem.field
+    declared = stepper.layer_order(block) if hasattr(stepper, "layer_order") else stepper.order
+    if drawn and examples > 0:
+        _drawn_layer_protocol(stepper, width, examples)
+    if declared == 0:
+        return {"declared": 0, "slope": None, "reason": check_no_limit(stepper, problem)}
+    m = measure_order(stepper, problem)
+    _assert_order(repr(stepper), declared, m, what="layer ")
+    return {"declared": declared, "slope": m.slope, "measurement": m}

@@ -1,0 +1,262 @@
+"""The order check: the error on grids refined to float64's floor, its slope against the declared order."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .._base import AbstractStepper, trajectory
+from . import thresholds as th
+from ._common import _fresh_step, _instance, _moved, _name, _one_thread
+from .problems import Problem, default_problems
+from .references import _error, _flat, _trajectory_error, reference
+
+def _fit(dts, errors) -> float:
+    """Least-squares slope of log error against log dt."""
+    x = torch.tensor([math.log(d) for d in dts], dtype=torch.float64)
+    y = torch.tensor([math.log(e) for e in errors], dtype=torch.float64)
+    x = x - x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+@dataclass(frozen=True)
+class OrderMeasurement:
+    """Errors on a ladder of grids (coarse to fine) and the slope fitted on the finest three.
+
+    ``slope`` is ``inf`` when fewer than three grids had an error above the rounding floor (no order can be read);
+    ``local`` holds ``log2(e(dt) / e(dt/2))`` for consecutive grids; ``steady`` says whether the last two agree within
+    0.1, i.e. whether the fit sits where the error is one power of ``dt``, or (``settling``) whether the last three
+    approach a limit geometrically; the slope is then that limit, ``2 s_last - s_before`` (Richardson extrapolation
+    of the local slopes, whose deviation halves with ``dt``).
+    """
+
+    problem: str
+    slope: float
+    dts: tuple[float, ...]
+    errors: tuple[float, ...]
+    local: tuple[float, ...] = ()
+    steady: bool = True
+    settling: bool = False
+
+    def __str__(self) -> str:
+        pairs = ", ".join(f"{e:.1e}@{d:.1e}" for d, e in zip(self.dts, self.errors))
+        local = ", ".join(f"{s:.2f}" for s in self.local)
+        where = "as the limit of the settling local slopes" if self.settling else "at the finest grids"
+        return f"slope {self.slope:.2f} {where} on {self.problem} (error@dt: {pairs}; local slopes: {local})"
+
+
+@torch.no_grad()
+def measure_order(
+    stepper: AbstractStepper | type[AbstractStepper], problem: Problem, uneven: bool = False
+) -> OrderMeasurement:
+    """Slope of log error against log dt where the error is asymptotic: on the finest grids float64 can resolve.
+
+    Step counts double from 8 until the error falls below the rounding floor ``100 n eps`` (``n`` steps' worst-case
+    rounding, with a margin) or, with at least three grids measured, ``dt <= 2**-12`` (at most 4096 steps). The
+    least-squares slope over the three finest grids above the floor is reported, with the local slopes of the whole
+    ladder; the measurement is ``steady`` if the two local slopes of those three grids agree within 0.1. A problem so
+    easy that fewer than three grids lie above the floor, or whose error has not settled before it reaches the floor
+    (a high-order scheme), has its horizon doubled, up to four times, so the scheme still shows its order.
+    ``uneven``: the steps alternate between ``4/3 dt`` and ``2/3 dt`` (the slope is read against the mean step
+    ``dt``), as in a model whose layers have different steps: a scheme that assumes one step size fails there.
+    """
+    stepper = _instance(stepper)
+    with _one_thread():
+        return _measure_over_horizons(stepper, problem, uneven)
+
+
+def _measure_over_horizons(stepper: AbstractStepper, problem: Problem, uneven: bool = False) -> OrderMeasurement:
+    """:func:`_measure`, with the horizon doubled (up to four times) while fewer than three grids lie above the
+    rounding floor, or while the error has not settled there (a high-order scheme reaches the floor before its
+    asymptotic range); the first settled measurement counts, else the first one."""
+    first = measurement = _measure(stepper, problem, uneven)
+    name = problem.name
+    for _ in range(4):
+        if len(measurement.errors) >= th.GRIDS and measurement.steady:
+            return measurement
+        problem = dataclasses.replace(problem, T=2 * problem.T, name=f"{name} over T={2 * problem.T:g}")
+        measurement = _measure(stepper, problem, uneven)
+    if len(measurement.errors) >= th.GRIDS and measurement.steady:
+        return measurement
+    return first if len(first.errors) >= th.GRIDS else measurement
+
+
+def _uneven(dt: float, n: int) -> list[float]:
+    """``n`` steps (``n`` even) alternating ``4/3 dt`` and ``2/3 dt``: every pair spans ``2 dt``."""
+    return [dt * (4 / 3 if i % 2 == 0 else 2 / 3) for i in range(n)]
+
+
+def _measure(stepper: AbstractStepper, problem: Problem, uneven: bool = False) -> OrderMeasurement:
+    refs = reference(stepper, problem)
+    y0, field = problem.initial(stepper), problem.field_for(stepper)
+    dts, errors = [], []
+    n = 2 * th.CHECKPOINTS if uneven else th.CHECKPOINTS  # an uneven grid: a whole number of step pairs per checkpoint
+    if uneven:
+        problem = dataclasses.replace(problem, name=f"{problem.name} on an uneven grid (steps 4/3 dt, 2/3 dt, ...)")
+    while n <= th.MAX_STEPS:
+        dt = problem.T / n
+        steps = _uneven(dt, n) if uneven else dt
+        ys = trajectory(stepper, [field] * n, y0, steps)[n // th.CHECKPOINTS :: n // th.CHECKPOINTS]
+        error = _trajectory_error(ys, refs, problem.scale)
+        if not math.isfinite(error):
+            if errors:
+                raise AssertionError(
+                    f"{_name(stepper)}'s error is {error} on {problem.name} with {n} steps of {dt:.2e}, though it "
+                    f"was finite with fewer, larger steps ({errors[-1]:.1e} at {dts[-1]:.1e})."
+                )
+            n *= 2  # unstable at this coarse step: refine
+            continue
+        if error < th.ABOVE_FLOOR * n * th.EPS:  # rounding: finer grids would measure nothing
+            break
+        dts.append(dt)
+        errors.append(error)
+        if len(errors) >= th.GRIDS and dt <= th.MIN_DT:
+            break
+        n *= 2
+    if not errors and n > th.MAX_STEPS:
+        raise AssertionError(
+            f"{_name(stepper)}'s error on {problem.name} is not finite on any grid up to {th.MAX_STEPS} steps."
+        )
+    local = tuple(math.log2(a / b) for a, b in zip(errors, errors[1:]))
+    if len(errors) < th.GRIDS:
+        return OrderMeasurement(problem.name, math.inf, tuple(dts), tuple(errors), local, False)
+    slope = _fit(dts[-th.GRIDS:], errors[-th.GRIDS:])
+    steady = abs(local[-1] - local[-2]) <= th.STEADY
+    if not steady and _settling(local):
+        return OrderMeasurement(problem.name, 2 * local[-1] - local[-2], tuple(dts), tuple(errors), local, True, True)
+    return OrderMeasurement(problem.name, slope, tuple(dts), tuple(errors), local, steady)
+
+
+def _settling(local: tuple[float, ...]) -> bool:
+    """Whether the last local slopes approach a limit geometrically: the error's next power of ``dt`` fading (each
+    change in the same direction, at most ``SETTLING`` times the one before and at most ``3 STEADY``), as a
+    high-order scheme shows when the rounding floor stops the ladder first. A lower-order term taking over instead
+    makes the changes grow."""
+    if len(local) < 3:
+        return False
+    before, last = local[-2] - local[-3], local[-1] - local[-2]
+    return before * last > 0 and abs(last) <= th.SETTLING * abs(before) and abs(last) <= 3 * th.STEADY
+
+
+def _assert_order(name: str, order: int, m: OrderMeasurement, what: str = "") -> None:
+    """The failure messages of :func:`check_order` and :func:`check_layer`, with the numbers behind them."""
+    if math.isinf(m.slope):
+        raise AssertionError(
+            f"{name} declares {what}order {order} but its error is at the rounding floor on all but "
+            f"{len(m.errors)} grid(s) even over the longest horizon, so no order can be read: {m}. "
+            "Check it on a harder problem."
+        )
+    if not m.steady:
+        raise AssertionError(
+            f"{name} declares {what}order {order} but its error has not settled to one power of dt at the finest "
+            f"grids (dt down to {m.dts[-1]:.1e}): local slopes {m.local[-2]:.2f} then {m.local[-1]:.2f}; {m}."
+            f"{_stalls(order, m)}"
+        )
+    if not abs(m.slope - order) <= th.ORDER_TOLERANCE:
+        raise AssertionError(
+            f"{name} declares {what}order {order} but its error falls like dt^{m.slope:.2f}: {m}. "
+            f"Fix the scheme or declare the order it has.{_stalls(order, m)}"
+        )
+
+
+def _stalls(order: int, m: OrderMeasurement) -> str:
+    """A hint when the error stops falling at a small level: the signature of an inexact coefficient."""
+    if m.errors and m.errors[-1] < 1e-6 and m.local and m.local[-1] < order - th.ORDER_TOLERANCE:
+        return (
+            f" An error that stops falling at a small level (here {m.errors[-1]:.1e}) is often an inexact "
+            "coefficient: a rounded decimal, or a float32 constant in a float64 step."
+        )
+    return ""
+
+
+def check_order(
+    stepper: AbstractStepper | type[AbstractStepper],
+    problem: Problem | None = None,
+    dim: int | None = None,
+    examples: int = th.ORDER_EXAMPLES,
+) -> list[float]:
+    """Assert the error at the finest grids falls like ``dt**order`` (slope within ``ORDER_TOLERANCE``, local slopes
+    steady within ``STEADY``) on each problem (default: :func:`default_problems` of width ``dim``, the last of them
+    also on an uneven grid); if the stepper has learnable parameters, also with them moved away from their initial
+    values (on the last problem); and, unless ``problem`` is given, on ``examples`` drawn problems
+    (:func:`~solvers.testing.strategies.scaled_problems`: every family, and states of tokens coupled as attention
+    couples them, at magnitudes over six decades, with the parameters moved by a drawn amount). Return the measured
+    slopes. A scheme declaring order 0 (no small-step limit) has none to measure: :func:`check_no_limit` runs on each
+    problem instead, and the list is empty."""
+    stepper = _instance(stepper)
+    chosen = [problem] if problem is not None else default_problems(stepper, dim)
+    if stepper.order == 0:
+        for p in chosen:
+            check_no_limit(stepper, p)
+        return []
+    runs = [(stepper, p, False) for p in chosen]
+    if problem is None:
+        runs.append((stepper, chosen[-1], True))
+        moved = _moved(stepper)
+        if moved is not None:
+            runs.append((moved, chosen[-1], False))
+    slopes = []
+    for s, p, uneven in runs:
+        m = measure_order(s, p, uneven)
+        name = _name(stepper) if s is stepper else f"{_name(stepper)}, its learnable parameters moved by N(0, 0.5²),"
+        _assert_order(name, stepper.order, m)
+        slopes.append(m.slope)
+    if problem is None and examples > 0:
+        slopes += _drawn_order(stepper, dim, examples)
+    return slopes
+
+
+def _drawn_order(stepper: AbstractStepper, dim: int | None, examples: int) -> list[float]:
+    """The order on drawn problems at drawn magnitudes, the parameters moved by a drawn amount."""
+    from hypothesis import strategies as st
+
+    from ._common import _copy
+    from ._drawn import check_drawn
+    from .problems import stepper_width
+    from .strategies import scaled_problems
+
+    pristine, slopes = _copy(stepper), []
+    fixed = dim if dim is not None else stepper_width(stepper)
+    problems = scaled_problems(stepper.second_order, fixed)
+
+    def claim(case) -> None:
+        p, sigma, seed = case
+        s = (_moved(pristine, seed=seed, sigma=sigma) if sigma else None) or _copy(pristine)
+        m = measure_order(s, p)
+        moved = f", its learnable parameters moved by {sigma:g} N(0, 1) (seed {seed})," if sigma else ""
+        _assert_order(f"{_name(stepper)}{moved}", stepper.order, m)
+        slopes.append(m.slope)
+
+    cases = st.tuples(problems, st.sampled_from([0.0, 0.5, 1.0]), st.integers(0, 2**16))
+    check_drawn(cases, claim, examples)
+    return slopes
+
+
+def check_no_limit(stepper: AbstractStepper, problem: Problem) -> str:
+    """For a scheme declaring order 0 (no small-step limit: a fixed-size part that does not shrink with ``dt``):
+    assert ``limit_field`` says so (a ``ValueError``) rather than offering an ODE no order was measured against, and
+    that the step indeed does not shrink with ``dt`` (from the problem's start, ``|step(dt) - y|`` at ``dt = 1e-4`` is
+    at least a tenth of that at ``dt = 1e-2``, where a scheme with a limit shrinks a hundredfold)."""
+    try:
+        stepper.limit_field(problem.field)
+    except ValueError as error:
+        reason = " ".join(str(error).split())
+    else:
+        raise AssertionError(
+            f"{_name(stepper)} declares order 0 (no small-step limit) but limit_field returns a vector field; declare "
+            "the order it converges with, or raise ValueError there."
+        )
+    y, field = problem.initial(stepper), problem.field_for(stepper)
+    with torch.no_grad():
+        moves = [float((_flat(_fresh_step(stepper, field, 0.0, y, dt)) - _flat(y)).abs().max()) for dt in (1e-2, 1e-4)]
+    if not moves[1] >= 0.1 * moves[0]:
+        raise AssertionError(
+            f"{_name(stepper)} declares order 0 (no small-step limit) but its step shrinks with dt on {problem.name}: "
+            f"max|step(y, dt) - y| = {moves[0]:.2e} at dt = 1e-2 and {moves[1]:.2e} at dt = 1e-4, as a scheme with a "
+            "small-step limit does; declare the order it converges with and its limit_field."
+        )
+    return reason

@@ -1,0 +1,535 @@
+"""The step protocol, gradients, precision and one-step-ness: what every other claim takes for granted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._base import AbstractStepper, PhaseState
+from . import thresholds as th
+from ._common import (
+    _cast,
+    _copy,
+    _float64,
+    _fresh_step,
+    _instance,
+    _name,
+    _select,
+    _tensors,
+    reachable_tensors,
+    structure,
+)
+from ._drawn import check_drawn
+from .problems import Problem, _time_problem, default_problems, generator, stepper_width
+from .references import _error, _flat, _unflat
+from .strategies import Instance, instances
+
+def _fixed_protocol(stepper: AbstractStepper, dim: int | None = None) -> float:
+    """Assert a step keeps the protocol every other check takes for granted, on the last of :func:`default_problems`
+    (nonlinear, time-dependent, a batch of two) from a fresh ``init``:
+
+    - ``step`` returns ``(y1, state)``, ``y1`` of ``y``'s kind, shape, dtype and device, also for a float32 ``y``;
+    - ``y`` is left as it was (no in-place update of the input);
+    - the same step taken twice gives the same ``y1`` (nothing is kept on the stepper between steps);
+    - the samples of a batch are stepped independently (each alone gives its row of the batch);
+    - a second step, from the state the first carried, leaves its input as it was too;
+    - a copy in the other mode (``eval()`` for a stepper in training mode) takes the same step;
+    - gradients are those of the step: the derivative along a random direction of ``y`` and of the stepper's learnable
+      parameters by autograd equals difference quotients (a term computed without gradient, e.g. on ``y.detach()`` or
+      a parameter read by ``float()``, makes them differ), to what the quotients can resolve (their spread between
+      steps ``h`` and ``10 h``, at least ``1e-6``).
+
+    Returns the relative difference of the two derivatives.
+    """
+    name = _name(stepper)
+    problem = default_problems(stepper, dim)[-1]
+    y, field, t, dt = problem.initial(stepper), problem.field_for(stepper), 0.3, 0.4
+    kept = _unflat(_flat(y).clone(), y)
+    with torch.no_grad():
+        try:
+            out = stepper.step(field, t, y, dt, stepper.init(field, t, y))
+        except (RuntimeError, ValueError, TypeError) as error:
+            raise AssertionError(
+                f"{name} failed to step {problem.name} (states of shape {tuple(problem.x0.shape)}): "
+                f"{' '.join(str(error).split())[:200]}; if it is built for another width, pass dim=... to the check."
+            ) from error
+        if not (isinstance(out, tuple) and not isinstance(out, PhaseState) and len(out) == 2):
+            raise AssertionError(f"{name}.step must return (y1, state); it returned {type(out).__name__} {out!r:.80}.")
+        y1 = out[0]
+        _same_form(name, y, y1, problem)
+        if not torch.equal(_flat(y), _flat(kept)):
+            raise AssertionError(f"{name}.step changed its input y in place on {problem.name}; return new tensors.")
+        again = _fresh_step(stepper, field, t, y, dt)
+        if not torch.equal(_flat(again), _flat(y1)):
+            raise AssertionError(
+                f"{name} gives a different y1 when the same step (same field, t, y, dt, fresh init) is taken again "
+                f"(by {_error(again, y1):.2e}): it keeps something on the stepper between steps; keep it in state."
+            )
+        other = _copy(stepper)
+        other.train(not stepper.training)
+        flipped = _fresh_step(other, field, t, y, dt)
+        if not torch.equal(_flat(flipped), _flat(y1)):
+            mode = "eval" if stepper.training else "training"
+            raise AssertionError(
+                f"{name} steps differently in {mode} mode (by {_error(flipped, y1):.2e}) on {problem.name}: the "
+                "kit checks one mode, and its claims must hold for training and inference alike."
+            )
+        state1 = out[1]
+        carried = _unflat(_flat(y1).clone(), y1)
+        y2, _ = stepper.step(field, t + dt, y1, dt, state1)
+        if not torch.equal(_flat(y1), _flat(carried)):
+            raise AssertionError(
+                f"{name}.step changed its input y in place on the second step (from the state the first one carried) "
+                f"on {problem.name}; return new tensors."
+            )
+        _same_form(name, y, y2, problem, "second step's ")
+        for b in range(problem.x0.shape[0]):
+            alone = _fresh_step(stepper, field, t, _select(y, b), dt)
+            _same_form(name, _select(y, b), alone, problem, f"sample {b}'s ")
+            defect = _error(alone, _select(y1, b))
+            if defect > th.ONE_STEP_RTOL:
+                raise AssertionError(
+                    f"{name} does not step the samples of a batch independently: sample {b} stepped alone differs "
+                    f"from its row of the batch's step by {defect:.2e} (relative) on {problem.name}."
+                )
+        low = _cast(y, torch.float32)
+        low_field = lambda t, x: field(t, x.to(torch.float64)).to(x.dtype)  # noqa: E731 - the problem in float32
+        _same_form(name, low, _fresh_step(stepper, low_field, t, low, dt), problem, "float32 ")
+    return _check_derivative(name, stepper, field, t, y, dt, problem)
+
+
+
+def _same_form(name: str, y: Any, y1: Any, problem: Problem, what: str = "") -> None:
+    if isinstance(y1, PhaseState) != isinstance(y, PhaseState) or not isinstance(y1, (Tensor, PhaseState)):
+        raise AssertionError(
+            f"{name}.step returned y1 of type {type(y1).__name__} for a {what}y of type {type(y).__name__}."
+        )
+    for a, b in zip(_tensors(y), _tensors(y1)):
+        if not isinstance(b, Tensor) or b.shape != a.shape or b.dtype != a.dtype or b.device != a.device:
+            got = f"{tuple(b.shape)} {b.dtype} on {b.device}" if isinstance(b, Tensor) else type(b).__name__
+            raise AssertionError(
+                f"{name}.step returned {got} for a {what}y of {tuple(a.shape)} {a.dtype} on {a.device} "
+                f"({problem.name}): y1 must have y's shape, dtype and device."
+            )
+
+
+def _check_derivative(name: str, stepper: AbstractStepper, field, t, y, dt, problem: Problem) -> float:
+    """Autograd's derivative of one step from a fresh ``init`` along a random direction of ``y`` and of the stepper's
+    learnable parameters (on a float64 copy) against difference quotients (:func:`_compare_derivative`)."""
+    stepper = _float64(stepper)
+    params = [(f"{name}.{n}", p) for n, p in stepper.named_parameters() if p.requires_grad]
+
+    def one_step(vector: Tensor) -> Tensor:
+        return _flat(_fresh_step(stepper, field, t, _unflat(vector, y), dt))
+
+    return _compare_derivative(name, one_step, _flat(y), params, problem.name, 1.0, dead=False)
+
+
+def _compare_derivative(
+    name: str, run, base: Tensor, params: list[tuple[str, Tensor]], where: str, scale: float, dead: bool = True
+) -> float:
+    """Autograd's derivative of ``run`` (a map of the flat start ``base`` and of ``params``) along a random direction
+    against difference quotients. The quotient's step ``h`` is chosen where quotients at ``h`` and ``10 h`` agree best
+    (rounding noise grows as ``h`` shrinks, truncation as it grows), and their spread bounds how far the quotient can
+    be trusted: a step that is itself noisy (one that takes a finite difference inside) is held to what can be
+    resolved, a smooth one to ``GRADIENT_RTOL``. With ``dead``, a learnable parameter that gets no gradient (or a zero
+    one) is reported by name."""
+    g = generator(7)
+    direction = scale * torch.randn(base.shape, generator=g, dtype=base.dtype)
+    tensors = [p for _, p in params]
+    along = [torch.randn(p.shape, generator=g, dtype=p.dtype) for p in tensors]
+    with torch.enable_grad():
+        point = base.clone().requires_grad_()
+        out = run(point)
+        if not out.requires_grad:
+            raise AssertionError(f"{name}: no gradient flows from the result back to y on {where} (is y detached?).")
+        cotangent = torch.randn(out.shape, generator=g, dtype=out.dtype)
+        grad, *grads = torch.autograd.grad(out, [point, *tensors], cotangent, allow_unused=True)
+    if grad is None:
+        raise AssertionError(f"{name}: the result does not depend on y through autograd on {where}.")
+    if dead:
+        for (label, _), q in zip(params, grads):
+            if q is None or not bool(q.ne(0).any()):
+                got = "no gradient (it is not used, or used detached)" if q is None else "a gradient of zero"
+                raise AssertionError(
+                    f"{name}'s learnable parameter {label} gets {got} through the steps on {where}: every learnable "
+                    "parameter must act on the result (drop it, or make it a buffer)."
+                )
+    by_autograd = float((grad * direction).sum()) + sum(
+        float((q * d).sum()) for q, d in zip(grads, along) if q is not None
+    )
+
+    def quotient(h: float) -> float:
+        ends = []
+        with torch.no_grad():
+            saved = [p.clone() for p in tensors]
+            for sign in (1.0, -1.0):
+                for p, d, p0 in zip(tensors, along, saved):
+                    p.copy_(p0 + sign * h * d)
+                ends.append(run(base + sign * h * direction))
+            for p, p0 in zip(tensors, saved):
+                p.copy_(p0)
+        return float((cotangent * (ends[0] - ends[1])).sum()) / (2 * h)
+
+    steps = (1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
+    values = [quotient(h) for h in steps]
+    spread, by_difference = min((abs(a - b), a) for a, b in zip(values, values[1:]))
+    magnitude = max(1.0, abs(by_difference))
+    defect = abs(by_autograd - by_difference) / magnitude
+    allowed = max(th.GRADIENT_RTOL, 10 * spread / magnitude)
+    if allowed > 1e-3:
+        raise AssertionError(
+            f"{name}'s step is too irregular on {where} to check its gradient by differences: quotients at "
+            f"steps 10x apart differ by at least {spread:.2e}."
+        )
+    if defect > allowed:
+        moved = " and of the learnable parameters" if params else ""
+        raise AssertionError(
+            f"{name}'s gradient is not that of its steps on {where}: along a random direction of y{moved}, "
+            f"autograd gives {by_autograd:.8g} and difference quotients {by_difference:.8g} (trusted to "
+            f"{allowed * magnitude:.1e}); is a term computed without gradient (detach, no_grad, .item(), float())?"
+        )
+    return defect
+
+
+@torch.no_grad()
+def _fixed_one_step(stepper: AbstractStepper, problem: Problem | None = None, dim: int | None = None) -> float:
+    """Assert a step does not depend on history in ``state`` (for schemes that do not declare ``multistep``): along
+    ten steps whose size changes every step, a step from the carried state equals one from a fresh ``init`` by an
+    unused copy of the stepper, both from a perturbed copy of the state reached (first, while anything the last step
+    left behind is still there: a state the scheme never produced, so a cache keyed on anything but ``y`` itself, in
+    ``state`` or on the stepper, is caught) and from the state reached."""
+    problem = problem or _time_problem(stepper, dim, seed=5)
+    y, field = problem.initial(stepper), problem.field_for(stepper)
+    pristine = _copy(stepper)  # the fresh steps run on copies of the stepper as it was: nothing kept on it can serve
+    g = generator(6)
+    t = 0.0
+    state = stepper.init(field, t, y)
+    worst = 0.0
+    for i in range(10):
+        dt = 0.1 * (1.5 if i % 2 else 0.7)
+        nudged = _unflat(_flat(y) + 1e-3 * torch.randn(_flat(y).shape, generator=g, dtype=_flat(y).dtype), y)
+        for start, which in ((nudged, "a perturbed copy of the state it reached"), (y, "the state it reached")):
+            carried, _ = stepper.step(field, t, start, dt, state)
+            fresh_stepper = _copy(pristine)
+            fresh, _ = fresh_stepper.step(field, t, start, dt, fresh_stepper.init(field, t, start))
+            defect = _error(carried, fresh)
+            if defect > th.ONE_STEP_RTOL:
+                raise AssertionError(
+                    f"{_name(stepper)} reads history from its state or from itself: after {i} steps, a step of {dt:g} "
+                    f"from {which} with the carried state differs from one by an unused copy of the stepper from a "
+                    f"fresh init by {defect:.2e} (relative) on {problem.name}; declare multistep = True, or key "
+                    "anything kept between steps on y itself."
+                )
+            worst = max(worst, defect)
+        y, state = stepper.step(field, t, y, dt, state)
+        t = t + dt
+    return worst
+
+
+
+
+# -- drawn instances --------------------------------------------------------------------------------------------------
+
+
+class _Kept:
+    """What a step must leave as it was: every tensor reachable from ``y`` and ``state`` (its values and its version
+    counter, which any write in place advances) and the containers that hold them (a list appended to in place)."""
+
+    def __init__(self, y: Any, state: Any):
+        self.objects = {"y": y, "state": state}
+        self.tensors = [
+            (f"{label}{path}", t, t.detach().clone(), t._version)
+            for label, obj in self.objects.items()
+            for path, t in reachable_tensors(obj)
+        ]
+        self.picture = structure(self.objects)
+
+    def changed(self) -> str | None:
+        """Where the step wrote in place (a path such as ``state.history[0]``), or ``None``."""
+        for path, t, kept, version in self.tensors:
+            if t._version != version or t.shape != kept.shape or not torch.equal(t.detach(), kept):
+                return path
+        if structure(self.objects) != self.picture:
+            return "a container in y or state (a list or dict changed in place)"
+        return None
+
+
+def _layers_run(layers: list[AbstractStepper], field, y, t: float, dts: list[float], each=None):
+    """Take the steps as the depth loop does: ``layers`` in turn, the running state handed on where a layer
+    ``continues`` the one before, else a fresh ``init``; ``each(i, s, t, y, dt, state)`` runs before step ``i`` and
+    may return the step's ``(y1, state1)``. Returns the last ``y``."""
+    state, previous = None, None
+    for i, dt in enumerate(dts):
+        s = layers[i % len(layers)]
+        if previous is None or not s.continues(previous):
+            state = s.init(field, t, y)
+        out = each(i, s, t, y, dt, state) if each is not None else None
+        y, state = out if out is not None else s.step(field, t, y, dt, state)
+        t, previous = t + dt, s
+    return y
+
+
+def _replace_rows(y: Any, b: int, g: torch.Generator, scale: float) -> Any:
+    """``y`` with every sample but ``b`` replaced by noise."""
+
+    def one(x: Tensor) -> Tensor:
+        other = scale * torch.randn(x.shape, generator=g, dtype=torch.float64).to(x.dtype)
+        keep = torch.zeros(x.shape[0], dtype=torch.bool)
+        keep[b] = True
+        return torch.where(keep.view(-1, *[1] * (x.dim() - 1)), x, other)
+
+    return PhaseState(one(y.x), one(y.v)) if isinstance(y, PhaseState) else one(y)
+
+
+def _protocol_run(name: str, layers: list[AbstractStepper], problem: Problem, t0: float, dts: list[float], seed: int):
+    """Take the steps of ``problem`` by ``layers`` as the depth loop does, asserting the protocol at every step (see
+    :func:`check_protocol`); the batch checks run at the first and the last step."""
+    field = problem.field_for(layers[0])
+    last = len(dts) - 1
+    g = generator(seed)
+    batch = problem.x0.shape[0]
+
+    def each(i, s, t, y, dt, state):
+        kept = _Kept(y, state)
+        try:
+            out = s.step(field, t, y, dt, state)
+        except (RuntimeError, ValueError, TypeError) as error:
+            raise AssertionError(
+                f"{name} failed at step {i} of {problem.name}: {' '.join(str(error).split())[:200]}"
+            ) from error
+        if not (isinstance(out, tuple) and not isinstance(out, PhaseState) and len(out) == 2):
+            raise AssertionError(f"{name}.step must return (y1, state); it returned {type(out).__name__}.")
+        y1 = out[0]
+        _same_form(name, y, y1, problem, f"step {i}'s ")
+        where = kept.changed()
+        if where is not None:
+            raise AssertionError(
+                f"{name}.step wrote into its input in place at step {i} ({where}) on {problem.name}: return new "
+                "tensors and new containers (in place, activation checkpointing and autograd see wrong values)."
+            )
+        if i not in (0, last):
+            return out
+
+        def untouched(after: str) -> None:
+            where = kept.changed()
+            if where is not None:
+                raise AssertionError(
+                    f"{name}.step wrote into its input in place at step {i} ({where}) when the step was taken "
+                    f"{after} on {problem.name}: return new tensors and new containers."
+                )
+
+        again = s.step(field, t, y, dt, state)[0]
+        untouched("again from the same state")
+        if not torch.equal(_flat(again), _flat(y1)):
+            raise AssertionError(
+                f"{name} gives a different y1 when step {i} is taken again from the same y and state (by "
+                f"{_error(again, y1, problem.scale):.2e}): it keeps something on the stepper between steps."
+            )
+        other = _copy(s)
+        other.train(not s.training)
+        flipped = other.step(field, t, y, dt, state)[0]
+        untouched("again in the other mode")
+        if not torch.equal(_flat(flipped), _flat(y1)):
+            mode = "eval" if s.training else "training"
+            raise AssertionError(
+                f"{name} steps differently in {mode} mode at step {i} (by "
+                f"{_error(flipped, y1, problem.scale):.2e}): its claims must hold for training and inference alike."
+            )
+        for b in range(min(batch, 3)):  # the first three samples: a large state has thousands
+            mixed = s.step(field, t, _replace_rows(y, b, g, problem.scale), dt, state)[0]
+            untouched("again with the other samples changed")
+            defect = _error(_select(mixed, b), _select(y1, b), problem.scale)
+            if defect > th.ONE_STEP_RTOL:
+                raise AssertionError(
+                    f"{name} does not step the samples of a batch independently: at step {i}, sample {b}'s "
+                    f"result moves by {defect:.2e} (relative) when the other samples change, on {problem.name}."
+                )
+            if i == 0:
+                alone = _fresh_step(_copy(s), field, t, _select(y, b), dt)
+                defect = _error(alone, _select(y1, b), problem.scale)
+                if defect > th.ONE_STEP_RTOL:
+                    raise AssertionError(
+                        f"{name} does not step the samples of a batch independently: sample {b} stepped alone "
+                        f"differs from its row of the batch's step by {defect:.2e} (relative) on {problem.name}."
+                    )
+        return out
+
+    with torch.no_grad():
+        _layers_run(layers, field, problem.initial(layers[0]), t0, dts, each)
+
+
+def _drawn_protocol(stepper: AbstractStepper, dim: int | None, examples: int) -> None:
+    name, pristine = _name(stepper), _copy(stepper)
+    width = dim if dim is not None else stepper_width(stepper)
+
+    def claim(inst: Instance) -> None:
+        layers = inst.steppers(pristine)
+        _protocol_run(name, layers, inst.problem(layers[0]), inst.t0, inst.dts(), inst.seed + 1)
+
+    check_drawn(instances(pristine, width), claim, examples)
+
+
+def check_protocol(
+    stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None, examples: int = th.EXAMPLES
+) -> float:
+    """Assert a step keeps the protocol every other check takes for granted.
+
+    Fixed, on the last of :func:`default_problems` (nonlinear, time-dependent, a batch of two) from a fresh
+    ``init``: ``step`` returns ``(y1, state)``, ``y1`` of ``y``'s kind, shape, dtype and device, also for a float32
+    ``y``; ``y`` is left as it was; the same step taken twice gives the same ``y1``; each sample alone gives its row of
+    the batch; a second step leaves its input as it was too; a copy in the other mode (``eval()``) takes the same
+    step; the gradient of the step with respect to ``y`` and the learnable parameters is that of autograd.
+
+    Drawn (``examples`` :class:`~solvers.testing.strategies.Instance` objects: two- and three-dimensional states whose
+    field couples the tokens of a sample as attention does, batches of 2 or 3, some of at least ``LARGE_STATE``
+    entries, magnitudes over six decades, up to ``MAX_HORIZON`` steps of either sign, parameters moved, up to three
+    instances handing the state on): every step returns a ``y1`` of ``y``'s form and writes into nothing reachable
+    from ``y`` and ``state`` (values, version counters, containers); at the first and the last step, the same step
+    taken again, and in the other mode, gives the same ``y1``, and a sample's result does not move when the other
+    samples change (nor, at the first step, when it is stepped alone).
+
+    Returns the relative difference of the two derivatives of the fixed gradient check.
+    """
+    stepper = _instance(stepper)
+    defect = _fixed_protocol(stepper, dim)
+    _drawn_protocol(stepper, dim, examples)
+    return defect
+
+
+def check_gradients(
+    stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None, examples: int = th.EXAMPLES
+) -> None:
+    """Assert the gradient of several steps, the running state handed on between them (and between instances with
+    different parameters, as a model's layers hand it), is autograd's: along a random direction of ``y0`` and of
+    every layer's learnable parameters, it equals difference quotients (to ``GRADIENT_RTOL``, or what the quotients
+    resolve), and every learnable parameter gets a gradient that is not zero (a parameter that is never used, or used
+    detached, is named). Drawn: ``examples`` instances of ``GRADIENT_STEPS`` steps (4 to 8) in float64 copies, of
+    drawn shape, magnitude, signed ``dt`` and parameter moves: a history kept detached, or a cache carried across a
+    step without its graph, shows there where one step from a fresh ``init`` cannot show it."""
+    stepper = _instance(stepper)
+    name, pristine = _name(stepper), _copy(stepper)
+    width = dim if dim is not None else stepper_width(stepper)
+    low, high = th.GRADIENT_STEPS
+
+    def claim(inst: Instance) -> None:
+        layers = [_float64(s) for s in inst.steppers(pristine)]
+        k = min(max(inst.steps, low), high)
+        dts = [inst.dt if i % 2 == 0 else inst.rate * inst.dt for i in range(k)]
+        problem = inst.problem(layers[0])
+        field, y0 = problem.field_for(layers[0]), problem.initial(layers[0])
+        params = [
+            (f"{n} of instance {i}", p) for i, s in enumerate(layers) for n, p in s.named_parameters() if p.requires_grad
+        ]
+
+        def run(vector: Tensor) -> Tensor:
+            return _flat(_layers_run(layers, field, _unflat(vector, y0), inst.t0, dts))
+
+        where = f"{problem.name} through {k} steps with the state handed on"
+        _compare_derivative(name, run, _flat(y0), params, where, problem.scale)
+
+    check_drawn(instances(pristine, width, max_steps=high, large=False, max_dt=1.0), claim, examples)
+
+
+def check_precision(
+    stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None, examples: int = th.EXAMPLES
+) -> float:
+    """Assert a float32 step is the float64 step to float32's rounding: on ``examples`` drawn instances, at the first
+    three steps of a float32 run (whose every carried step must keep y's form), one step from a fresh ``init`` in
+    float32 and one by a float64 copy of the stepper from the same (float32) state agree to ``FLOAT32_UNITS`` float32
+    rounding units relative to the larger of the states' and the step's size (the field is exact and rounded to
+    float32, so the step's own arithmetic is measured: a stage computed in a lower precision shows). Returns the
+    largest defect in rounding units."""
+    stepper = _instance(stepper)
+    name, pristine = _name(stepper), _copy(stepper)
+    width = dim if dim is not None else stepper_width(stepper)
+    worst = [0.0]
+
+    def claim(inst: Instance) -> None:
+        low = inst.steppers(pristine)[0]
+        high = _float64(_copy(low))
+        problem = inst.problem(low)
+        exact = problem.field_for(low)
+
+        def rounded(t, x):
+            return exact(t, x.to(torch.float64)).to(x.dtype)
+
+        y, t = _cast(problem.initial(low), torch.float32), inst.t0
+        state = low.init(rounded, t, y)
+        for i, dt in enumerate(inst.dts()[:3]):
+            fresh32 = _fresh_step(low, rounded, t, y, dt)
+            _same_form(name, y, fresh32, problem, "float32 ")
+            fresh64 = _fresh_step(high, exact, t, _cast(y, torch.float64), dt)
+            size = max(float(_flat(y).abs().max()), float(_flat(fresh64).abs().max()), 1e-30)
+            units = float((_flat(fresh32).double() - _flat(fresh64)).abs().max()) / (size * th.EPS32)
+            worst[0] = max(worst[0], units)
+            if not units <= th.FLOAT32_UNITS:
+                raise AssertionError(
+                    f"{name}'s float32 step differs from its float64 step from the same state by {units:.3g} float32 "
+                    f"rounding units at step {i} on {problem.name} (FLOAT32_UNITS allows {th.FLOAT32_UNITS}): part of "
+                    "the step runs in a lower precision, or rounds a coefficient."
+                )
+            y1, state = low.step(rounded, t, y, dt, state)
+            _same_form(name, y, y1, problem, f"float32 step {i}'s ")
+            y, t = y1, t + dt
+
+    with torch.no_grad():
+        check_drawn(instances(pristine, width, max_steps=8, large=False), claim, examples)
+    return worst[0]
+
+
+@torch.no_grad()
+def check_one_step(
+    stepper: AbstractStepper | type[AbstractStepper],
+    problem: Problem | None = None,
+    dim: int | None = None,
+    examples: int = th.EXAMPLES,
+) -> float:
+    """Assert a step does not depend on history in ``state`` or on the stepper (for schemes that do not declare
+    ``multistep``): a step from the carried state equals one by an unused copy of the stepper from a fresh ``init``,
+    from a perturbed copy of the state reached (first, while anything the last step left behind is still there: a
+    state the scheme never produced, so a cache keyed on anything but ``y`` itself is caught) and from the state
+    reached, to ``ONE_STEP_RTOL``.
+
+    Fixed: ten steps whose size changes every step. Drawn (unless ``problem`` is given): ``examples`` instances, up to
+    ``MAX_HORIZON`` steps of drawn shape, magnitude and signed sizes, by up to three instances with different
+    parameters handing the state on as a model's layers do (a cache of a quantity scaled by one instance's parameter
+    fails when the next one reads it)."""
+    stepper = _instance(stepper)
+    worst = _fixed_one_step(stepper, problem, dim)
+    if problem is not None or examples <= 0:
+        return worst
+    name, pristine = _name(stepper), _copy(stepper)
+    width = dim if dim is not None else stepper_width(stepper)
+
+    def claim(inst: Instance) -> None:
+        layers = inst.steppers(pristine)
+        unused = [_copy(s) for s in layers]
+        drawn = inst.problem(layers[0])
+        field = drawn.field_for(layers[0])
+        g = generator(inst.seed + 2)
+
+        def each(i, s, t, y, dt, state):
+            noise = torch.randn(_flat(y).shape, generator=g, dtype=torch.float64).to(_flat(y).dtype)
+            nudged = _unflat(_flat(y) + 1e-3 * drawn.scale * noise, y)
+            for start, which in ((nudged, "a perturbed copy of the state it reached"), (y, "the state it reached")):
+                carried = s.step(field, t, start, dt, state)[0]
+                fresh_stepper = _copy(unused[i % len(layers)])
+                fresh = fresh_stepper.step(field, t, start, dt, fresh_stepper.init(field, t, start))[0]
+                defect = _error(carried, fresh, drawn.scale)
+                if defect > th.ONE_STEP_RTOL:
+                    handed = f" (instance {i % len(layers)} of {len(layers)})" if len(layers) > 1 else ""
+                    raise AssertionError(
+                        f"{name} reads history from its state or from itself: at step {i}{handed}, a step of "
+                        f"{dt:.4g} from {which} with the carried state differs from one by an unused copy of the "
+                        f"stepper from a fresh init by {defect:.2e} (relative) on {drawn.name}; declare "
+                        "multistep = True, or key anything kept between steps on y itself."
+                    )
+            return None
+
+        _layers_run(layers, field, drawn.initial(layers[0]), inst.t0, inst.dts(), each)
+
+    check_drawn(instances(pristine, width), claim, examples)
+    return worst

@@ -1,0 +1,75 @@
+"""Every threshold the property kit applies, stated once; the docstrings and ``docs/extending.md`` quote these names.
+
+Change one here and every check, message and (through the docs test) the documentation follow.
+"""
+
+import torch
+
+EPS = torch.finfo(torch.float64).eps
+"""float64's rounding unit."""
+EPS32 = torch.finfo(torch.float32).eps
+"""float32's rounding unit."""
+
+# -- order ------------------------------------------------------------------------------------------------------------
+ORDER_TOLERANCE = 0.3
+"""The fitted slope of log error against log dt must lie this close to the declared order."""
+ABOVE_FLOOR = 100
+"""A usable error exceeds ``n`` steps' worst-case rounding, ``n * EPS``, this many times."""
+MIN_DT = 2.0**-12
+"""Grids are refined at least to this step (unless the error reaches the rounding floor first)."""
+MAX_STEPS = 2**12
+"""... or to ``T / MAX_STEPS`` on horizons longer than 1."""
+GRIDS = 3
+"""The slope is fitted on the finest this many usable grids."""
+STEADY = 0.1
+"""The local slopes of those grids must agree this closely ..."""
+SETTLING = 0.7
+"""... or approach a limit, each change at most this fraction of the one before."""
+ORDER_T = 0.5
+"""Horizon of the default order problems."""
+REFERENCE_DT = 2.0**-10
+"""Coarser of the two classic RK4 runs a nonlinear reference is Richardson-extrapolated from."""
+CHECKPOINTS = 8
+"""Errors are compared at ``t_k = k T / CHECKPOINTS``."""
+MOVED = 0.5
+"""Standard deviation of the move of learnable parameters for the order, symplectic and reversible checks."""
+
+# -- evaluations ------------------------------------------------------------------------------------------------------
+EVAL_DTS = (1.0, 0.5, 0.1, 1e-3)
+"""Step sizes of the deterministic evaluation count."""
+EVAL_T0 = 0.25
+"""Start time of the deterministic evaluation count."""
+EVAL_STEPS = 10
+"""Steps of the deterministic evaluation count."""
+MAX_HORIZON = 80
+"""Drawn instances run up to this many steps (an evaluation or a defect that shows only at step 17 or 64 is found)."""
+
+# -- symplectic and reversible ----------------------------------------------------------------------------------------
+SYMPLECTIC_RTOL = 1000 * EPS
+"""``max|Mᵀ J M - J| <= SYMPLECTIC_RTOL |M|²`` and ``|det M - 1| <= SYMPLECTIC_RTOL |M|^(2d)``."""
+REVERSIBLE_DTS = (1.0, 0.5, 0.1, 0.01)
+"""Step sizes of the deterministic round trips."""
+REVERSIBLE_RTOL = 1e-12
+"""A round trip recovers the state to this relative error."""
+
+# -- one step, protocol, gradients, precision ---------------------------------------------------------------------------
+ONE_STEP_RTOL = 1e-12
+"""A step from the carried state equals a fresh one (and a sample alone its row of the batch) to this relative error."""
+GRADIENT_RTOL = 1e-6
+"""Autograd's derivative equals difference quotients to this (relative), or to what the quotients resolve."""
+GRADIENT_STEPS = (4, 8)
+"""The gradient is checked through this many steps (drawn between the two), the state handed on between them."""
+FLOAT32_UNITS = 64
+"""A float32 step agrees with the float64 step from the same start to this many float32 rounding units (relative to
+the state's and the step's size)."""
+LARGE_STATE = 4096
+"""Some drawn states have at least this many entries (a write in place that only large states take is found)."""
+MAGNITUDES = (1e-3, 1e3)
+"""States and fields are drawn at magnitudes log-uniform in this range."""
+
+# -- how much is drawn --------------------------------------------------------------------------------------------------
+EXAMPLES = 12
+"""Drawn instances per claim in the default run (``check_stepper(cls, examples=...)`` draws more)."""
+ORDER_EXAMPLES = 1
+"""Drawn problems the order is measured on, beside the fixed ones, in the default run (a tenth of ``examples``,
+at least this many, when more are asked for)."""

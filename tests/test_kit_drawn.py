@@ -1,0 +1,440 @@
+"""The property kit checks each claim on drawn instances: schemes wrong only where the fixed points do not look.
+
+Every fake below passes the kit's fixed points (``examples=0``: the problems, sizes, steps and parameter values the
+kit tried before its claims became hypothesis properties) and is rejected once instances are drawn, with a message
+that names the claim and the (shrunk) counterexample. Ten kinds of defect, at least two schemes each.
+"""
+
+import copy
+import threading
+from typing import ClassVar
+
+import pytest
+import torch
+from torch import nn
+
+from solvers import AbstractStepper, PhaseState, Split, Whole
+from solvers.testing import (
+    block_problem,
+    check_evals,
+    check_gradients,
+    check_layer,
+    check_one_step,
+    check_order,
+    check_precision,
+    check_protocol,
+    check_stepper,
+    check_symplectic,
+)
+from solvers.testing import thresholds as th
+from solvers.testing._common import _copy
+
+
+class _Euler(AbstractStepper, abstract=True):
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+
+    def step(self, field, t, y, dt, state):
+        return y + dt * field(t, y), state
+
+
+class _Heun(_Euler, abstract=True):
+    order: ClassVar[int] = 2
+    evals_per_step: ClassVar[int] = 2
+
+    def stages(self, field, t, y, dt):
+        k1 = field(t, y)
+        return k1, field(t + dt, y + dt * k1)
+
+    def step(self, field, t, y, dt, state):
+        k1, k2 = self.stages(field, t, y, dt)
+        return y + 0.5 * dt * (k1 + k2), state
+
+
+class _Verlet(AbstractStepper, abstract=True):
+    """Velocity Verlet with a first-same-as-last force kept in ``state`` as ``(field, t, x, a)``; ``force`` is the
+    force the scheme applies (a subclass scales or clips it)."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = True
+    reversible: ClassVar[bool] = True
+    symmetric: ClassVar[bool] = True
+    evals_per_step: ClassVar[int] = 2
+    fsal: ClassVar[bool] = True
+
+    def force(self, field, t, x):
+        return field(t, x)
+
+    def cached(self, a):
+        return a
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        if state is not None and state[0] is field and state[2] is x and state[1] == t:
+            a = state[3]
+        else:
+            a = self.force(field, t, x)
+        v = v + 0.5 * dt * a
+        x = x + dt * v
+        a1 = self.force(field, t + dt, x)
+        return PhaseState(x, v + 0.5 * dt * a1), (field, t + dt, x, self.cached(a1))
+
+
+class _HeavyBall(_Euler, abstract=True):
+    """Heavy-ball momentum ``x + dt f(x) + lam (x - x_prev)``, ``lam = sigmoid(theta)`` learnable."""
+
+    multistep: ClassVar[bool] = True
+
+    def __init__(self):
+        super().__init__()
+        self.theta = nn.Parameter(torch.tensor(0.0))
+
+    def init(self, field, t0, y0):
+        return y0
+
+    def limit_field(self, field):
+        lam = torch.sigmoid(self.theta)
+        return lambda t, x: field(t, x) / (1 - lam.to(x.dtype))
+
+
+# -- 1. gradients through carried state -------------------------------------------------------------------------------
+
+
+class DetachedCacheVerlet(_Verlet):
+    """Reuses its end-of-step force detached: one step from a fresh init is right, the next one's gradient is not."""
+
+    def cached(self, a):
+        return a.detach()
+
+
+class DetachedHistoryHeavyBall(_HeavyBall):
+    """Keeps its history as ``x.detach()``: the momentum term's gradient is lost from the second step on."""
+
+    def step(self, field, t, y, dt, state):
+        lam = torch.sigmoid(self.theta).to(y.dtype)
+        return y + dt * field(t, y) + lam * (y - state), y.detach()
+
+
+# -- 2. state (or y) written in place ---------------------------------------------------------------------------------
+
+
+class AppendingHeavyBall(_HeavyBall):
+    """Keeps its history in a list that it appends to and trims in place."""
+
+    def init(self, field, t0, y0):
+        return [y0]
+
+    def step(self, field, t, y, dt, state):
+        lam = torch.sigmoid(self.theta).to(y.dtype)
+        y1 = y + dt * field(t, y) + lam * (y - state[-1])
+        state.append(y)
+        del state[0]
+        return y1, state
+
+
+class LargeInPlaceVerlet(_Verlet):
+    """Updates ``y.v`` in place, but only on states of at least 4096 entries (a memory saving for big models)."""
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        if v.numel() < 4096:
+            return super().step(field, t, y, dt, state)
+        v.add_(0.5 * dt * field(t, x))
+        x1 = x + dt * v
+        a1 = field(t + dt, x1)
+        return PhaseState(x1, v + 0.5 * dt * a1), None
+
+
+# -- 3. claims that hold only at the starting parameters ---------------------------------------------------------------
+
+
+class RateSwitchHeun(_Heun):
+    """A Heun with a learnable rate that takes an extra (wasted) evaluation once the rate exceeds 1.5."""
+
+    def __init__(self):
+        super().__init__()
+        self.rate = nn.Parameter(torch.tensor(1.0))
+
+    def step(self, field, t, y, dt, state):
+        k1, k2 = self.stages(field, t, y, dt)
+        if float(self.rate) > 1.5:
+            field(t, y)  # a "refinement" that is thrown away
+        return y + 0.5 * dt * self.rate.to(y.dtype) * (k1 + k2), state
+
+    def limit_field(self, field):
+        return lambda t, x: self.rate.to(x.dtype) * field(t, x)
+
+
+class EvalCachedGateEuler(_Euler):
+    """A gated Euler ``x + dt lam f`` whose gate in eval mode is the one cached when it was built: right at the start,
+    off once the gate's parameter moves."""
+
+    def __init__(self):
+        super().__init__()
+        self.theta = nn.Parameter(torch.tensor(0.0))
+        self.register_buffer("frozen", torch.sigmoid(self.theta.detach()))
+
+    def gate(self):
+        return torch.sigmoid(self.theta) if self.training else self.frozen
+
+    def step(self, field, t, y, dt, state):
+        return y + dt * self.gate().to(y.dtype) * field(t, y), state
+
+    def limit_field(self, field):
+        return lambda t, x: torch.sigmoid(self.theta).to(x.dtype) * field(t, x)
+
+
+# -- 4. dead parameters -----------------------------------------------------------------------------------------------
+
+
+class InitGateEuler(_Euler):
+    """Reads its gate once in ``__init__``: the parameter never acts (training cannot move the scheme)."""
+
+    def __init__(self):
+        super().__init__()
+        self.theta = nn.Parameter(torch.tensor(0.0))
+        self.lam = float(torch.sigmoid(self.theta))
+
+    def step(self, field, t, y, dt, state):
+        return y + dt * self.lam * field(t, y), state
+
+    def limit_field(self, field):
+        return lambda t, x: self.lam * field(t, x)
+
+
+class SpareParameterVerlet(_Verlet):
+    """A Verlet with a damping parameter it registers and never uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.damping = nn.Parameter(torch.zeros(()))
+
+
+# -- 5. short horizons ------------------------------------------------------------------------------------------------
+
+
+class RefreshEuler(_Euler):
+    """Counts its steps in ``state`` and evaluates the field once more every 16th step (a "refresh")."""
+
+    def init(self, field, t0, y0):
+        return 0
+
+    def step(self, field, t, y, dt, state):
+        if state % 16 == 15:
+            field(t, y)
+        return y + dt * field(t, y), state + 1
+
+
+class LateAbscissaHeun(_Heun):
+    """From its 20th step on, evaluates the second stage at ``t + 0.9 dt`` (a step count in ``state``)."""
+
+    def init(self, field, t0, y0):
+        return 0
+
+    def step(self, field, t, y, dt, state):
+        c = 0.9 if state >= 20 else 1.0
+        k1 = field(t, y)
+        k2 = field(t + c * dt, y + dt * k1)
+        return y + 0.5 * dt * (k1 + k2), state + 1
+
+
+# -- 6. magnitudes ----------------------------------------------------------------------------------------------------
+
+
+class SubSteppingHeun(_Heun):
+    """Takes two half steps (four evaluations) where the state exceeds 50 in size."""
+
+    def step(self, field, t, y, dt, state):
+        if float(y.abs().max()) <= 50:
+            return super().step(field, t, y, dt, state)
+        half, _ = super().step(field, t, y, dt / 2, state)
+        return super().step(field, t + dt / 2, half, dt / 2, state)
+
+
+class ClippedVerlet(_Verlet):
+    """Clips the force at ±20 per coordinate and still claims symplectic."""
+
+    def force(self, field, t, x):
+        return field(t, x).clamp(-20.0, 20.0)
+
+
+# -- 7. samples and tokens --------------------------------------------------------------------------------------------
+
+
+class FlatHeun(_Heun):
+    """Flattens a ``(B, N, D)`` state into rows before calling the field (attention then mixes samples)."""
+
+    def step(self, field, t, y, dt, state):
+        flat = y.reshape(-1, y.shape[-1])
+        k1, k2 = self.stages(field, t, flat, dt)
+        return (flat + 0.5 * dt * (k1 + k2)).reshape(y.shape), state
+
+
+class SwappedAxesEuler(_Euler):
+    """Calls the field on the state with its first two axes swapped (tokens as samples), and swaps back."""
+
+    def step(self, field, t, y, dt, state):
+        if y.dim() < 3:
+            return super().step(field, t, y, dt, state)
+        return y + dt * field(t, y.transpose(0, 1)).transpose(0, 1), state
+
+
+# -- 8. precision -----------------------------------------------------------------------------------------------------
+
+
+class Bf16StageHeun(_Heun):
+    """Computes its second stage in bfloat16 when the state is float32 (a mixed-precision "speed-up")."""
+
+    def step(self, field, t, y, dt, state):
+        k1 = field(t, y)
+        if y.dtype == torch.float32:
+            k2 = field(t + dt, (y + dt * k1).to(torch.bfloat16)).to(y.dtype)
+        else:
+            k2 = field(t + dt, y + dt * k1)
+        return y + 0.5 * dt * (k1 + k2), state
+
+
+class HalfIncrementEuler(_Euler):
+    """Rounds its increment ``dt f`` to float16 when the state is float32."""
+
+    def step(self, field, t, y, dt, state):
+        increment = dt * field(t, y)
+        if y.dtype == torch.float32:
+            increment = increment.to(torch.float16).to(y.dtype)
+        return y + increment, state
+
+
+# -- 9. state handed between instances --------------------------------------------------------------------------------
+
+
+class ScaledCacheVerlet(_Verlet):
+    """A Verlet on a learnable force scale ``s a`` that caches the *scaled* force: the next layer, with another scale,
+    reuses this one's."""
+
+    symplectic: ClassVar[bool] = False
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(1.0))
+
+    def force(self, field, t, x):
+        return self.scale.to(x.dtype) * field(t, x)
+
+    def limit_field(self, field):
+        return lambda t, y: PhaseState(y.v, self.scale.to(y.x.dtype) * field(t, y.x))
+
+
+class ChannelMassVerlet(ScaledCacheVerlet):
+    """The same with a learnable mass per channel, ``a / m``: the cached force carries the previous layer's mass."""
+
+    def __init__(self, dim: int = 2):
+        AbstractStepper.__init__(self)
+        self.log_mass = nn.Parameter(torch.zeros(dim))
+
+    def force(self, field, t, x):
+        return field(t, x) * torch.exp(-self.log_mass).to(x.dtype)
+
+    def limit_field(self, field):
+        return lambda t, y: PhaseState(y.v, field(t, y.x) * torch.exp(-self.log_mass).to(y.x.dtype))
+
+
+# -- 10. what the kit itself must not do (and test_a_stepper_holding_a_graph_is_copied_detached_not_returned_itself) --------------------------------------------------------------------------------
+
+
+class LockedEuler(_Euler):
+    """A correct Euler that holds a lock: it cannot be deep-copied, so the kit cannot make the unused copies it
+    compares with; it must say so instead of comparing the stepper with itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.lock = threading.Lock()
+
+
+CASES = [
+    # (scheme, check, what the message says)
+    (DetachedCacheVerlet, check_gradients, "gradient is not that of its steps"),
+    (DetachedHistoryHeavyBall, check_gradients, "gradient is not that of its steps"),
+    (AppendingHeavyBall, check_protocol, r"wrote into its input in place .*a container"),
+    (LargeInPlaceVerlet, check_protocol, r"wrote into its input in place at step \d+ \(y\.v\)"),
+    (RateSwitchHeun, check_evals, r"evaluated the field 3 times"),
+    (EvalCachedGateEuler, check_protocol, "steps differently in (eval|training) mode"),
+    (InitGateEuler, check_gradients, r"parameter theta of instance 0 gets no gradient"),
+    (SpareParameterVerlet, check_gradients, r"parameter damping of instance 0 gets no gradient"),
+    (RefreshEuler, check_evals, r"evaluated the field 2 times in step 15"),
+    (LateAbscissaHeun, check_one_step, r"reads history .* at step 20"),
+    (SubSteppingHeun, check_evals, "evaluated the field 4 times"),
+    (ClippedVerlet, check_symplectic, "declares symplectic but one step"),
+    (FlatHeun, check_protocol, r"called with a \(\d+, \d+\) tensor"),
+    (SwappedAxesEuler, check_protocol, r"called with a \(\d+, \d+, \d+\) tensor|samples of a batch independently"),
+    (Bf16StageHeun, check_precision, "float32 step differs from its float64 step"),
+    (HalfIncrementEuler, check_precision, "float32 step differs from its float64 step"),
+    (ScaledCacheVerlet, check_one_step, r"reads history .*instance \d of \d"),
+    (ChannelMassVerlet, check_one_step, r"reads history .*instance \d of \d"),
+]
+
+
+@pytest.mark.parametrize(("scheme", "check", "message"), CASES, ids=[c[0].__name__ for c in CASES])
+def test_a_scheme_wrong_only_away_from_the_fixed_points_is_rejected_with_a_counterexample(scheme, check, message):
+    check(scheme, examples=0)  # the fixed points alone pass it
+    with pytest.raises(AssertionError, match=message) as failure:
+        check(scheme)
+    assert "counterexample: " in str(failure.value)
+
+
+def test_a_counterexample_is_shrunk_to_the_smallest_instance_that_fails():
+    """RefreshEuler fails only from its 16th step: the shrunk instance has exactly 16 steps, parameters at their start
+    (it has none to move) and one instance."""
+    with pytest.raises(AssertionError) as failure:
+        check_evals(RefreshEuler)
+    message = str(failure.value)
+    assert ", 16 step(s) from" in message, message
+
+
+def test_a_scheme_the_kit_cannot_copy_is_reported_not_compared_with_itself():
+    with pytest.raises(AssertionError, match=r"copy\.deepcopy fails on it \(TypeError: cannot pickle '_thread\.lock'"):
+        check_stepper(LockedEuler)
+
+
+def test_a_stepper_holding_a_graph_is_copied_detached_not_returned_itself():
+    """A cache with its graph on the stepper (left by a step under autograd) defeats ``copy.deepcopy``; the kit's
+    copies used to fall back to the stepper itself, so "an unused copy" compared the stepper with itself."""
+    stepper = _Heun.__new__(type("CachingHeun", (_Heun,), {}))
+    _Heun.__init__(stepper)
+    leaf = torch.ones(3, requires_grad=True)
+    stepper.cache = leaf * 2  # carries a graph
+    with pytest.raises(RuntimeError):
+        copy.deepcopy(stepper)
+    copied = _copy(stepper)
+    assert copied is not stepper and copied.cache is not stepper.cache
+    assert copied.cache.grad_fn is None and torch.equal(copied.cache, stepper.cache.detach())
+
+
+def test_a_flattening_step_is_rejected_inside_a_layer_too():
+    for layer in (Whole(FlatHeun()), Split(FlatHeun())):
+        with pytest.raises(AssertionError, match="samples of a batch independently|called with a"):
+            check_layer(layer)
+
+
+def test_every_category_has_two_schemes():
+    assert len(CASES) >= 18 and len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("examples", [3])
+def test_drawn_checks_pass_a_correct_scheme_on_both_kinds(examples):
+    class Correct(_Heun):
+        pass
+
+    class CorrectVerlet(_Verlet):
+        pass
+
+    check_stepper(Correct, examples=examples)
+    check_stepper(CorrectVerlet, examples=examples)
+
+
+def test_thresholds_are_stated_once():
+    assert th.ORDER_TOLERANCE == 0.3 and th.EXAMPLES >= 10 and th.LARGE_STATE >= 4096
+    assert th.MAGNITUDES == (1e-3, 1e3) and th.MAX_HORIZON >= 64
