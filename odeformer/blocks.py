@@ -68,6 +68,13 @@ class Preset:
     memory: str = "store"
     name: str = ""
 
+    @property
+    def scheme(self) -> dict[str, Any] | None:
+        """A scheme made from coefficients (a tableau, a splitting): its coefficients and derived claims as plain
+        values, which a run's summary records; ``None`` for other schemes."""
+        describe = getattr(self.stepper, "describe", None)
+        return describe() if inspect.ismethod(describe) else None  # a classmethod: the class holds its coefficients
+
     def with_options(self, **options: Any) -> Preset:
         return replace(self, options={**self.options, **options})
 
@@ -220,6 +227,15 @@ PRESETS: dict[str, Preset] = {
         ffn="semi_implicit_euler",
         memory="rebuild",
     ),
+    "tableau": Preset(
+        "a scheme from coefficients or a name (solver.options: name; A, b[, c]; A, bbar, b, c; drifts, kicks), its "
+        "order, symplecticity, symmetry and evaluations derived from them; its layer follows from those (a "
+        "first-order tableau on the whole block, a second-order one on X'' = Attn(LN x) - x with the FFN by the chain "
+        "rule); with nothing given, velocity Verlet",
+        solvers.Tableau,
+        "laplacian",
+        0.5,
+    ),
 }
 for _name, _preset in PRESETS.items():
     PRESETS[_name] = replace(_preset, name=_name)
@@ -328,6 +344,8 @@ def preset(
     the run's config says what the scheme got; an option it does not take is dropped if it is the solver ``name``'s
     default (the config fills those in for the named scheme), and is an error otherwise."""
     chosen = resolve(name) if not stepper else _with_stepper(name, _stepper_class(stepper))
+    if chosen.stepper is solvers.Tableau:
+        chosen, options = _tableau_layer(chosen, options or {}), None
     if stepper:
         takes = set(stepper_parameters(chosen.stepper))
         options = {k: v for k, v in (options or {}).items() if k in takes or not _solver_default(name, k, v)}
@@ -369,6 +387,21 @@ def preset(
             made, equation=f"{made.equation}   [changed: {', '.join(f'{k}={v}' for k, v in changed.items())}]"
         )
     return made
+
+
+def _tableau_layer(named: Preset, options: dict[str, Any]) -> Preset:
+    """The layer of a ``tableau`` solver: the class its options make (:func:`solvers.tableau`), laid out as its
+    derived declarations call for (:func:`derive`), with the coefficients and claims in its equation."""
+    allowed = [key for key in stepper_parameters(solvers.Tableau)]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"bad options {options} for tableau: it takes no {', '.join(unknown)} (allowed: {', '.join(allowed)}).")
+    given = {key: value for key, value in {**named.options, **options}.items() if value is not None}
+    cls = solvers.tableau(**(given or {"name": solvers.Tableau.DEFAULT}))
+    derived = derive(cls, named.name)
+    claims = cls.describe()
+    said = ", ".join(f"{key} {claims[key]}" for key in ("order", "evals_per_step", "symplectic", "reversible"))
+    return replace(derived, equation=f"{cls.__name__} ({said}): {derived.equation}")
 
 
 def _stepper_class(stepper: str | type) -> type[AbstractStepper]:

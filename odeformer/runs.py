@@ -165,6 +165,8 @@ def build(
         "dt": model.backbone.layers[0].dt if model.backbone.layers else preset.T / model_node["depth"],
         "config": config,
     }
+    if getattr(preset, "scheme", None):  # a scheme made from coefficients: they and its derived claims
+        info["scheme"] = preset.scheme
     return data, model, info
 
 

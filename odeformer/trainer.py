@@ -501,6 +501,7 @@ class Trainer:
             "model": self.info.get("model"),
             "data": self.info.get("data"),
             "depth": self.info.get("depth"),
+            **({"scheme": self.info["scheme"]} if self.info.get("scheme") else {}),
             "params": sum(p.numel() for p in _unwrap(self.model).parameters()),
             "best_step": self.best_step,
             "status": status,

@@ -9,18 +9,25 @@ count) that users run on their own schemes. This package imports only torch.
 """
 
 from ._base import DECLARATIONS, AbstractStepper, Field, PhaseState, adapt, axpy, integrate, iterate, trajectory
+from ._composition import Composition
 from ._damped import Damped
 from ._euler import Euler
 from ._heun import Heun
 from ._leapfrog import Leapfrog
+from ._learnable_composition4 import TripleJump
+from ._learnable_rk2 import TwoStageRK
+from ._learnable_splitting import SymmetricSplitting
 from ._light_wave import LightWave
 from ._mix import Mix
 from ._recompute import checkpointed
 from ._reversible import integrate_reversible
 from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
+from ._rkn import RungeKuttaNystrom
 from ._semi_implicit_euler import SemiImplicitEuler
 from ._splitting import Block, Split, Whole
+from ._tableau import RungeKutta
+from ._tableau_library import TABLEAUX, Tableau, tableau
 from ._velocity_mix import VelocityMix
 from ._velocity_verlet import VelocityVerlet
 
@@ -41,8 +48,10 @@ STEPPERS: dict[str, type[AbstractStepper]] = {
 __all__ = [
     "DECLARATIONS",
     "STEPPERS",
+    "TABLEAUX",
     "AbstractStepper",
     "Block",
+    "Composition",
     "Damped",
     "Euler",
     "Field",
@@ -53,8 +62,14 @@ __all__ = [
     "PhaseState",
     "RK4",
     "RK4ThreeEighths",
+    "RungeKutta",
+    "RungeKuttaNystrom",
     "SemiImplicitEuler",
     "Split",
+    "SymmetricSplitting",
+    "Tableau",
+    "TripleJump",
+    "TwoStageRK",
     "VelocityMix",
     "VelocityVerlet",
     "Whole",
@@ -64,6 +79,7 @@ __all__ = [
     "integrate",
     "integrate_reversible",
     "iterate",
+    "tableau",
     "trajectory",
 ]
 

@@ -1,0 +1,353 @@
+"""Schemes from coefficients: the order conditions, the derived claims, the named library, the learnable families that
+keep their guarantees, and ``solver=tableau`` from the command line (float64 throughout)."""
+
+import json
+import math
+import re
+import sys
+from fractions import Fraction
+from typing import ClassVar
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import odeformer
+import solvers
+from helpers import cli, cli_in_process
+from odeformer.blocks import preset
+from solvers import TABLEAUX, Composition, PhaseState, RungeKutta, RungeKuttaNystrom, tableau
+from solvers._composition import as_nystrom, merged_sequence
+from solvers._order_conditions import rk_conditions, rk_order, rkn_order, rkn_symplectic_defect, rooted_trees
+from solvers.testing import check_evals, check_order, check_stepper
+
+KNOWN_ORDERS = {
+    "euler": 1, "midpoint": 2, "heun": 2, "ralston": 2, "kutta3": 3, "ssprk3": 3, "bogacki_shampine3": 3, "rk4": 4,
+    "rk4_38": 4, "nystrom4": 4, "symplectic_euler": 1, "velocity_verlet": 2, "position_verlet": 2, "forest_ruth": 4,
+    "yoshida4": 4, "omelyan2": 2, "omelyan4": 4, "pefrl": 4,
+}
+SYMPLECTIC = {"symplectic_euler", "velocity_verlet", "position_verlet", "forest_ruth", "yoshida4", "omelyan2",
+              "omelyan4", "pefrl"}
+DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2", "train.max_steps=4",
+         "train.eval_every=2"]
+
+
+# -- the order conditions ----------------------------------------------------------------------------------------------
+
+
+def test_tree_counts_and_the_classic_conditions():
+    assert [len(rooted_trees(n)) for n in range(1, 8)] == [1, 1, 2, 4, 9, 20, 48]  # OEIS A000081
+    texts = {text: value for p in range(1, 5) for text, _, value in rk_conditions(p)}
+    assert texts == {
+        "Σ bᵢ": 1, "Σ bᵢcᵢ": Fraction(1, 2), "Σ bᵢcᵢ²": Fraction(1, 3), "Σ bᵢaᵢⱼcⱼ": Fraction(1, 6),
+        "Σ bᵢcᵢ³": Fraction(1, 4), "Σ bᵢcᵢaᵢⱼcⱼ": Fraction(1, 8), "Σ bᵢaᵢⱼcⱼ²": Fraction(1, 12),
+        "Σ bᵢaᵢⱼaⱼₖcₖ": Fraction(1, 24),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_ORDERS))
+def test_every_named_scheme_derives_its_known_order(name):
+    cls = TABLEAUX[name]
+    assert cls.order == cls.derived.order == KNOWN_ORDERS[name]
+    assert cls.symplectic == (name in SYMPLECTIC) and cls.second_order == (name in SYMPLECTIC or name == "nystrom4")
+    assert "Reference" in (cls.__doc__ or sys.modules[cls.__module__].__doc__)  # the class's, or its file's
+
+
+def test_evaluations_fsal_and_symmetry_follow_from_the_coefficients():
+    expected = {  # name: (evals_per_step, fsal, symmetric)
+        "velocity_verlet": (2, True, True), "position_verlet": (1, False, True), "forest_ruth": (3, False, True),
+        "yoshida4": (4, True, True), "omelyan4": (5, True, True), "pefrl": (4, False, True),
+        "symplectic_euler": (1, False, False), "bogacki_shampine3": (4, True, False), "rk4": (4, False, False),
+    }
+    for name, claims in expected.items():
+        cls = TABLEAUX[name]
+        assert (cls.evals_per_step, cls.fsal, cls.symmetric) == claims, name
+    # kick ½, drift 0, kick ½ is one kick: the merged sequence of velocity Verlet run twice in a row
+    assert Composition.from_coefficients([0, 0, 1], ["1/4", "1/4", "1/2"]).evals_per_step == 2
+
+
+def test_a_typo_names_the_first_failing_condition_and_by_how_much():
+    with pytest.raises(TypeError, match=r"declares order = 3, but order conditions hold to order 2; Σ bᵢcᵢ² = 1/3 "
+                                        r"is off by 0\.0833"):
+        class ThirdOrderMidpoint(RungeKutta):  # the midpoint rule claiming order 3
+            A = ((), (1 / 2,))
+            b = (0, 1)
+            order: ClassVar[int] = 3
+
+    with pytest.raises(TypeError, match=r"order conditions hold to order 1; Σ bᵢcᵢ = 1/2 is off by 0\.00667"):
+        class TypoRK4(RungeKutta):  # a₃₂ typed 0.52 instead of 0.5
+            A = ((), (1 / 2,), (0, 0.52), (0, 0, 1))
+            b = (1 / 6, 1 / 3, 1 / 3, 1 / 6)
+            order: ClassVar[int] = 4
+
+    derived = rk_order(((), (1 / 2,), (0, 1 / 2), (0, 0, 1)), (1 / 6, 1 / 3, 0.35, 0.15), (0, 0.5, 0.5, 1))
+    assert derived.message().startswith("order conditions hold to order 1; Σ bᵢcᵢ = 1/2 is off by 0.00833")
+    derived = rkn_order(*as_nystrom(merged_sequence([0.2, 0.6, 0.2], [0.5, 0.5])))  # Omelyan's λ mistyped as 0.2
+    assert derived.order == 2 and derived.failing == "Σ b̄ᵢcᵢ" and "1/6 is off by 0.00667" in derived.message()
+
+
+def test_wrong_claims_are_refused():
+    with pytest.raises(TypeError, match=r"declares symplectic = True, but its symplecticity condition .* is off by"):
+        class SymplecticNystrom(RungeKuttaNystrom):
+            A, bbar, b, c = ((), (1 / 8,), (0, 1 / 2)), (1 / 6, 1 / 3, 0), (1 / 6, 2 / 3, 1 / 6), (0, 1 / 2, 1)
+            symplectic: ClassVar[bool] = True
+
+    with pytest.raises(TypeError, match="declares symplectic = True, but no explicit Runge–Kutta method is"):
+        class SymplecticHeun(RungeKutta):
+            A, b = ((), (1,)), (1 / 2, 1 / 2)
+            symplectic: ClassVar[bool] = True
+
+    with pytest.raises(TypeError, match="declares symmetric = True, but its sequence is not a palindrome"):
+        class SymmetricEuler(Composition):
+            drifts, kicks = (0, 1), (1,)
+            symmetric: ClassVar[bool] = True
+
+    with pytest.raises(TypeError, match="declares evals_per_step = 3, but it has 2 kicks after merging"):
+        class CheapVerlet(Composition):
+            drifts, kicks = (0, 1), (1 / 2, 1 / 2)
+            evals_per_step: ClassVar[int] = 3
+
+    # the symplecticity conditions hold for every splitting's tableau and for none of the Runge–Kutta–Nyström one here
+    for name in SYMPLECTIC:
+        ops = merged_sequence(TABLEAUX[name].drifts, TABLEAUX[name].kicks)
+        assert rkn_symplectic_defect(*as_nystrom(ops))[0] < 1e-14, name
+    assert rkn_symplectic_defect(*(getattr(TABLEAUX["nystrom4"], k) for k in ("A", "bbar", "b", "c")))[0] > 0.01
+
+
+@pytest.mark.parametrize(
+    "coefficients, message",
+    [
+        ({"A": [[], [1]], "b": [1, 1, 1]}, "A has 2 rows but b has 3 entries"),
+        ({"A": [[0, 1], [0.5, 0]], "b": [0, 1]}, "A is not explicit: a12 = 1 is on or above the diagonal"),
+        ({"A": [[], [0.5]], "b": [0, 1], "c": [0, 0.6]}, "c2 = 0.6 is not the row sum"),
+        ({"A": [[], [0.5]], "b": [0.1, 0.1]}, "not consistent (order 0): order conditions hold to order 0; Σ bᵢ = 1"),
+        ({"drifts": [0.5, 0.4], "kicks": [1]}, "Σ drifts = 1 is off by 0.1"),
+        ({"drifts": [1, 0, 0], "kicks": [1]}, "3 drifts and 1 kicks do not interleave"),
+        ({"A": [[], [0.5]], "bbar": [0.5], "b": [0.5, 0.5], "c": [0, 1]}, "bbar has 1 entries but b has 2"),
+        ({"name": "forest_ruth", "b": [1]}, "give a tableau's name or its coefficients, not both"),
+        ({"drifts": [1], "b": [1]}, "a splitting takes drifts and kicks, and only them"),
+        ({"A": [[], ["1/x"]], "b": [0, 1]}, "A[1][0] must be a number such as 0.5 or 1/3"),
+        ({"name": "rk5"}, "unknown tableau 'rk5'"),
+    ],
+)
+def test_inconsistent_coefficients_are_one_line_errors(coefficients, message):
+    with pytest.raises(ValueError, match=re.escape(message)) as error:
+        tableau(**coefficients)
+    assert "\n" not in str(error.value)
+
+
+# -- the engine is the schemes it replaced -----------------------------------------------------------------------------
+
+
+def test_the_engine_steps_as_the_hand_written_formulas():
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(5, 5, generator=g, dtype=torch.float64)
+    x = torch.randn(3, 5, generator=g, dtype=torch.float64)
+
+    def f(t, x):
+        return torch.tanh(x @ W) * math.cos(t)
+
+    t, h = 0.3, 0.2
+    k1 = f(t, x)
+    k2 = f(t + h / 2, x + h / 2 * k1)
+    k3 = f(t + h / 2, x + h / 2 * k2)
+    k4 = f(t + h, x + h * k3)
+    expected = {
+        "euler": x + h * k1,
+        "heun": x + h / 2 * (k1 + f(t + h, x + h * k1)),
+        "rk4": x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4),
+        "midpoint": x + h * f(t + h / 2, x + h / 2 * k1),
+    }
+    for name, want in expected.items():
+        got, _ = TABLEAUX[name]().step(f, t, x, h, None)
+        torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-14)
+    assert solvers.STEPPERS["rk4"] is solvers.RK4 is TABLEAUX["rk4"] and issubclass(solvers.Euler, RungeKutta)
+
+
+def test_a_splitting_kicks_at_the_time_its_drifts_have_reached():
+    cls = Composition.from_coefficients(["1/4", "3/4"], [1])
+    times = []
+    y, _ = cls().step(lambda t, x: times.append(t) or -x, 1.0, PhaseState(torch.ones(2), torch.ones(2)), 0.4, None)
+    assert times == [pytest.approx(1.1)]
+    torch.testing.assert_close(y.x, torch.full((2,), 1 + 0.1 + 0.3 * (1 - 0.4 * 1.1)))
+
+
+# -- every scheme passes the kit -----------------------------------------------------------------------------------------
+
+FAST = {"forest_ruth", "nystrom4", "bogacki_shampine3"}  # one of each engine (FSAL included) in the default suite
+
+
+@pytest.mark.parametrize(
+    "name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in sorted(TABLEAUX)]
+)
+def test_every_named_scheme_passes_the_kit(name):
+    report = check_stepper(TABLEAUX[name])
+    assert all(abs(slope - KNOWN_ORDERS[name]) < 0.3 for slope in report["order"])
+
+
+def test_a_scheme_typed_as_coefficients_passes_the_kit():
+    cls = tableau(drifts=["1/6", "2/3", "1/6"], kicks=["1/2", "1/2"])  # a symmetric two-kick member, λ = 1/6
+    assert (cls.order, cls.symplectic, cls.reversible, cls.evals_per_step) == (2, True, True, 2)
+    check_stepper(cls)
+
+
+# -- learnable families --------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(alpha=st.floats(0.2 + 1e-6, 1.5 - 1e-6), lam=st.floats(1e-6, 0.5 - 1e-6))
+def test_the_families_meet_their_order_conditions_at_every_parameter(alpha, lam):
+    rk2 = solvers.TwoStageRK(alpha0=alpha).double()
+    t = rk2.tableau()
+    assert rk_order(tuple(tuple(r) for r in t["A"]), t["b"], t["c"]).order == 2
+    two = rkn_order(*as_nystrom(merged_sequence([lam, 1 - 2 * lam, lam], [0.5, 0.5])))
+    assert two.order == 2
+    w1, w0 = solvers._learnable_composition4.W1, solvers._learnable_composition4.W0
+    drifts = [lam * w1, (1 - 2 * lam) * w1, lam * (w1 + w0), (1 - 2 * lam) * w0, lam * (w0 + w1),
+              (1 - 2 * lam) * w1, lam * w1]
+    kicks = [w1 / 2, w1 / 2, w0 / 2, w0 / 2, w1 / 2, w1 / 2]
+    assert rkn_order(*as_nystrom(merged_sequence(drifts, kicks))).order == 4
+
+
+def _jacobian(stepper, field, y, dt):
+    flat = torch.cat([y.x, y.v])
+    n = y.x.numel()
+
+    def one(z):
+        y1, _ = stepper.step(field, 0.3, PhaseState(z[:n], z[n:]), dt, None)
+        return torch.cat([y1.x, y1.v])
+
+    return torch.autograd.functional.jacobian(one, flat)
+
+
+@settings(max_examples=10, deadline=None)
+@given(theta=st.lists(st.floats(-6, 6), min_size=3, max_size=3), seed=st.integers(0, 2**16), dt=st.floats(0.01, 0.5))
+def test_the_splitting_families_stay_symplectic_and_symmetric_at_moved_parameters(theta, seed, dt):
+    """One step's Jacobian M has MᵀJM = J, and step(−dt) undoes step(dt), with per-channel λ drawn across (0, ½),
+    on a coupled nonlinear force (the kit's full check with moved parameters runs in the slow suite)."""
+    g = torch.Generator().manual_seed(seed)
+    K = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    K = K @ K.T / 3
+
+    def force(t, x):  # -∇(½ xᵀKx + ¼ Σ x⁴) (1 + ½ sin t): Hamiltonian at every frozen time
+        return -(x @ K + x**3) * (1 + 0.5 * math.sin(float(t)))
+
+    y = PhaseState(*(0.5 * torch.randn(2, 3, generator=g, dtype=torch.float64)))
+    J = torch.zeros(6, 6, dtype=torch.float64)
+    J[:3, 3:], J[3:, :3] = torch.eye(3), -torch.eye(3)
+    for cls in (solvers.SymmetricSplitting, solvers.TripleJump):
+        stepper = cls(dim=3).double()
+        with torch.no_grad():
+            stepper.theta.copy_(torch.tensor(theta))
+        M = _jacobian(stepper, force, y, dt)
+        torch.testing.assert_close(M.T @ J @ M, J, rtol=0, atol=1e-11)
+        y1, _ = stepper.step(force, 0.3, y, dt, None)
+        back, _ = stepper.step(force, 0.3 + dt, y1, -dt, None)
+        torch.testing.assert_close(torch.cat(back), torch.cat(y), rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow  # the kit checks every claim with the parameters also moved from their start (minutes on 2 cores)
+@pytest.mark.parametrize("dim", [None, 4])
+def test_the_splitting_family_passes_the_kit_with_its_parameters_moved(dim):
+    check_stepper(solvers.SymmetricSplitting, dim=dim)
+
+
+@pytest.mark.slow  # six evaluations a step at order 4: about a minute
+@pytest.mark.parametrize("dim", [None, 4])
+def test_the_fourth_order_family_passes_the_kit_with_its_parameters_moved(dim):
+    check_stepper(solvers.TripleJump, dim=dim)
+
+
+@pytest.mark.slow  # order measurements at four drawn α
+@settings(max_examples=4, deadline=None)
+@given(alpha=st.floats(0.25, 1.45))
+def test_the_two_stage_family_has_order_2_wherever_alpha_is(alpha):
+    """Order and evaluations at drawn α (the kit's gradient check needs fields differentiable in time, which its
+    time-dependent problems are not: a learnable stage time moves the step through ``t``; checked below)."""
+    rk2 = solvers.TwoStageRK(alpha0=alpha).double()
+    check_order(rk2)
+    check_evals(rk2)
+
+
+def test_the_two_stage_family_differentiates_in_its_parameter():
+    rk2 = solvers.TwoStageRK().double()
+    x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    field = lambda t, x: torch.sin(x) * torch.cos(torch.as_tensor(t))  # noqa: E731 - differentiable in t too
+    assert torch.autograd.gradcheck(lambda x, theta: torch.func.functional_call(
+        rk2, {"theta": theta}, (field, 0.3, x, 0.4, None))[0], (x, rk2.theta.detach().clone().requires_grad_()))
+
+
+def test_families_are_learnable_per_layer_and_per_channel_and_keep_their_range():
+    model = odeformer.ViT(depth=3, dim=16, heads=2, solver=solvers.SymmetricSplitting)
+    thetas = [layer.stepper.theta for layer in model.backbone.layers]
+    assert len({id(p) for p in thetas}) == 3 and all(p.shape == (16,) for p in thetas)
+    scalar = solvers.SymmetricSplitting(dim=16, per_channel=False)
+    assert scalar.theta.shape == ()
+    with torch.no_grad():
+        scalar.theta.fill_(40.0)
+    assert 0 < float(scalar.lam) <= 0.5
+    assert 0.2 < float(solvers.TwoStageRK(alpha0=1.49).alpha) < 1.5
+    with pytest.raises(ValueError, match=r"alpha0 must lie in \(0.2, 1.5\)"):
+        solvers.TwoStageRK(alpha0=0.0)
+    with pytest.raises(ValueError, match=r"lambda0 must lie in \(0, 1/2\)"):
+        solvers.TripleJump(lambda0=0.5)
+
+
+# -- the tableau solver --------------------------------------------------------------------------------------------------
+
+
+def test_the_tableau_preset_lays_out_the_layer_its_claims_call_for():
+    second = preset("tableau", options={"name": "forest_ruth"})
+    assert (second.stepper, second.form, second.dt, second.dynamics) == (TABLEAUX["forest_ruth"], "laplacian", 0.5,
+                                                                        solvers.Split)
+    first = preset("tableau", options={"A": [[], ["2/3"]], "b": ["1/4", "3/4"]})
+    assert (first.form, first.dt, first.dynamics, first.stepper.order) == ("residual", 1.0, solvers.Whole, 2)
+    assert first.scheme["A"] == [[], [2 / 3]] and first.scheme["order"] == 2 and not first.scheme["symplectic"]
+    model = odeformer.ViT(depth=2, dim=8, heads=2, solver=second)
+    model(torch.randn(2, 1, 8, 8)).sum().backward()
+    assert type(model.backbone.layers[0].stepper).__name__ == "ForestRuth"
+
+
+@pytest.mark.slow  # two layer-order measurements (about 10 s each)
+def test_tableau_layers_measure_their_declared_order():
+    assert odeformer.check_preset(preset("tableau", options={"drifts": [0, 1], "kicks": [0.5, 0.5]}))["declared"] == 1
+    assert odeformer.check_preset(preset("tableau", options={"name": "ralston"}))["declared"] == 2
+
+
+def test_cli_trains_inline_coefficients_and_records_them(tmp_path):
+    out = tmp_path / "run"
+    done = cli(*DEBUG, "solver=tableau", "solver.options.drifts=[0.2,0.6,0.2]", "solver.options.kicks=[0.5,0.5]",
+               f"train.out_dir={out}")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["solver"] == "tableau" and summary["steps"] == 4
+    scheme = summary["scheme"]
+    assert scheme["drifts"] == [0.2, 0.6, 0.2] and scheme["order"] == 2 and scheme["symplectic"] is True
+    assert scheme["order_conditions"].startswith("order conditions hold to order 2; Σ b̄ᵢcᵢ = 1/6 is off by")
+    (snapshot,) = (out / ".hydra").iterdir()
+    assert "drifts:\n    - 0.2" in (snapshot / "config.yaml").read_text()
+
+
+@pytest.mark.slow  # a CLI training run (about 10 s)
+def test_cli_trains_a_named_tableau(tmp_path):
+    out = tmp_path / "run"
+    done = cli(*DEBUG, "solver=tableau", "solver.options.name=forest_ruth", f"train.out_dir={out}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "summary.json").read_text())["scheme"]["order"] == 4
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["solver.options.drifts=[0.5,0.4]", "solver.options.kicks=[1]"], "Σ drifts = 1 is off by 0.1"),
+        (["solver.options.A=[[0,1],[0.5,0]]", "solver.options.b=[0,1]"], "A is not explicit"),
+        (["solver.options.A=[[],[0.5]]", "solver.options.b=[0.1,0.1]"], "order conditions hold to order 0"),
+        (["solver.options.name=nope"], "unknown tableau 'nope'"),
+    ],
+)
+def test_cli_bad_coefficients_are_one_line_and_exit_2(tmp_path, args, message):
+    done = cli_in_process(*DEBUG[:1], "solver=tableau", *args, f"train.out_dir={tmp_path / 'run'}")
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("odeformer-train: error:") and message in lines[0]
