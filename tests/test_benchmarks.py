@@ -26,6 +26,9 @@ KEYS = {
     "diffusion_vs_torch_memory",
     "causal_vs_gpt2_time",
     "causal_vs_gpt2_inference_time",
+    "generate_cache_speedup",
+    "generate_vs_gpt2_time",
+    "generate_full_vs_diffusion_time",
 }
 
 

@@ -281,3 +281,13 @@ def test_greedy_tokens_equal_transformers_cached_generate(seed):
     )  # fmt: skip
     model = odeformer.from_hf(hf, solver="diffusion")
     assert torch.equal(model.generate(prompt, 20, temperature=0.0), expected)
+
+
+def test_the_generation_benchmark_times_generations_that_agree():
+    """benchmarks/generation.py (make bench): cached and recomputed generation, and GPT-2's, make the same tokens."""
+    from benchmarks.generation import generation_calls, ratios
+
+    calls, agree = generation_calls(3, "cpu")
+    assert set(calls) >= {"cached", "recompute", "full_wave"} and all(agree.values())
+    measured = ratios({name: 1.0 for name in calls})
+    assert {"generate_cache_speedup", "generate_full_vs_diffusion_time"} <= set(measured)

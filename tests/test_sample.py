@@ -145,3 +145,29 @@ def test_a_character_level_run_logs_samples_and_odeformer_sample_reads_it(tmp_pa
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.startswith("012") and len(done.stdout) == 14, done.stderr
+
+
+def _example():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("shakespeare_sample", ROOT / "examples" / "shakespeare_sample.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.data("shakespeare")
+def test_the_shakespeare_example_samples_both_models_side_by_side(capsys):
+    small = ["--steps", "2", "--tokens", "30", "--depth", "1", "--dim", "16", "--context", "16", "--batch", "4"]
+    results = _example().main(small)
+    assert set(results) == {"diffusion", "full_wave"}
+    assert all(r["sample"].startswith("ROMEO:") and len(r["sample"]) == 36 for r in results.values())
+    printed = capsys.readouterr().out
+    assert "diffusion: val loss" in printed and "full_wave: val loss" in printed and "  |  " in printed
+
+
+def test_the_shakespeare_example_skips_cleanly_without_the_data(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ODEFORMER_DATA", str(tmp_path))
+    assert _example().main(["--steps", "1"]) is None
+    out = capsys.readouterr().out
+    assert out.startswith("skipped:") and out.count("\n") == 1

@@ -1,0 +1,115 @@
+"""Text generation speed: ``CausalLM.generate`` with its key/value cache against recomputing the sequence for every
+token, and against Hugging Face GPT-2's own cached ``generate`` of the same weights (the ``from_hf`` copy under
+``diffusion``; greedy, the same tokens), with Full Wave (the same weights integrated as a wave) beside it.
+
+    python -m benchmarks.generation [--rounds 3] [--tokens 256]
+
+:func:`generation_times` is what ``python -m benchmarks.run`` (``make bench``) calls; each call generates
+``tokens`` new tokens after a prompt of ``GEN["prompt"]``, medians over interleaved rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+
+import torch
+
+import odeformer
+
+GEN = dict(dim=128, depth=6, heads=4, vocab=65, batch=1, prompt=16, new=256)
+"""Generation sizes: GPT-2 of the benchmark's language-model shape, one prompt of 16 tokens, 256 new tokens."""
+
+
+def _models(tokens: int, device: str) -> dict[str, torch.nn.Module]:
+    """The from_hf copies of one GPT-2 under diffusion and full_wave, and the GPT-2 itself (when transformers is
+    installed; else a CausalLM of the same shape)."""
+    from benchmarks.anchors import have_transformers, hf_gpt2
+
+    positions = GEN["prompt"] + tokens
+    torch.manual_seed(0)
+    if have_transformers():
+        gpt2 = hf_gpt2(GEN["vocab"], positions, GEN["depth"], GEN["dim"], GEN["heads"]).model.to(device).eval()
+        return {
+            "gpt2": gpt2,
+            "diffusion": odeformer.from_hf(gpt2).eval(),
+            "full_wave": odeformer.from_hf(gpt2, solver="full_wave").eval(),
+        }
+    shape = dict(depth=GEN["depth"], dim=GEN["dim"], heads=GEN["heads"])
+    diffusion = odeformer.CausalLM(GEN["vocab"], positions, solver="diffusion", **shape).to(device).eval()
+    wave = odeformer.CausalLM(GEN["vocab"], positions, solver="full_wave", **shape).to(device)
+    wave.load_state_dict(diffusion.state_dict())
+    return {"diffusion": diffusion, "full_wave": wave.eval()}
+
+
+def generation_calls(tokens: int, device: str) -> tuple[dict[str, Callable[[], torch.Tensor]], dict[str, bool]]:
+    """One greedy generation of ``tokens`` tokens per configuration: ``cached`` and ``recompute`` (the diffusion
+    copy with and without its cache), ``full_wave`` (cached), ``gpt2`` (transformers' generate, its cache on).
+    Also whether the outputs agree (cached with recomputed; the diffusion copy with GPT-2)."""
+    models = _models(tokens, device)
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, GEN["vocab"], (GEN["batch"], GEN["prompt"]), generator=g).to(device)
+    diffusion, wave = models["diffusion"], models["full_wave"]
+    calls = {
+        "cached": lambda: diffusion.generate(prompt, tokens, temperature=0.0),
+        "recompute": lambda: diffusion.generate(prompt, tokens, temperature=0.0, cache=False),
+        "full_wave": lambda: wave.generate(prompt, tokens, temperature=0.0),
+    }
+    if "gpt2" in models:
+        gpt2, mask = models["gpt2"], torch.ones_like(prompt)
+
+        @torch.no_grad()
+        def hf():
+            return gpt2.generate(
+                prompt,
+                attention_mask=mask,
+                max_new_tokens=tokens,
+                min_new_tokens=tokens,
+                do_sample=False,
+                use_cache=True,
+                pad_token_id=0,
+                eos_token_id=None,
+            )
+
+        calls["gpt2"] = hf
+    cached = calls["cached"]()
+    agree = {"cached_equals_recompute": bool(torch.equal(cached, calls["recompute"]()))}
+    if "gpt2" in calls:
+        agree["cached_equals_gpt2"] = bool(torch.equal(cached, calls["gpt2"]()))
+    return calls, agree
+
+
+def generation_times(rounds: int, device: str, tokens: int = GEN["new"]) -> tuple[dict[str, float], dict[str, bool]]:
+    """Median seconds of each generation in :func:`generation_calls`, interleaved round by round (one warm-up
+    round; the first call of each is the agreement check)."""
+    from benchmarks.run import interleaved
+
+    calls, agree = generation_calls(tokens, device)
+    return interleaved(calls, rounds, warmup=0, device=device), agree
+
+
+def ratios(times: dict[str, float]) -> dict[str, float]:
+    """The reported measures from the medians."""
+    out = {
+        "generate_cache_speedup": times["recompute"] / times["cached"],
+        "generate_full_vs_diffusion_time": times["full_wave"] / times["cached"],
+    }
+    if "gpt2" in times:
+        out["generate_vs_gpt2_time"] = times["cached"] / times["gpt2"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.generation", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=GEN["new"])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    times, agree = generation_times(args.rounds, args.device, args.tokens)
+    print(json.dumps({**ratios(times), "seconds": times, **agree}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
