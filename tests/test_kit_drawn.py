@@ -15,12 +15,10 @@ from torch import nn
 
 from solvers import AbstractStepper, PhaseState, Split, Whole
 from solvers.testing import (
-    block_problem,
     check_evals,
     check_gradients,
     check_layer,
     check_one_step,
-    check_order,
     check_precision,
     check_protocol,
     check_stepper,
@@ -342,7 +340,7 @@ class ChannelMassVerlet(ScaledCacheVerlet):
         return lambda t, y: PhaseState(y.v, field(t, y.x) * torch.exp(-self.log_mass).to(y.x.dtype))
 
 
-# -- 10. what the kit itself must not do (and test_a_stepper_holding_a_graph_is_copied_detached_not_returned_itself) --------------------------------------------------------------------------------
+# -- 10. what the kit itself must not do (and the graph-carrying copy test below) --------------------------------------
 
 
 class LockedEuler(_Euler):

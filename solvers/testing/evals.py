@@ -11,6 +11,7 @@ from ._drawn import check_drawn
 from .problems import Problem, default_problems, stepper_width
 from .strategies import Instance, instances
 
+
 class RecordingField:
     """Wraps a field and records the time of every evaluation."""
 

@@ -254,7 +254,8 @@ def _round_trips(stepper: AbstractStepper, problem: Problem, t: float, y0: Any, 
         if not defect <= th.REVERSIBLE_RTOL:
             raise AssertionError(
                 f"{name} declares {claim} but {what} misses by {defect:.2e} (relative; REVERSIBLE_RTOL is "
-                f"{th.REVERSIBLE_RTOL:g}) at dt = {dt:.4g}, t = {t:.4g} on {problem.name}, each step from a fresh init."
+                f"{th.REVERSIBLE_RTOL:g}) at dt = {dt:.4g} from t = {t:.4g} on {problem.name}, each step from a "
+                "fresh init."
             )
         worst = max(worst, defect)
     return worst
@@ -275,8 +276,8 @@ def check_reversible(
     Fixed: at every ``dt`` in ``dts`` from ``t = 0.3`` on modulated, forced pendulums with a phase (nonlinear, their
     time dependence neither even nor odd; :func:`nonlinear_problem` at an odd first-order width) and coupled anharmonic
     oscillators (without the largest ``dt``, where the cubic force makes a step lose every digit), with learnable
-    parameters at their start and moved. Drawn (unless ``problem`` is given): ``examples`` :class:`Point` instances on those
-    families at drawn width and magnitude, state, ``t``, ``dt`` of either sign (``|dt|`` up to 1, 0.5 on the cubic
+    parameters at their start and moved. Drawn (unless ``problem`` is given): ``examples`` :class:`Point` instances on
+    those families at drawn width and magnitude, state, ``t``, ``dt`` of either sign (``|dt|`` up to 1, 0.5 on the cubic
     force) and parameter moves. Return the largest relative defect."""
     stepper = _instance(stepper)
     name = _name(stepper)

@@ -58,16 +58,16 @@ def check_layer(
     """Assert a block stepper (:class:`~solvers.Split`, :class:`~solvers.Whole` or one of your own, stepping on a
     :class:`~solvers.Block`) converges to its block's ODE with the order it declares for that block.
 
-    The declared order is ``stepper.layer_order(block)`` if the stepper has that method (a split layer's order
-    depends on the block: with no FFN it is the stepper's, with maps after the sublayers 0), else ``stepper.order``.
-    It is measured as :func:`check_order` measures a scheme, against ``stepper.limit_field(block)``, on ``problem``
-    (default: :func:`block_problem` of the stepper's kind and per-channel width, weight-tied: the same block every
-    step). Unless ``problem`` is given, the layer's protocol is checked too on ``examples`` drawn blocks (seed,
-    batches of 2 or 3, 1 to 4 tokens, signed ``dt``, up to 8 steps): its steps write into nothing they were given,
-    return ``y``'s form, and step each sample independently (a step that flattens the batch into rows before calling
-    attention mixes samples). Order 0 means no small-step limit; then :func:`check_no_limit` runs instead
-    (``limit_field`` raises ``ValueError``, the step does not shrink with ``dt``). Returns ``{"declared": order, "slope": slope}`` (``slope``
-    None for order 0, with the reason).
+    The declared order is ``stepper.layer_order(block)`` if the stepper has that method (a split layer's order depends
+    on the block: with no FFN it is the stepper's, with maps after the sublayers 0), else ``stepper.order``. It is
+    measured as :func:`check_order` measures a scheme, against ``stepper.limit_field(block)``, on ``problem`` (default:
+    :func:`block_problem` of the stepper's kind and per-channel width, weight-tied: the same block every step). Unless
+    ``problem`` is given, the layer's protocol is checked too on ``examples`` drawn blocks (seed, batches of 2 or 3, 1
+    to 4 tokens, signed ``dt``, up to 8 steps): its steps write into nothing they were given, return ``y``'s form, and
+    step each sample independently (a step that flattens the batch into rows before calling attention mixes samples).
+    Order 0 means no small-step limit; then :func:`check_no_limit` runs instead (``limit_field`` raises ``ValueError``,
+    the step does not shrink with ``dt``). Returns ``{"declared": order, "slope": slope}`` (``slope`` None for order 0,
+    with the reason).
     """
     drawn = problem is None
     width = stepper_width(stepper) or 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -13,7 +12,8 @@ from .._base import AbstractStepper, trajectory
 from . import thresholds as th
 from ._common import _fresh_step, _instance, _moved, _name, _one_thread
 from .problems import Problem, default_problems
-from .references import _error, _flat, _trajectory_error, reference
+from .references import _flat, _trajectory_error, reference
+
 
 def _fit(dts, errors) -> float:
     """Least-squares slope of log error against log dt."""

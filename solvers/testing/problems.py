@@ -15,7 +15,6 @@ from .._base import AbstractStepper, PhaseState
 from . import thresholds as th
 
 
-
 @dataclass(frozen=True)
 class Problem:
     """An initial-value problem on ``[0, T]``.
@@ -232,7 +231,8 @@ def stepper_width(stepper: AbstractStepper) -> int | None:
     widths = {int(t.shape[-1]) for t in (*stepper.parameters(), *stepper.buffers()) if t.dim() and t.shape[-1] > 1}
     if len(widths) > 1:
         raise AssertionError(
-            f"{_name(stepper)} has parameters of widths {sorted(widths)}: pass the state width (dim=...) to the check."
+            f"{type(stepper).__name__} has parameters of widths {sorted(widths)}: pass the state width (dim=...) to "
+            "the check."
         )
     return widths.pop() if widths else None
 

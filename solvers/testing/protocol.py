@@ -26,6 +26,7 @@ from .problems import Problem, _time_problem, default_problems, generator, stepp
 from .references import _error, _flat, _unflat
 from .strategies import Instance, instances
 
+
 def _fixed_protocol(stepper: AbstractStepper, dim: int | None = None) -> float:
     """Assert a step keeps the protocol every other check takes for granted, on the last of :func:`default_problems`
     (nonlinear, time-dependent, a batch of two) from a fresh ``init``:
@@ -421,7 +422,10 @@ def check_gradients(
         problem = inst.problem(layers[0])
         field, y0 = problem.field_for(layers[0]), problem.initial(layers[0])
         params = [
-            (f"{n} of instance {i}", p) for i, s in enumerate(layers) for n, p in s.named_parameters() if p.requires_grad
+            (f"{n} of instance {i}", p)
+            for i, s in enumerate(layers)
+            for n, p in s.named_parameters()
+            if p.requires_grad
         ]
 
         def run(vector: Tensor) -> Tensor:
@@ -494,9 +498,9 @@ def check_one_step(
     reached, to ``ONE_STEP_RTOL``.
 
     Fixed: ten steps whose size changes every step. Drawn (unless ``problem`` is given): ``examples`` instances, up to
-    ``MAX_HORIZON`` steps of drawn shape, magnitude and signed sizes, by up to three instances with different
-    parameters handing the state on as a model's layers do (a cache of a quantity scaled by one instance's parameter
-    fails when the next one reads it)."""
+    ``MAX_HORIZON / 2`` steps (two unused copies each) of drawn shape, magnitude and signed sizes, by up to three
+    instances with different parameters handing the state on as a model's layers do (a cache of a quantity scaled by one
+    instance's parameter fails when the next one reads it)."""
     stepper = _instance(stepper)
     worst = _fixed_one_step(stepper, problem, dim)
     if problem is not None or examples <= 0:
@@ -531,5 +535,5 @@ def check_one_step(
 
         _layers_run(layers, field, drawn.initial(layers[0]), inst.t0, inst.dts(), each)
 
-    check_drawn(instances(pristine, width), claim, examples)
+    check_drawn(instances(pristine, width, max_steps=th.MAX_HORIZON // 2), claim, examples)
     return worst

@@ -83,8 +83,8 @@ def magnitudes():
 
 def scaled_problems(second_order: bool = False, width: int | None = None):
     """Strategy: every problem family a stepper of this kind runs (second-order ones on any stepper, as ``[x, v]`` for
-    a first-order one) and :func:`token_problem` instances (tokens coupled as attention couples them), at a drawn magnitude
-    (:func:`scaled`). ``width`` fixes the state's width (a per-channel stepper's); else it is drawn."""
+    a first-order one) and :func:`token_problem` instances (tokens coupled as attention couples them), at a drawn
+    magnitude (:func:`scaled`). ``width`` fixes the state's width (a per-channel stepper's); else it is drawn."""
     seeds, horizons = st.integers(0, 2**31 - 1), st.floats(0.25, 0.5)
 
     def dims(low: int, high: int, halve: bool = False):
@@ -208,9 +208,10 @@ def instances(
 ):
     """Strategy: :class:`Instance` for ``stepper``. ``width`` fixes the channel count (a per-channel stepper's);
     else 1 to 4. Batches of 2 or 3 (a sample can be compared with its neighbours); two- and three-dimensional states;
-    now and then (``large``) a state of at least ``LARGE_STATE`` entries (as that many rows / width); magnitudes log-uniform over ``MAGNITUDES``;
-    ``steps`` up to ``max_steps``, their total time at most 8; ``dt`` of either sign (``signed``) with ``|dt|``
-    log-uniform from 1e-3 to ``max_dt``; parameters moved by up to 2 standard normals; 1 to ``layers`` instances."""
+    now and then (``large``) a state of at least ``LARGE_STATE`` entries (as that many rows / width); magnitudes
+    log-uniform over ``MAGNITUDES``; ``steps`` up to ``max_steps``, their total time at most 8; ``dt`` of either sign
+    (``signed``) with ``|dt|`` log-uniform from 1e-3 to ``max_dt``; parameters moved by up to 2 standard normals; 1 to
+    ``layers`` instances."""
     w = width if width is not None else draw(st.integers(1, 4))
     big = large and draw(st.booleans()) and draw(st.booleans())  # about one draw in four
     if big:  # many rows, not many tokens: the field stays cheap

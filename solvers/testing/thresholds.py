@@ -52,7 +52,7 @@ REVERSIBLE_DTS = (1.0, 0.5, 0.1, 0.01)
 REVERSIBLE_RTOL = 1e-12
 """A round trip recovers the state to this relative error."""
 
-# -- one step, protocol, gradients, precision ---------------------------------------------------------------------------
+# -- one step, protocol, gradients, precision --------------------------------------------------------------------------
 ONE_STEP_RTOL = 1e-12
 """A step from the carried state equals a fresh one (and a sample alone its row of the batch) to this relative error."""
 GRADIENT_RTOL = 1e-6
@@ -67,7 +67,7 @@ LARGE_STATE = 4096
 MAGNITUDES = (1e-3, 1e3)
 """States and fields are drawn at magnitudes log-uniform in this range."""
 
-# -- how much is drawn --------------------------------------------------------------------------------------------------
+# -- how much is drawn -------------------------------------------------------------------------------------------------
 EXAMPLES = 12
 """Drawn instances per claim in the default run (``check_stepper(cls, examples=...)`` draws more)."""
 ORDER_EXAMPLES = 1
