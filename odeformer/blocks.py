@@ -397,7 +397,9 @@ def _tableau_layer(named: Preset, options: dict[str, Any]) -> Preset:
     if unknown:
         raise ValueError(f"bad options {options} for tableau: it takes no {', '.join(unknown)} (allowed: {', '.join(allowed)}).")
     given = {key: value for key, value in {**named.options, **options}.items() if value is not None}
-    cls = solvers.tableau(**(given or {"name": solvers.Tableau.DEFAULT}))
+    if not given:  # solvers.Tableau itself: velocity Verlet
+        return replace(named, options={})
+    cls = solvers.tableau(**given)
     derived = derive(cls, named.name)
     claims = cls.describe()
     said = ", ".join(f"{key} {claims[key]}" for key in ("order", "evals_per_step", "symplectic", "reversible"))

@@ -46,7 +46,7 @@ class TwoStageRK(AbstractStepper):
 
     def tableau(self) -> dict[str, Any]:
         """The Butcher tableau at the current ``α``."""
-        a = float(self.alpha)
+        a = float(self.alpha.detach())
         return {"A": [[], [a]], "b": [1 - 1 / (2 * a), 1 / (2 * a)], "c": [0.0, a]}
 
     def describe(self) -> dict[str, Any]:

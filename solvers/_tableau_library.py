@@ -262,15 +262,19 @@ def describe(cls: type[AbstractStepper]) -> dict[str, Any]:
     return {key: getattr(cls, key) for key in keys}
 
 
-class Tableau(AbstractStepper, abstract=True):
+class Tableau(VelocityVerletSplitting):
     """``Tableau(name=...)`` or ``Tableau(A=..., b=...)``, ``Tableau(drifts=..., kicks=...)``: an instance of
-    :func:`tableau`'s class (the options ``solver=tableau`` takes). Not a stepper class of its own: its declarations
-    are those of the class the coefficients make. With nothing given it is velocity Verlet (``DEFAULT``)."""
+    :func:`tableau`'s class (the options ``solver=tableau`` takes), whose declarations are those its coefficients
+    give. With nothing given it is velocity Verlet (``DEFAULT``): an instance of this class, which is that splitting."""
 
     DEFAULT: ClassVar[str] = "velocity_verlet"
 
     def __new__(cls, name: str | None = None, A: Any = None, b: Any = None, c: Any = None, bbar: Any = None,
                 drifts: Any = None, kicks: Any = None):
         if name is None and all(x is None for x in (A, b, c, bbar, drifts, kicks)):
-            name = cls.DEFAULT
+            return super().__new__(cls)
         return tableau(name, A, b, c, bbar, drifts, kicks)()
+
+    def __init__(self, name: str | None = None, A: Any = None, b: Any = None, c: Any = None, bbar: Any = None,
+                 drifts: Any = None, kicks: Any = None):
+        super().__init__()
