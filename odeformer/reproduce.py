@@ -24,14 +24,16 @@ training time: running some sections rewrites their blocks and leaves the others
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import re
+import signal
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,14 +222,43 @@ SMOKE = Section(
 )
 
 
+class Interrupted(Exception):
+    """The sweep was stopped by a signal (``signum``); the running jobs saved their checkpoints."""
+
+    def __init__(self, signum: int, saved: bool = True):
+        super().__init__(signum, saved)
+        self.signum, self.saved = signum, saved
+
+
+_IN_WORKER = False  # whether this process is a sweep's worker (set by _worker_start)
+
+
+def _worker_start() -> None:
+    """A worker process's signal handling: Ctrl-C or SIGTERM (to the process group, or forwarded by the parent)
+    asks the running job to save its checkpoint and stop (the trainer's own handler while it trains, a pending stop
+    it finds before that), and no job starts after it; nothing is printed from the worker."""
+    from . import trainer
+
+    global _IN_WORKER
+    _IN_WORKER = True
+
+    def stop(signum, frame):
+        trainer.PENDING_STOP = signum
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+
+
 def _train(job: tuple[str, list[str], str]) -> dict[str, Any]:
     """Worker: compose and train one configuration (one thread); return its summary."""
     import torch
 
     torch.set_num_threads(1)
-    from . import train
+    from . import train, trainer
 
     name, overrides, out_dir = job
+    if trainer.PENDING_STOP is not None:  # the sweep was stopped before this job began
+        return {"status": "interrupted", "signal": trainer.PENDING_STOP}
     summary_path = Path(out_dir) / "summary.json"
     if summary_path.exists() and json.loads(summary_path.read_text())["status"] == "completed":
         drift = config_drift(Path(out_dir), overrides)
@@ -239,7 +270,10 @@ def _train(job: tuple[str, list[str], str]) -> dict[str, Any]:
         return json.loads(summary_path.read_text())
     resume = ["train.resume=true"] if (Path(out_dir) / "last.pt").exists() else []  # an interrupted sweep
     cfg = train.compose([*overrides, *resume, "train.progress=false"])
-    return train.run(cfg, Path(out_dir))
+    summary = train.run(cfg, Path(out_dir))
+    if summary.get("status") == "interrupted" and _IN_WORKER:  # signalled while training: no other job here
+        trainer.PENDING_STOP = summary.get("signal") or signal.SIGINT
+    return summary
 
 
 HOW_STARTED = {"train.out_dir", "train.resume", "train.progress"}  # where and how a run was started, not what it is
@@ -304,11 +338,52 @@ def _run(jobs: list[tuple[str, str, str, int, list[str]]], runs_dir: Path, worke
             record.write_text(json.dumps(overrides) + "\n")
     work = [(name, overrides, str(runs_dir / name)) for name, _, _, _, overrides in jobs]
     if workers == 1:
-        summaries = [_train(job) for job in work]
+        summaries = []
+        for job in work:
+            summaries.append(_train(job))
+            if summaries[-1].get("status") == "interrupted":  # the job saved its checkpoint: the sweep stops
+                raise Interrupted(int(summaries[-1].get("signal") or signal.SIGINT))
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            summaries = list(pool.map(_train, work))
+        summaries = _in_pool(work, workers)
     return [(*job, summary) for job, summary in zip(jobs, summaries)]
+
+
+def _in_pool(work: list[tuple[str, list[str], str]], workers: int) -> list[dict[str, Any]]:
+    """The jobs in ``workers`` processes. One Ctrl-C or SIGTERM stops the sweep: no job starts after it, the
+    running ones save their checkpoints (the signal is forwarded to them) and are waited for, then
+    :class:`Interrupted`; a second signal while waiting kills the workers. Nothing is left running."""
+
+    def on_term(signum, frame):
+        raise Interrupted(signum)
+
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_start)
+    previous = signal.signal(signal.SIGTERM, on_term)
+    futures = [pool.submit(_train, job) for job in work]
+    try:
+        summaries = []
+        for future in futures:
+            summaries.append(future.result())
+            if summaries[-1].get("status") == "interrupted":
+                raise Interrupted(int(summaries[-1].get("signal") or signal.SIGINT))
+        return summaries
+    except (KeyboardInterrupt, Interrupted) as error:
+        signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
+        for future in futures:
+            future.cancel()
+        processes = list(getattr(pool, "_processes", {}).values())
+        for process in processes:  # the group may not have been signalled (kill PID): pass it on
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signum)
+        try:
+            wait([f for f in futures if not f.cancelled()])
+        except (KeyboardInterrupt, Interrupted):  # a second signal: stop now
+            for process in processes:
+                process.kill()
+            raise Interrupted(signum, saved=False) from None
+        raise Interrupted(signum) from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _measure_costs(job: tuple[list[str], dict[str, list[str]], dict[str, list[str]], int]) -> dict[str, float]:
@@ -572,6 +647,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, CheckpointError, RunDirectoryError, DatasetNotFound) as error:
         print(f"odeformer-reproduce: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, Interrupted) as error:
+        signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
+        saved = not isinstance(error, Interrupted) or error.saved
+        how = (
+            "the running runs saved their checkpoints; the same command resumes them"
+            if saved
+            else "stopped again before the running runs saved: they resume from their last checkpoints"
+        )
+        print(f"odeformer-reproduce: interrupted by signal {int(signum)}; {how}.", file=sys.stderr)
+        return 128 + int(signum)
 
 
 def _main(argv: list[str] | None = None) -> int:
