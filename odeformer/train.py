@@ -209,6 +209,11 @@ def check_command_line(argv: list[str]) -> None:
     one line and exit code 2 before Hydra starts (Hydra's own message for these is several lines and exit 1)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    if any(arg == "--experimental-rerun" or arg.startswith("--experimental-rerun=") for arg in argv):
+        raise UsageError(
+            "--experimental-rerun is refused: it unpickles the file it names, and a pickle can run any code; rerun a "
+            "run with its overrides (.hydra/<date>_<time>/overrides.yaml in its directory)."
+        )
     if any(arg in _SKIP for arg in argv):
         return
     overrides, skip = [], False

@@ -195,3 +195,17 @@ def test_the_training_config_reaches_only_registered_models_too(tmp_path):
     with pytest.raises(UsageError, match="model._target_='os.system' is not one of odeformer's models"):
         build(config)
     assert not marker.exists()
+
+
+def test_hydras_rerun_of_a_pickled_config_is_refused(tmp_path):
+    """``--experimental-rerun FILE`` makes Hydra unpickle FILE: a file that would run code when a run is rebuilt."""
+    import pickle
+
+    from helpers import cli_in_process
+
+    marker, path = tmp_path / "ran", tmp_path / "config.pickle"
+    path.write_bytes(pickle.dumps(_Exploit(_touch(marker))))
+    done = cli_in_process("--experimental-rerun", str(path))
+    assert done.returncode == 2
+    _one_line(done.stderr, "odeformer-train: error: --experimental-rerun is refused: it unpickles the file")
+    assert not marker.exists()
