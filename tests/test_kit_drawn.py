@@ -436,3 +436,23 @@ def test_drawn_checks_pass_a_correct_scheme_on_both_kinds(examples):
 def test_thresholds_are_stated_once():
     assert th.ORDER_TOLERANCE == 0.3 and th.EXAMPLES >= 10 and th.LARGE_STATE >= 4096
     assert th.MAGNITUDES == (1e-3, 1e3) and th.MAX_HORIZON >= 64
+
+
+def test_the_docs_quote_the_thresholds_as_they_are():
+    """docs/extending.md names the kit's thresholds; each named one exists, and a value quoted beside it is its value."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    quoted = re.findall(r"`([A-Z][A-Z0-9_]{3,})`(?: \(([^)]*)\))?", text)
+    named = {name for name, _ in quoted if hasattr(th, name)}
+    assert {"ORDER_TOLERANCE", "EXAMPLES", "MAGNITUDES", "MAX_HORIZON", "FLOAT32_UNITS"} <= named
+    for name, value in quoted:
+        if not hasattr(th, name) or not value:
+            continue
+        number = re.match(r"[-+0-9.e]+", value)
+        if number and name != "MAGNITUDES":
+            assert float(number.group()) == float(getattr(th, name)), f"{name} is quoted as {value}"
+        if name == "MAGNITUDES":
+            low, high = (float(v) for v in value.split(" to "))
+            assert (low, high) == th.MAGNITUDES, value
