@@ -458,3 +458,92 @@ def test_the_docs_quote_the_thresholds_as_they_are():
         if name == "MAGNITUDES":
             low, high = (float(v) for v in value.split(" to "))
             assert (low, high) == th.MAGNITUDES, value
+
+
+@pytest.mark.parametrize("name", __import__("odeformer").solver_names())
+def test_every_preset_layer_keeps_the_protocol_on_drawn_blocks(name):
+    from odeformer.blocks import resolve
+    from solvers.testing import check_layer_protocol
+
+    layer = resolve(name).build(4).double()
+    check_layer_protocol(layer, width=4)
+
+
+# -- correct unusual schemes keep passing -------------------------------------------------------------------------------
+
+
+class SSPRK3(_Euler):
+    """Shu & Osher's strong-stability-preserving third-order Runge–Kutta method (J. Comput. Phys. 77, 1988)."""
+
+    order: ClassVar[int] = 3
+    evals_per_step: ClassVar[int] = 3
+
+    def step(self, field, t, y, dt, state):
+        u1 = y + dt * field(t, y)
+        u2 = 0.75 * y + 0.25 * (u1 + dt * field(t + dt, u1))
+        return y / 3 + 2 / 3 * (u2 + dt * field(t + 0.5 * dt, u2)), state
+
+
+class _Composition(_Verlet, abstract=True):
+    """A palindromic drift–kick composition ``D(a₀) K(b₀) D(a₁) ... K(b_m) D(a_m+1)``, each kick at the time its drifts
+    have reached: symplectic and symmetric."""
+
+    drifts: ClassVar[tuple[float, ...]]
+    kicks: ClassVar[tuple[float, ...]]
+    fsal: ClassVar[bool] = False
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        reached = 0.0
+        for a, b in zip(self.drifts, self.kicks):
+            x, reached = x + (a * dt) * v, reached + a
+            v = v + (b * dt) * field(t + reached * dt, x)
+        return PhaseState(x + (self.drifts[-1] * dt) * v, v), state
+
+
+_THETA = 1 / (2 - 2 ** (1 / 3))
+
+
+class ForestRuth(_Composition):
+    """Forest & Ruth's fourth-order composition (Physica D 43, 1990)."""
+
+    order: ClassVar[int] = 4
+    evals_per_step: ClassVar[int] = 3
+    drifts = (_THETA / 2, (1 - _THETA) / 2, (1 - _THETA) / 2, _THETA / 2)
+    kicks = (_THETA, 1 - 2 * _THETA, _THETA)
+
+
+_XI, _LAMBDA, _CHI = 0.1786178958448091, -0.2123418310626054, -0.06626458266981849
+
+
+class PEFRL(_Composition):
+    """Omelyan, Mryglod & Folk's position-extended Forest–Ruth-like fourth-order composition (Comput. Phys. Commun.
+    146, 2002)."""
+
+    order: ClassVar[int] = 4
+    evals_per_step: ClassVar[int] = 4
+    drifts = (_XI, _CHI, 1 - 2 * (_CHI + _XI), _CHI, _XI)
+    kicks = ((1 - 2 * _LAMBDA) / 2, _LAMBDA, _LAMBDA, (1 - 2 * _LAMBDA) / 2)
+
+
+class StartedAB2(_Euler):
+    """Variable-step Adams–Bashforth 2, started by one Heun step: ``y + dt ((1 + r/2) f_n - (r/2) f_n-1)``,
+    ``r = dt / dt_prev``."""
+
+    order: ClassVar[int] = 2
+    multistep: ClassVar[bool] = True
+    startup_evals: ClassVar[tuple[int, ...]] = (2,)
+
+    def step(self, field, t, y, dt, state):
+        f = field(t, y)
+        if state is None:
+            return y + 0.5 * dt * (f + field(t + dt, y + dt * f)), (f, dt)
+        previous, dt_previous = state
+        r = dt / dt_previous
+        return y + dt * ((1 + r / 2) * f - (r / 2) * previous), (f, dt)
+
+
+@pytest.mark.parametrize("scheme", [SSPRK3, ForestRuth, PEFRL, StartedAB2], ids=lambda c: c.__name__)
+def test_correct_unusual_schemes_pass_the_whole_kit(scheme):
+    report = check_stepper(scheme)
+    assert all(abs(slope - scheme.order) <= th.ORDER_TOLERANCE for slope in report["order"])

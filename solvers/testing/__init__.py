@@ -47,7 +47,8 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
   ``REVERSIBLE_RTOL`` (and ``step(-dt)`` undoes ``step(dt)`` if ``symmetric``), each step from a fresh ``init``.
 - :func:`check_one_step` (unless ``multistep``): a step from the carried state equals one by an unused copy of the
   stepper from a fresh ``init``, also when instances with different parameters hand the state on.
-- :func:`check_layer`: a block stepper's order on its block's ODE, and its protocol on drawn blocks.
+- :func:`check_layer`: a block stepper's order on its block's ODE, and (:func:`check_layer_protocol`) its protocol on
+  drawn blocks.
 
 What it cannot do: a property holds on the instances drawn, not on every state. A defect that shows only where the
 strategies never reach (a state of a million entries, a magnitude of 1e30, step 10,000, a parameter moved by 100, a
@@ -77,7 +78,7 @@ from . import thresholds as th
 from ._common import _instance, _name, reachable_tensors
 from .evals import RecordingField, check_evals
 from .geometry import check_reversible, check_symplectic
-from .layers import check_layer
+from .layers import check_layer, check_layer_protocol
 from .order import OrderMeasurement, check_no_limit, check_order, measure_order
 from .problems import (
     Problem,
@@ -122,6 +123,7 @@ __all__ = [
     "check_evals",
     "check_gradients",
     "check_layer",
+    "check_layer_protocol",
     "check_no_limit",
     "check_one_step",
     "check_order",

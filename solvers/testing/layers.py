@@ -33,6 +33,15 @@ class BlockCase:
         )
 
 
+def check_layer_protocol(stepper: AbstractStepper, examples: int = th.EXAMPLES, width: int | None = None) -> None:
+    """Assert a block stepper keeps the step protocol on ``examples`` drawn blocks (:func:`block_problem`: attention
+    over 1 to 4 tokens and a tanh FFN, batches of 2 or 3, up to 8 steps of a signed ``dt``): every step returns
+    ``y``'s form and writes into nothing it was given, a step repeats exactly and in the other mode, and each sample
+    is stepped independently of the others (a step that flattens the batch into rows before calling attention mixes
+    samples). ``width``: the states' width (default: the stepper's per-channel width, else 2)."""
+    _drawn_layer_protocol(stepper, width or stepper_width(stepper) or 2, examples)
+
+
 def _drawn_layer_protocol(stepper: AbstractStepper, width: int, examples: int) -> None:
     name, pristine = repr(stepper), _copy(stepper)
     cases = st.builds(

@@ -59,7 +59,7 @@ GRADIENT_RTOL = 1e-6
 """Autograd's derivative equals difference quotients to this (relative), or to what the quotients resolve."""
 GRADIENT_STEPS = (4, 8)
 """The gradient is checked through this many steps (drawn between the two), the state handed on between them."""
-FLOAT32_UNITS = 64
+FLOAT32_UNITS = 16
 """A float32 step agrees with the float64 step from the same start to this many float32 rounding units (relative to
 the state's and the step's size)."""
 LARGE_STATE = 4096
