@@ -166,6 +166,27 @@ def lock_run_directory(out_dir: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the flock
 
 
+def check_not_locked(out_dir: Path) -> None:
+    """Raise :class:`RunDirectoryBusy` if a live process holds ``out_dir``'s lock; create nothing (a command checks
+    this before Hydra writes its config snapshot into the directory; the lock itself is taken when the run starts)."""
+    path = Path(out_dir) / LOCK
+    try:
+        import fcntl
+
+        fd = os.open(path, os.O_RDONLY)
+    except (ImportError, OSError):  # no lock file (or no flock): nothing holds it
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirectoryBusy(_busy(path.parent, _holder(fd))) from None
+        except OSError:
+            return
+    finally:
+        os.close(fd)
+
+
 def _acquire(path: Path) -> int:
     try:
         import fcntl
@@ -256,10 +277,11 @@ def history(out_dir: Path) -> list[dict[str, Any]]:
 
 
 def diverged_after(out_dir: Path, step: int) -> dict[str, Any] | None:
-    """The stop for divergence recorded after ``step`` (the checkpoint's), if that is how the run last stopped."""
-    events = history(out_dir)
-    last = events[-1] if events else None
-    if last and last.get("event") == "diverged" and isinstance(last.get("step"), int) and last["step"] > step:
+    """The stop for divergence recorded after ``step`` (the checkpoint's): the run's last divergence, if no checkpoint
+    was written since (a resume after it that was stopped before its first save leaves it in force)."""
+    diverged = [event for event in history(out_dir) if event.get("event") == "diverged"]
+    last = diverged[-1] if diverged else None
+    if last and isinstance(last.get("step"), int) and last["step"] > step:
         return last
     return None
 

@@ -384,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError, DatasetNotFound, CheckpointError, FileNotFoundError) as error:
         print(f"odeformer-diagnose: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("odeformer-diagnose: interrupted (Ctrl-C).", file=sys.stderr)
+        return 130
     print(f"wrote {out}")
     return 0
 

@@ -45,6 +45,7 @@ from .checkpoints import (
     CheckpointWriteError,
     RunDirectoryBusy,
     RunDirectoryError,
+    check_not_locked,
     check_run_directory,
     lock_run_directory,
 )
@@ -250,10 +251,16 @@ def check_command_line(argv: list[str]) -> None:
 
 def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
     """``train.out_dir`` must be a folder, or a path where one can be made: a file there (or above it) is a one-line
-    error before Hydra makes the directory (its own error is a traceback)."""
+    error before Hydra makes the directory (its own error is a traceback); a folder another run is writing (its lock
+    held) is one too, before Hydra writes this command's config snapshot into it."""
     if multirun or not OmegaConf.select(cfg, "train.out_dir"):
         return
     path = Path(str(cfg.train.out_dir)).expanduser()
+    if os.environ.get("RANK", "0") == "0":  # torchrun's other ranks start beside rank 0, which holds the lock
+        try:
+            check_not_locked(path)
+        except RunDirectoryBusy as error:
+            raise UsageError(str(error)) from None
     for folder in (path, *path.parents):
         if folder.exists():
             if not folder.is_dir():
@@ -372,9 +379,8 @@ def _main(cfg: DictConfig) -> None:
             sys.exit(128 + int(summary.get("signal") or signal.SIGINT))  # a sweep stops here too
     except (TrainingDiverged, CheckpointWriteError) as error:
         _failed(cfg, out_dir, str(error), 1, sweep)
-    except RunDirectoryBusy as error:  # another process writes this directory: leave it exactly as it is
-        if not sweep:
-            _forget_snapshot(out_dir, hydra_config.output_subdir)
+    except RunDirectoryBusy as error:  # another process took the lock after this command checked it
+        # the snapshot folder is named to the second, so it may be the other run's too: it is left as it is
         _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep, record=False)
     except (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError) as error:
         if os.environ.get("ODEFORMER_DEBUG"):

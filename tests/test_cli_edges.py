@@ -198,3 +198,12 @@ def test_one_signal_to_the_process_group_stops_a_reproduction_sweep_and_leaves_n
     ], stderr
     assert all((runs / f"seed={s}" / "last.pt").exists() for s in (0, 1))
     assert not any((runs / f"seed={s}" / "metrics.jsonl").exists() for s in (2, 3))
+
+
+def test_ctrl_c_in_diagnose_is_one_line(tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(diagnose, "load_run", interrupted)
+    assert diagnose.main([str(tmp_path)]) == 130
+    assert capsys.readouterr().err.strip() == "odeformer-diagnose: interrupted (Ctrl-C)."

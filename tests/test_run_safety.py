@@ -365,3 +365,28 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(entry, "check_command_line", interrupted_early)
     line = _line(_train(out), 130)
     assert line == "odeformer-train: interrupted (Ctrl-C) during start-up; nothing was written."
+
+
+def test_a_divergence_stays_in_force_until_a_checkpoint_is_written_after_it(tmp_path):
+    """A resume after a divergence that is itself stopped before its first save may be resumed again with the lower
+    learning rate: the last.pt is still the one from before the divergence."""
+    from odeformer.checkpoints import diverged_after, record
+
+    record(tmp_path, {"event": "diverged", "step": 13, "checkpoint_step": 10})
+    record(tmp_path, {"event": "resumed", "step": 10, "changes": {"train.lr": [0.003, 0.0003]}})
+    assert diverged_after(tmp_path, 10)["step"] == 13
+    assert diverged_after(tmp_path, 20) is None  # a checkpoint written after it: the run's config is its own again
+    assert diverged_after(tmp_path / "elsewhere", 10) is None
+
+
+def test_a_run_that_loses_the_race_for_the_lock_is_one_line_and_writes_no_run_files(finished, tmp_path, monkeypatch):
+    """Two commands started at once both pass the early check; the one that does not get the lock at the start of
+    the run stops there, in one line, having written none of the run's files (its config snapshot, named to the
+    second like the other's, is left as it is)."""
+    out = _copy(finished, tmp_path / "run")
+    before = {k: v for k, v in _tree(out).items() if "/.hydra/" not in k}
+    monkeypatch.setattr(entry, "check_not_locked", lambda path: None)  # as if the other took the lock just after
+    with lock_run_directory(out):
+        line = _line(_train(out, "train.resume=true", "train.max_steps=20"), 2)
+    assert f"process {os.getpid()} holds" in line
+    assert {k: v for k, v in _tree(out).items() if "/.hydra/" not in k} == before
