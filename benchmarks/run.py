@@ -315,7 +315,7 @@ def run(mode: str, device: str) -> dict:
         for s, d in [("diffusion", 6), ("full_wave", 6), ("reversible", 6), ("reversible", 48)]
     }
     anchors, used = anchor_times(rounds, device)
-    generation, agree = generation_times(*GENERATE[mode], device=device)
+    generation, agree = generation_times(GENERATE[mode][0], device, tokens)
     for name in ("torch", "hf") if "hf_train" in anchors else ("torch",):
         mem[f"{name}_d6"] = memory(name, 6, device, batch)
     results = {
