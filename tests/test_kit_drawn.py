@@ -469,7 +469,7 @@ def test_every_preset_layer_keeps_the_protocol_on_drawn_blocks(name):
     check_layer_protocol(layer, width=4)
 
 
-# -- correct unusual schemes keep passing -------------------------------------------------------------------------------
+# -- correct unusual schemes keep passing ------------------------------------------------------------------------------
 
 
 class SSPRK3(_Euler):
