@@ -216,8 +216,8 @@ def check_sizes(config: dict[str, Any], source: Path | None = None) -> None:
 def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool = True) -> dict[str, float]:
     """A lower estimate, in bytes, of the memory the run takes: ``parameters`` (with their gradients and AdamW's two
     moments when ``training``) and ``activations`` (what one batch's forward keeps for the backward pass: per layer the
-    state, the attention's inputs and the FFN's hidden units; the n x n attention scores with ``impl=math`` or a
-    softmax over all nodes; the output logits). Used to refuse, before building, what cannot fit."""
+    state, the attention's inputs and the FFN's hidden units; the n x n attention scores only with ``impl=math``,
+    which keeps them; the output logits). A lower estimate: it refuses, before building, only what cannot fit."""
     model, solver, data, train = config["model"], config["solver"], config["data"], config.get("train") or {}
     name = str(model["_target_"]).rsplit(".", 1)[-1]
     d, depth, heads = model["dim"], model["depth"], model.get("heads") or 1
@@ -230,8 +230,7 @@ def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool
         n, batch = meta.get("num_nodes", 1), 1
         per_block = 4 * d * d + 8 * d
         params = meta.get("in_features", 1) * d + blocks * per_block + d * meta.get("num_classes", 1)
-        scores = heads * n * n if model.get("attention", "simple") == "softmax" or name == "DIFFormer" else 0
-        per_layer = n * 6 * d + (2 * scores if name != "DIFFormer" else 0)
+        per_layer = n * 6 * d  # fused attention need not keep the n x n scores: a lower estimate leaves them out
         head = n * meta.get("num_classes", 1)
     else:
         if name == "ViT":

@@ -76,10 +76,7 @@ def test_a_second_run_on_a_directory_in_use_is_one_line_naming_the_pid_and_touch
         line = _line(done, 2)
         assert f"process {os.getpid()}" in line and str(out) in line and "in use by another run" in line
         assert _tree(out) == {**before, str(out / ".lock"): _tree(out)[str(out / ".lock")]}
-    assert _tree(out) == before  # released on exit, its file removed
-    done = _train(out, "train.resume=true", "train.max_steps=12")  # and then the run goes on
-    assert done.returncode == 0, done.stderr
-    assert not (out / ".lock").exists()
+    assert _tree(out) == before  # released on exit, its file removed: the next command may take it
 
 
 def test_a_lock_held_by_another_process_names_it_and_a_killed_holders_lock_is_stale(tmp_path):
@@ -306,6 +303,7 @@ def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_is_int
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
 
 
+@pytest.mark.slow  # a resumed training run (the message itself is checked above, without training)
 def test_a_full_disk_during_training_stops_with_one_line(finished, tmp_path, monkeypatch):
     import odeformer.checkpoints as checkpoints
 
