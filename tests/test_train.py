@@ -461,7 +461,7 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["solver=wave"], "unknown solver 'wave'; choose one of: bosh3, damped, diffusion, dopri5"),
+        (["solver=wave"], "unknown solver 'wave'; did you mean solver=full_wave? choose one of: bosh3, damped"),
         (["model=gpt"], "unknown model 'gpt'; choose one of: causal_lm, difformer, masked_lm, node_classifier, vit"),
         (["solver=rk4", "solver.splitting=strang"], "solver rk4 takes the whole block as its field, so splitting"),
         (
