@@ -10,8 +10,10 @@
 Config groups are generated from the registries (:func:`odeformer.config.group_options`) and stored in Hydra's
 ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds ``train.yaml``, the experiments
 and their training settings. Bad input — an unknown option or key, a value of the wrong type, ``dt <= 0``, heads not
-dividing dim, a missing data root, a corrupt checkpoint — is one line on stderr and exit code 2, before anything is
-written.
+dividing dim, a missing data root, a corrupt checkpoint, a size that is not positive or a model that cannot fit in
+memory, a run directory another run is writing — is one line on stderr and exit code 2, before anything is written.
+A diverged run (or a full disk) is one line and exit code 1; an interrupted one saves its checkpoint and exits 130
+(SIGINT) or 143 (SIGTERM), which also stops a sweep.
 """
 
 from __future__ import annotations
