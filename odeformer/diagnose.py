@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append((f"{solver} (depth {args.depth}, init)", data, model))
         out = args.out or (args.runs[0] / "diagnostics" if args.runs else Path("outputs") / "diagnostics")
         diagnose(runs, out, args.batch)
-    except (UsageError, ValueError, DatasetNotFound, CheckpointError, FileNotFoundError) as error:
+    except (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, FileNotFoundError) as error:
         print(f"odeformer-diagnose: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

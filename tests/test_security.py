@@ -209,3 +209,12 @@ def test_hydras_rerun_of_a_pickled_config_is_refused(tmp_path):
     assert done.returncode == 2
     _one_line(done.stderr, "odeformer-train: error: --experimental-rerun is refused: it unpickles the file")
     assert not marker.exists()
+
+
+def test_a_stored_config_with_foreign_arguments_is_one_line(tmp_path, capsys):
+    """A config edited by hand (an argument the model does not take): one line naming it, not a traceback."""
+    config = _stored_config()
+    config["model"]["not_an_option"] = 1
+    _best(tmp_path / "run", config)
+    assert diagnose.main([str(tmp_path / "run"), "--out", str(tmp_path / "diag")]) == 2
+    _one_line(capsys.readouterr().err, "odeformer-diagnose: error:", "not_an_option")
