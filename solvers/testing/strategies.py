@@ -205,13 +205,14 @@ def instances(
     large: bool = True,
     max_dt: float = 1.5,
     signed: bool = True,
+    horizon: float = 8.0,
 ):
     """Strategy: :class:`Instance` for ``stepper``. ``width`` fixes the channel count (a per-channel stepper's);
     else 1 to 4. Batches of 2 or 3 (a sample can be compared with its neighbours); two- and three-dimensional states;
     now and then (``large``) a state of at least ``LARGE_STATE`` entries (as that many rows / width); magnitudes
-    log-uniform over ``MAGNITUDES``; ``steps`` up to ``max_steps``, their total time at most 8; ``dt`` of either sign
-    (``signed``) with ``|dt|`` log-uniform from 1e-3 to ``max_dt``; parameters moved by up to 2 standard normals; 1 to
-    ``layers`` instances."""
+    log-uniform over ``MAGNITUDES``; ``steps`` up to ``max_steps``, their total time at most ``horizon``; ``dt`` of
+    either sign (``signed``) with ``|dt|`` log-uniform from 1e-3 to ``max_dt``; parameters moved by up to 2 standard
+    normals; 1 to ``layers`` instances."""
     w = width if width is not None else draw(st.integers(1, 4))
     big = large and draw(st.booleans()) and draw(st.booleans())  # about one draw in four
     if big:  # many rows, not many tokens: the field stays cheap
@@ -219,7 +220,7 @@ def instances(
     else:
         batch, tokens = draw(st.integers(2, 3)), draw(st.sampled_from([0, 1, 2, 3, 5]))
     steps = draw(st.integers(min_steps, max_steps))
-    top = min(max_dt, 8.0 / steps)
+    top = min(max_dt, horizon / steps)
     size = 10.0 ** draw(st.floats(-3.0, math.log10(top)))
     sign = -1.0 if signed and draw(st.booleans()) else 1.0
     moved = draw(st.sampled_from([0.0, 0.5, 1.0, 2.0]))
