@@ -6,11 +6,41 @@ import io
 import os
 import subprocess
 import sys
+from typing import ClassVar
 from unittest import mock
 
 import torch
 
-from solvers import PhaseState
+from solvers import AbstractStepper, PhaseState
+
+
+class PlainEuler(AbstractStepper):
+    """Explicit Euler written out. Fakes in the kit's tests change its declarations, which the registered tableau
+    classes refuse when a subclass is made."""
+
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+
+    def step(self, field, t, y, dt, state):
+        return y + dt * field(t, y), state
+
+
+class PlainHeun(PlainEuler):
+    """Heun's method written out, for the same reason; ``stages`` gives its two evaluations."""
+
+    order: ClassVar[int] = 2
+    evals_per_step: ClassVar[int] = 2
+
+    def stages(self, field, t, y, dt):
+        k1 = field(t, y)
+        return k1, field(t + dt, y + dt * k1)
+
+    def step(self, field, t, y, dt, state):
+        k1, k2 = self.stages(field, t, y, dt)
+        return y + 0.5 * dt * (k1 + k2), state
 
 
 def make_stepper(cls, dim=None, **kwargs):

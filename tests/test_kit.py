@@ -13,6 +13,7 @@ from typing import ClassVar
 import pytest
 import torch
 
+from helpers import PlainEuler, PlainHeun
 from solvers import (
     RK4,
     AbstractStepper,
@@ -45,30 +46,7 @@ from solvers.testing import (
     reference,
 )
 
-
-class Euler(AbstractStepper):
-    """Explicit Euler written out: the fakes below change its declarations, which the registered tableau class
-    refuses when a subclass is made."""
-
-    order: ClassVar[int] = 1
-    second_order: ClassVar[bool] = False
-    symplectic: ClassVar[bool] = False
-    reversible: ClassVar[bool] = False
-    evals_per_step: ClassVar[int] = 1
-
-    def step(self, field, t, y, dt, state):
-        return y + dt * field(t, y), state
-
-
-class Heun(Euler):
-    """Heun's method written out, for the same reason."""
-
-    order: ClassVar[int] = 2
-    evals_per_step: ClassVar[int] = 2
-
-    def step(self, field, t, y, dt, state):
-        k1 = field(t, y)
-        return y + 0.5 * dt * (k1 + field(t + dt, y + dt * k1)), state
+Euler, Heun = PlainEuler, PlainHeun  # written out: fakes below change their declarations
 
 
 class FakeOrder2Euler(Euler):

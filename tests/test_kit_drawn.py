@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import PlainEuler, PlainHeun
 from solvers import AbstractStepper, PhaseState, Split, Whole
 from solvers.testing import (
     check_evals,
@@ -27,29 +28,7 @@ from solvers.testing import (
 from solvers.testing import thresholds as th
 from solvers.testing._common import _copy
 
-
-class _Euler(AbstractStepper, abstract=True):
-    order: ClassVar[int] = 1
-    second_order: ClassVar[bool] = False
-    symplectic: ClassVar[bool] = False
-    reversible: ClassVar[bool] = False
-    evals_per_step: ClassVar[int] = 1
-
-    def step(self, field, t, y, dt, state):
-        return y + dt * field(t, y), state
-
-
-class _Heun(_Euler, abstract=True):
-    order: ClassVar[int] = 2
-    evals_per_step: ClassVar[int] = 2
-
-    def stages(self, field, t, y, dt):
-        k1 = field(t, y)
-        return k1, field(t + dt, y + dt * k1)
-
-    def step(self, field, t, y, dt, state):
-        k1, k2 = self.stages(field, t, y, dt)
-        return y + 0.5 * dt * (k1 + k2), state
+_Euler, _Heun = PlainEuler, PlainHeun
 
 
 class _Verlet(AbstractStepper, abstract=True):
