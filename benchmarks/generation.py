@@ -43,10 +43,9 @@ def _models(tokens: int, device: str) -> dict[str, torch.nn.Module]:
     return {"diffusion": diffusion, "full_wave": wave.eval()}
 
 
-def generation_calls(tokens: int, device: str) -> tuple[dict[str, Callable[[], torch.Tensor]], dict[str, bool]]:
+def generation_calls(tokens: int, device: str) -> dict[str, Callable[[], torch.Tensor]]:
     """One greedy generation of ``tokens`` tokens per configuration: ``cached`` and ``recompute`` (the diffusion
-    copy with and without its cache), ``full_wave`` (cached), ``gpt2`` (transformers' generate, its cache on).
-    Also whether the outputs agree (cached with recomputed; the diffusion copy with GPT-2)."""
+    copy with and without its cache), ``full_wave`` (cached), ``gpt2`` (transformers' generate, its cache on)."""
     models = _models(tokens, device)
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, GEN["vocab"], (GEN["batch"], GEN["prompt"]), generator=g).to(device)
@@ -73,20 +72,33 @@ def generation_calls(tokens: int, device: str) -> tuple[dict[str, Callable[[], t
             )
 
         calls["gpt2"] = hf
-    cached = calls["cached"]()
-    agree = {"cached_equals_recompute": bool(torch.equal(cached, calls["recompute"]()))}
-    if "gpt2" in calls:
-        agree["cached_equals_gpt2"] = bool(torch.equal(cached, calls["gpt2"]()))
-    return calls, agree
+    return calls
+
+
+def agreement(outputs: dict[str, torch.Tensor]) -> dict[str, bool]:
+    """Whether the generations made the same tokens: cached with recomputed, and the diffusion copy with GPT-2."""
+    agree = {"cached_equals_recompute": bool(torch.equal(outputs["cached"], outputs["recompute"]))}
+    if "gpt2" in outputs:
+        agree["cached_equals_gpt2"] = bool(torch.equal(outputs["cached"], outputs["gpt2"]))
+    return agree
 
 
 def generation_times(rounds: int, device: str, tokens: int = GEN["new"]) -> tuple[dict[str, float], dict[str, bool]]:
-    """Median seconds of each generation in :func:`generation_calls`, interleaved round by round (one warm-up
-    round; the first call of each is the agreement check)."""
+    """Median seconds of each generation in :func:`generation_calls`, interleaved round by round (no warm-up round:
+    one generation is hundreds of passes), and whether their outputs agree."""
     from benchmarks.run import interleaved
 
-    calls, agree = generation_calls(tokens, device)
-    return interleaved(calls, rounds, warmup=0, device=device), agree
+    outputs: dict[str, torch.Tensor] = {}
+
+    def kept(name: str, call: Callable[[], torch.Tensor]) -> Callable[[], None]:
+        def run() -> None:
+            outputs[name] = call()
+
+        return run
+
+    calls = generation_calls(tokens, device)
+    times = interleaved({name: kept(name, call) for name, call in calls.items()}, rounds, warmup=0, device=device)
+    return times, agreement(outputs)
 
 
 def ratios(times: dict[str, float]) -> dict[str, float]:
