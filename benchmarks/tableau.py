@@ -80,7 +80,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     results = {}
-    for case, make, repeats in (("ViT depth 6, whole-block RK4, fwd+bwd", _model_case, 3), ("bare step, tanh field", _step_case, 50)):
+    for case, make, repeats in (
+        ("ViT depth 6, whole-block RK4, fwd+bwd", _model_case, 3),
+        ("bare step, tanh field", _step_case, 50),
+    ):
         runs = {"hand-written": make(HandWrittenRK4), "engine": make(RK4)}
         times: dict[str, list[float]] = {name: [] for name in runs}
         for r in range(args.rounds):
@@ -88,8 +91,10 @@ def main(argv: list[str] | None = None) -> dict:
             for name in order:
                 times[name].append(_time(runs[name], repeats))
         medians = {name: statistics.median(values) for name, values in times.items()}
-        results[case] = {**{f"{k}_ms": 1e3 * v for k, v in medians.items()},
-                         "engine/hand-written": medians["engine"] / medians["hand-written"]}
+        results[case] = {
+            **{f"{k}_ms": 1e3 * v for k, v in medians.items()},
+            "engine/hand-written": medians["engine"] / medians["hand-written"],
+        }
     print(f"{'case':40} {'hand-written ms':>16} {'engine ms':>10} {'ratio':>7}")
     for case, row in results.items():
         print(f"{case:40} {row['hand-written_ms']:16.3f} {row['engine_ms']:10.3f} {row['engine/hand-written']:7.3f}")

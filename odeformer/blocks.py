@@ -395,7 +395,9 @@ def _tableau_layer(named: Preset, options: dict[str, Any]) -> Preset:
     allowed = [key for key in stepper_parameters(solvers.Tableau)]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(f"bad options {options} for tableau: it takes no {', '.join(unknown)} (allowed: {', '.join(allowed)}).")
+        raise ValueError(
+            f"bad options {options} for tableau: it takes no {', '.join(unknown)} (allowed: {', '.join(allowed)})."
+        )
     given = {key: value for key, value in {**named.options, **options}.items() if value is not None}
     if not given:  # solvers.Tableau itself: velocity Verlet
         return replace(named, options={})

@@ -73,7 +73,7 @@ def as_nystrom(ops: tuple[tuple[str, float], ...]) -> tuple:
         else:
             c.append(time)
             b.append(coefficient)
-    A = tuple(tuple(b[l] * (c[k] - c[l]) for l in range(k)) for k in range(len(b)))
+    A = tuple(tuple(b[j] * (c[k] - c[j]) for j in range(k)) for k in range(len(b)))
     bbar = tuple(bk * (1 - ck) for bk, ck in zip(b, c))
     return A, bbar, tuple(b), tuple(c)
 
@@ -108,12 +108,22 @@ class Composition(AbstractStepper, abstract=True):
             fsal = kicks > 1 and ops[0][0] == "kick" and ops[-1][0] == "kick"
             declare(
                 cls,
-                {"order": cls.derived.order, "evals_per_step": kicks, "fsal": fsal, "symplectic": True,
-                 "symmetric": symmetric, "reversible": symmetric},
-                {"order": cls.derived.message(), "evals_per_step": f"it has {kicks} kicks after merging",
-                 "fsal": "it does not start and end with a kick", "symplectic": "",
-                 "symmetric": "its sequence is not a palindrome",
-                 "reversible": "its sequence is not a palindrome (not symmetric), and it has no inverse of its own"},
+                {
+                    "order": cls.derived.order,
+                    "evals_per_step": kicks,
+                    "fsal": fsal,
+                    "symplectic": True,
+                    "symmetric": symmetric,
+                    "reversible": symmetric,
+                },
+                {
+                    "order": cls.derived.message(),
+                    "evals_per_step": f"it has {kicks} kicks after merging",
+                    "fsal": "it does not start and end with a kick",
+                    "symplectic": "",
+                    "symmetric": "its sequence is not a palindrome",
+                    "reversible": "its sequence is not a palindrome (not symmetric), and it has no inverse of its own",
+                },
             )
             program, time = [], 0.0
             for kind, coefficient in ops:

@@ -48,9 +48,16 @@ class TripleJump(AbstractStepper):
 
     def describe(self) -> dict[str, Any]:
         """The current coefficients and the family's guaranteed claims (what a run's summary records)."""
-        return {"kind": "learnable triple jump of the λ-splitting", "lambda": self.lam.detach().tolist(),
-                "weights": [W1, W0, W1], "order": 4, "evals_per_step": 6, "symplectic": True, "reversible": True,
-                "symmetric": True}
+        return {
+            "kind": "learnable triple jump of the λ-splitting",
+            "lambda": self.lam.detach().tolist(),
+            "weights": [W1, W0, W1],
+            "order": 4,
+            "evals_per_step": 6,
+            "symplectic": True,
+            "reversible": True,
+            "symmetric": True,
+        }
 
     def step(self, field, t, y, dt, state):
         x, v = self._unpack(y)

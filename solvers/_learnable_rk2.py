@@ -51,8 +51,14 @@ class TwoStageRK(AbstractStepper):
 
     def describe(self) -> dict[str, Any]:
         """The current coefficients and the family's guaranteed claims (what a run's summary records)."""
-        return {"kind": "learnable two-stage Runge–Kutta (c₂ = α)", **self.tableau(), "order": 2,
-                "evals_per_step": 2, "symplectic": False, "reversible": False}
+        return {
+            "kind": "learnable two-stage Runge–Kutta (c₂ = α)",
+            **self.tableau(),
+            "order": 2,
+            "evals_per_step": 2,
+            "symplectic": False,
+            "reversible": False,
+        }
 
     def step(self, field, t, y, dt, state):
         x = self._unpack(y)

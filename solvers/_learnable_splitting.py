@@ -66,9 +66,15 @@ class SymmetricSplitting(AbstractStepper):
     def describe(self) -> dict[str, Any]:
         """The current coefficients and the family's guaranteed claims (what a run's summary records)."""
         lam = self.lam.detach().tolist()
-        return {"kind": "learnable symmetric splitting (drift λ, kick ½, drift 1 − 2λ, kick ½, drift λ)",
-                "lambda": lam, "order": 2, "evals_per_step": 2, "symplectic": True, "reversible": True,
-                "symmetric": True}
+        return {
+            "kind": "learnable symmetric splitting (drift λ, kick ½, drift 1 − 2λ, kick ½, drift λ)",
+            "lambda": lam,
+            "order": 2,
+            "evals_per_step": 2,
+            "symplectic": True,
+            "reversible": True,
+            "symmetric": True,
+        }
 
     def step(self, field, t, y, dt, state):
         x, v = self._unpack(y)

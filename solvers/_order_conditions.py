@@ -32,7 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 MAX_ORDER = 6
 """Orders are derived up to this (a method whose conditions all hold here has order at least ``MAX_ORDER``)."""
@@ -94,7 +94,7 @@ def _multisets(pool: Sequence[tuple], total: int, start: int = 0) -> list[tuple]
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def rooted_trees(order: int) -> tuple[tuple, ...]:
     """Every rooted tree with ``order`` vertices (1, 1, 2, 4, 9, 20, 48, ... of them)."""
     if order == 1:
@@ -133,13 +133,13 @@ def _rk_weights(tree: tuple, A: Sequence[Sequence[float]], c: Sequence[float]) -
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def _rk_exact(tree: tuple) -> Fraction:
     """``1/γ(τ)``: the exact flow's weight ``κ θ^{|τ|−1}`` integrated over ``θ ∈ [0, 1]``."""
     return _rk_kappa(tree) / _size(tree)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _rk_kappa(tree: tuple) -> Fraction:
     kappa = Fraction(1)
     for child in tree:
@@ -190,7 +190,7 @@ def _nmultisets(pool: Sequence[tuple], total: int, start: int = 0) -> list[tuple
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def nystrom_trees(weight: int) -> tuple[tuple, ...]:
     """Every Nyström tree of ``weight`` (an evaluation counts two, a velocity leaf one)."""
     if weight < 2:
@@ -227,7 +227,7 @@ def _n_weights(tree: tuple, A: Sequence[Sequence[float]], c: Sequence[float]) ->
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def _n_kappa(tree: tuple) -> Fraction:
     """The exact flow's weight is ``κ θ^{ρ−2}``: a leaf gives ``θ``, a child ``∫₀^θ (θ − s) Φ(s) ds``."""
     _, children = tree
@@ -251,9 +251,7 @@ def rkn_conditions(weight: int) -> list[tuple[str, tuple, Fraction, str]]:
     return out
 
 
-def rkn_order(
-    A: Sequence[Sequence[float]], bbar: Sequence[float], b: Sequence[float], c: Sequence[float]
-) -> Derived:
+def rkn_order(A: Sequence[Sequence[float]], bbar: Sequence[float], b: Sequence[float], c: Sequence[float]) -> Derived:
     """The order of an explicit Runge–Kutta–Nyström tableau, up to :data:`MAX_ORDER`, and the first failing
     condition (order ``p`` needs ``b``'s conditions on trees of weight ``≤ p + 1`` and ``b̄``'s on ``≤ p``)."""
     for p in range(1, MAX_ORDER + 1):
@@ -284,9 +282,7 @@ def rkn_symplectic_defect(
     return worst, which
 
 
-def rkn_symmetric(
-    A: Sequence[Sequence[float]], bbar: Sequence[float], b: Sequence[float], c: Sequence[float]
-) -> bool:
+def rkn_symmetric(A: Sequence[Sequence[float]], bbar: Sequence[float], b: Sequence[float], c: Sequence[float]) -> bool:
     """Whether the method is its own adjoint with its stages reversed (see the module docstring)."""
     s = len(c)
     a = [[A[i][j] if j < len(A[i]) else 0.0 for j in range(s)] for i in range(s)]
@@ -297,9 +293,7 @@ def rkn_symmetric(
         return False
     if any(abs(bbar[r[i]] - (b[i] - bbar[i])) > tol for i in range(s)):
         return False
-    return all(
-        abs(a[r[i]][r[j]] - (a[i][j] + b[j] * (1 - c[i]) - bbar[j])) <= tol for i in range(s) for j in range(s)
-    )
+    return all(abs(a[r[i]][r[j]] - (a[i][j] + b[j] * (1 - c[i]) - bbar[j])) <= tol for i in range(s) for j in range(s))
 
 
 def parse_number(value: object, what: str) -> float:

@@ -70,13 +70,22 @@ class RungeKuttaNystrom(AbstractStepper, abstract=True):
             fsal = s > 1 and c[0] == 0 and c[-1] == 1 and A[-1] == bbar[:-1] and bbar[-1] == 0
             declare(
                 cls,
-                {"order": cls.derived.order, "evals_per_step": s, "fsal": fsal, "symplectic": symplectic,
-                 "symmetric": symmetric, "reversible": symmetric},
-                {"order": cls.derived.message(), "evals_per_step": f"it has {s} stages",
-                 "fsal": "its last stage is not the next step's first",
-                 "symplectic": f"its symplecticity condition {which} is off by {defect:.3g}",
-                 "symmetric": "it is not its own adjoint with its stages reversed",
-                 "reversible": "it is not symmetric, and has no inverse of its own"},
+                {
+                    "order": cls.derived.order,
+                    "evals_per_step": s,
+                    "fsal": fsal,
+                    "symplectic": symplectic,
+                    "symmetric": symmetric,
+                    "reversible": symmetric,
+                },
+                {
+                    "order": cls.derived.message(),
+                    "evals_per_step": f"it has {s} stages",
+                    "fsal": "its last stage is not the next step's first",
+                    "symplectic": f"its symplecticity condition {which} is off by {defect:.3g}",
+                    "symmetric": "it is not its own adjoint with its stages reversed",
+                    "reversible": "it is not symmetric, and has no inverse of its own",
+                },
             )
             cls._rows = tuple(tuple((j, a) for j, a in enumerate(row) if a != 0) for row in A)
             cls._position = tuple((j, w) for j, w in enumerate(bbar) if w != 0)
@@ -92,7 +101,8 @@ class RungeKuttaNystrom(AbstractStepper, abstract=True):
         derived = rkn_order(A, bbar, b, c)
         if derived.order == 0:
             raise ValueError(f"the tableau is not consistent (order 0): {derived.message()}.")
-        doc = f"Explicit Runge–Kutta–Nyström tableau Ā = {[list(r) for r in A]}, b̄ = {list(bbar)}, b = {list(b)}, c = {list(c)}."
+        rows = [list(r) for r in A]
+        doc = f"Explicit Runge–Kutta–Nyström tableau Ā = {rows}, b̄ = {list(bbar)}, b = {list(b)}, c = {list(c)}."
         return type(name, (cls,), {"A": A, "bbar": bbar, "b": b, "c": c, "__doc__": doc, "__module__": cls.__module__})
 
     @classmethod

@@ -60,7 +60,9 @@ def validate_rk(A: Any, b: Any, c: Any = None) -> tuple[tuple[tuple[float, ...],
     if s == 0:
         raise ValueError("b is empty: a tableau has at least one stage.")
     if len(rows) != s:
-        raise ValueError(f"A has {len(rows)} rows but b has {s} entries: A is s × s (or its lower triangle) for s stages.")
+        raise ValueError(
+            f"A has {len(rows)} rows but b has {s} entries: A is s × s (or its lower triangle) for s stages."
+        )
     lower = []
     for i, row in enumerate(rows):
         if len(row) not in (i, s):
@@ -125,10 +127,20 @@ class RungeKutta(AbstractStepper, abstract=True):
             never = "no explicit Runge–Kutta method is (bᵢaᵢⱼ + bⱼaⱼᵢ = bᵢbⱼ at i = j asks bᵢ = 0)"
             declare(
                 cls,
-                {"order": cls.derived.order, "evals_per_step": s, "fsal": fsal, "symplectic": False,
-                 "reversible": False},
-                {"order": cls.derived.message(), "evals_per_step": f"it has {s} stages",
-                 "fsal": "its last stage is not the next step's first", "symplectic": never, "reversible": never},
+                {
+                    "order": cls.derived.order,
+                    "evals_per_step": s,
+                    "fsal": fsal,
+                    "symplectic": False,
+                    "reversible": False,
+                },
+                {
+                    "order": cls.derived.message(),
+                    "evals_per_step": f"it has {s} stages",
+                    "fsal": "its last stage is not the next step's first",
+                    "symplectic": never,
+                    "reversible": never,
+                },
             )
             cls._rows = tuple(tuple((j, a) for j, a in enumerate(row) if a != 0) for row in A)
             cls._weights = tuple((j, w) for j, w in enumerate(b) if w != 0)

@@ -74,8 +74,8 @@ class BogackiShampine3(RungeKutta):
 
 class Nystrom4(RungeKuttaNystrom):
     """Nyström's fourth-order method, three evaluations of the force per step (the Runge–Kutta–Nyström counterpart of
-    Kutta's RK4): ``c = (0, ½, 1)``, ``Ā = [[], [1/8], [0, ½]]``, ``b̄ = (1/6, 1/3, 0)``, ``b = (1/6, 4/6, 1/6)``. Order 4,
-    not symplectic. Reference: Nyström (1925); Hairer, Nørsett & Wanner, *Solving ODEs I*, §II.14, Table 14.3."""
+    Kutta's RK4): ``c = (0, ½, 1)``, ``Ā = [[], [1/8], [0, ½]]``, ``b̄ = (1/6, 1/3, 0)``, ``b = (1/6, 4/6, 1/6)``.
+    Order 4, not symplectic. Reference: Nyström (1925); Hairer, Nørsett & Wanner, *Solving ODEs I*, §II.14."""
 
     A = ((), (1 / 8,), (0, 1 / 2))
     bbar = (1 / 6, 1 / 3, 0)
@@ -244,7 +244,11 @@ def tableau(
         if mixed or drifts is None or kicks is None:
             raise ValueError(
                 "a splitting takes drifts and kicks, and only them"
-                + (f" (got {', '.join(mixed)} too)." if mixed else f" (got {'drifts' if kicks is None else 'kicks'} alone).")
+                + (
+                    f" (got {', '.join(mixed)} too)."
+                    if mixed
+                    else f" (got {'drifts' if kicks is None else 'kicks'} alone)."
+                )
             )
         return Composition.from_coefficients(drifts, kicks)
     if A is None or b is None:
@@ -269,12 +273,28 @@ class Tableau(VelocityVerletSplitting):
 
     DEFAULT: ClassVar[str] = "velocity_verlet"
 
-    def __new__(cls, name: str | None = None, A: Any = None, b: Any = None, c: Any = None, bbar: Any = None,
-                drifts: Any = None, kicks: Any = None):
+    def __new__(
+        cls,
+        name: str | None = None,
+        A: Any = None,
+        b: Any = None,
+        c: Any = None,
+        bbar: Any = None,
+        drifts: Any = None,
+        kicks: Any = None,
+    ):
         if name is None and all(x is None for x in (A, b, c, bbar, drifts, kicks)):
             return super().__new__(cls)
         return tableau(name, A, b, c, bbar, drifts, kicks)()
 
-    def __init__(self, name: str | None = None, A: Any = None, b: Any = None, c: Any = None, bbar: Any = None,
-                 drifts: Any = None, kicks: Any = None):
+    def __init__(
+        self,
+        name: str | None = None,
+        A: Any = None,
+        b: Any = None,
+        c: Any = None,
+        bbar: Any = None,
+        drifts: Any = None,
+        kicks: Any = None,
+    ):
         super().__init__()

@@ -1,6 +1,7 @@
 """docs/extending.md runs as written, top to bottom, in a scratch directory: its files are written, its Python
 blocks executed, its shell commands run. The README's examples likewise (tests/test_readme.py runs its commands)."""
 
+import json
 import os
 import pathlib
 import re
@@ -61,7 +62,7 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
                 done = shell(command, tmp_path)
                 assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
                 ran["bash"] += 1
-    assert ran == {"python": 2, "bash": 3, "file": 2}
+    assert ran == {"python": 3, "bash": 4, "file": 2}
     printed = capsys.readouterr().out
     # the layer orders the page states: Lie 1, Strang 2, Whole 4, each measured
     assert re.search(r"Split\(Yoshida4, ffn=Euler, lie\): declared 1, measured 1\.\d\d", printed)
@@ -71,6 +72,8 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "outputs/yoshida/diagnostics/cosine.png").exists()
     assert (tmp_path / "outputs/yoshida_strang/summary.json").exists()
     assert '"solver": "Yoshida4"' in (tmp_path / "outputs/yoshida/summary.json").read_text()
+    simpson = json.loads((tmp_path / "outputs/simpson/summary.json").read_text())["scheme"]
+    assert simpson["kicks"] == [1 / 6, 2 / 3, 1 / 6] and simpson["order"] == 2
 
 
 def test_readme_python_examples_run(monkeypatch):

@@ -23,14 +23,44 @@ from solvers._order_conditions import rk_conditions, rk_order, rkn_order, rkn_sy
 from solvers.testing import check_evals, check_order, check_stepper
 
 KNOWN_ORDERS = {
-    "euler": 1, "midpoint": 2, "heun": 2, "ralston": 2, "kutta3": 3, "ssprk3": 3, "bogacki_shampine3": 3, "rk4": 4,
-    "rk4_38": 4, "nystrom4": 4, "symplectic_euler": 1, "velocity_verlet": 2, "position_verlet": 2, "forest_ruth": 4,
-    "yoshida4": 4, "omelyan2": 2, "omelyan4": 4, "pefrl": 4,
+    "euler": 1,
+    "midpoint": 2,
+    "heun": 2,
+    "ralston": 2,
+    "kutta3": 3,
+    "ssprk3": 3,
+    "bogacki_shampine3": 3,
+    "rk4": 4,
+    "rk4_38": 4,
+    "nystrom4": 4,
+    "symplectic_euler": 1,
+    "velocity_verlet": 2,
+    "position_verlet": 2,
+    "forest_ruth": 4,
+    "yoshida4": 4,
+    "omelyan2": 2,
+    "omelyan4": 4,
+    "pefrl": 4,
 }
-SYMPLECTIC = {"symplectic_euler", "velocity_verlet", "position_verlet", "forest_ruth", "yoshida4", "omelyan2",
-              "omelyan4", "pefrl"}
-DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2", "train.max_steps=4",
-         "train.eval_every=2"]
+SYMPLECTIC = {
+    "symplectic_euler",
+    "velocity_verlet",
+    "position_verlet",
+    "forest_ruth",
+    "yoshida4",
+    "omelyan2",
+    "omelyan4",
+    "pefrl",
+}
+DEBUG = [
+    "train=debug",
+    "data=synthetic",
+    "model.depth=2",
+    "model.dim=16",
+    "model.heads=2",
+    "train.max_steps=4",
+    "train.eval_every=2",
+]
 
 
 # -- the order conditions ----------------------------------------------------------------------------------------------
@@ -40,8 +70,13 @@ def test_tree_counts_and_the_classic_conditions():
     assert [len(rooted_trees(n)) for n in range(1, 8)] == [1, 1, 2, 4, 9, 20, 48]  # OEIS A000081
     texts = {text: value for p in range(1, 5) for text, _, value in rk_conditions(p)}
     assert texts == {
-        "Σ bᵢ": 1, "Σ bᵢcᵢ": Fraction(1, 2), "Σ bᵢcᵢ²": Fraction(1, 3), "Σ bᵢaᵢⱼcⱼ": Fraction(1, 6),
-        "Σ bᵢcᵢ³": Fraction(1, 4), "Σ bᵢcᵢaᵢⱼcⱼ": Fraction(1, 8), "Σ bᵢaᵢⱼcⱼ²": Fraction(1, 12),
+        "Σ bᵢ": 1,
+        "Σ bᵢcᵢ": Fraction(1, 2),
+        "Σ bᵢcᵢ²": Fraction(1, 3),
+        "Σ bᵢaᵢⱼcⱼ": Fraction(1, 6),
+        "Σ bᵢcᵢ³": Fraction(1, 4),
+        "Σ bᵢcᵢaᵢⱼcⱼ": Fraction(1, 8),
+        "Σ bᵢaᵢⱼcⱼ²": Fraction(1, 12),
         "Σ bᵢaᵢⱼaⱼₖcₖ": Fraction(1, 24),
     }
 
@@ -56,9 +91,15 @@ def test_every_named_scheme_derives_its_known_order(name):
 
 def test_evaluations_fsal_and_symmetry_follow_from_the_coefficients():
     expected = {  # name: (evals_per_step, fsal, symmetric)
-        "velocity_verlet": (2, True, True), "position_verlet": (1, False, True), "forest_ruth": (3, False, True),
-        "yoshida4": (4, True, True), "omelyan4": (5, True, True), "pefrl": (4, False, True),
-        "symplectic_euler": (1, False, False), "bogacki_shampine3": (4, True, False), "rk4": (4, False, False),
+        "velocity_verlet": (2, True, True),
+        "position_verlet": (1, False, True),
+        "forest_ruth": (3, False, True),
+        "yoshida4": (4, True, True),
+        "omelyan4": (5, True, True),
+        "pefrl": (4, False, True),
+        "symplectic_euler": (1, False, False),
+        "bogacki_shampine3": (4, True, False),
+        "rk4": (4, False, False),
     }
     for name, claims in expected.items():
         cls = TABLEAUX[name]
@@ -68,14 +109,19 @@ def test_evaluations_fsal_and_symmetry_follow_from_the_coefficients():
 
 
 def test_a_typo_names_the_first_failing_condition_and_by_how_much():
-    with pytest.raises(TypeError, match=r"declares order = 3, but order conditions hold to order 2; Σ bᵢcᵢ² = 1/3 "
-                                        r"is off by 0\.0833"):
+    with pytest.raises(
+        TypeError,
+        match=r"declares order = 3, but order conditions hold to order 2; Σ bᵢcᵢ² = 1/3 "
+        r"is off by 0\.0833",
+    ):
+
         class ThirdOrderMidpoint(RungeKutta):  # the midpoint rule claiming order 3
             A = ((), (1 / 2,))
             b = (0, 1)
             order: ClassVar[int] = 3
 
     with pytest.raises(TypeError, match=r"order conditions hold to order 1; Σ bᵢcᵢ = 1/2 is off by 0\.00667"):
+
         class TypoRK4(RungeKutta):  # a₃₂ typed 0.52 instead of 0.5
             A = ((), (1 / 2,), (0, 0.52), (0, 0, 1))
             b = (1 / 6, 1 / 3, 1 / 3, 1 / 6)
@@ -89,21 +135,25 @@ def test_a_typo_names_the_first_failing_condition_and_by_how_much():
 
 def test_wrong_claims_are_refused():
     with pytest.raises(TypeError, match=r"declares symplectic = True, but its symplecticity condition .* is off by"):
+
         class SymplecticNystrom(RungeKuttaNystrom):
             A, bbar, b, c = ((), (1 / 8,), (0, 1 / 2)), (1 / 6, 1 / 3, 0), (1 / 6, 2 / 3, 1 / 6), (0, 1 / 2, 1)
             symplectic: ClassVar[bool] = True
 
     with pytest.raises(TypeError, match="declares symplectic = True, but no explicit Runge–Kutta method is"):
+
         class SymplecticHeun(RungeKutta):
             A, b = ((), (1,)), (1 / 2, 1 / 2)
             symplectic: ClassVar[bool] = True
 
     with pytest.raises(TypeError, match="declares symmetric = True, but its sequence is not a palindrome"):
+
         class SymmetricEuler(Composition):
             drifts, kicks = (0, 1), (1,)
             symmetric: ClassVar[bool] = True
 
     with pytest.raises(TypeError, match="declares evals_per_step = 3, but it has 2 kicks after merging"):
+
         class CheapVerlet(Composition):
             drifts, kicks = (0, 1), (1 / 2, 1 / 2)
             evals_per_step: ClassVar[int] = 3
@@ -173,7 +223,7 @@ def test_a_splitting_kicks_at_the_time_its_drifts_have_reached():
     torch.testing.assert_close(y.x, torch.full((2,), 1 + 0.1 + 0.3 * (1 - 0.4 * 1.1)))
 
 
-# -- every scheme passes the kit -----------------------------------------------------------------------------------------
+# -- every scheme passes the kit ---------------------------------------------------------------------------------------
 
 FAST = {"forest_ruth", "nystrom4", "bogacki_shampine3"}  # one of each engine (FSAL included) in the default suite
 
@@ -192,7 +242,7 @@ def test_a_scheme_typed_as_coefficients_passes_the_kit():
     check_stepper(cls)
 
 
-# -- learnable families --------------------------------------------------------------------------------------------------
+# -- learnable families ------------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=25, deadline=None)
@@ -204,8 +254,15 @@ def test_the_families_meet_their_order_conditions_at_every_parameter(alpha, lam)
     two = rkn_order(*as_nystrom(merged_sequence([lam, 1 - 2 * lam, lam], [0.5, 0.5])))
     assert two.order == 2
     w1, w0 = solvers._learnable_composition4.W1, solvers._learnable_composition4.W0
-    drifts = [lam * w1, (1 - 2 * lam) * w1, lam * (w1 + w0), (1 - 2 * lam) * w0, lam * (w0 + w1),
-              (1 - 2 * lam) * w1, lam * w1]
+    drifts = [
+        lam * w1,
+        (1 - 2 * lam) * w1,
+        lam * (w1 + w0),
+        (1 - 2 * lam) * w0,
+        lam * (w0 + w1),
+        (1 - 2 * lam) * w1,
+        lam * w1,
+    ]
     kicks = [w1 / 2, w1 / 2, w0 / 2, w0 / 2, w1 / 2, w1 / 2]
     assert rkn_order(*as_nystrom(merged_sequence(drifts, kicks))).order == 4
 
@@ -274,8 +331,10 @@ def test_the_two_stage_family_differentiates_in_its_parameter():
     rk2 = solvers.TwoStageRK().double()
     x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
     field = lambda t, x: torch.sin(x) * torch.cos(torch.as_tensor(t))  # noqa: E731 - differentiable in t too
-    assert torch.autograd.gradcheck(lambda x, theta: torch.func.functional_call(
-        rk2, {"theta": theta}, (field, 0.3, x, 0.4, None))[0], (x, rk2.theta.detach().clone().requires_grad_()))
+    assert torch.autograd.gradcheck(
+        lambda x, theta: torch.func.functional_call(rk2, {"theta": theta}, (field, 0.3, x, 0.4, None))[0],
+        (x, rk2.theta.detach().clone().requires_grad_()),
+    )
 
 
 def test_families_are_learnable_per_layer_and_per_channel_and_keep_their_range():
@@ -294,13 +353,17 @@ def test_families_are_learnable_per_layer_and_per_channel_and_keep_their_range()
         solvers.TripleJump(lambda0=0.5)
 
 
-# -- the tableau solver --------------------------------------------------------------------------------------------------
+# -- the tableau solver ------------------------------------------------------------------------------------------------
 
 
 def test_the_tableau_preset_lays_out_the_layer_its_claims_call_for():
     second = preset("tableau", options={"name": "forest_ruth"})
-    assert (second.stepper, second.form, second.dt, second.dynamics) == (TABLEAUX["forest_ruth"], "laplacian", 0.5,
-                                                                        solvers.Split)
+    assert (second.stepper, second.form, second.dt, second.dynamics) == (
+        TABLEAUX["forest_ruth"],
+        "laplacian",
+        0.5,
+        solvers.Split,
+    )
     first = preset("tableau", options={"A": [[], ["2/3"]], "b": ["1/4", "3/4"]})
     assert (first.form, first.dt, first.dynamics, first.stepper.order) == ("residual", 1.0, solvers.Whole, 2)
     assert first.scheme["A"] == [[], [2 / 3]] and first.scheme["order"] == 2 and not first.scheme["symplectic"]
@@ -317,8 +380,13 @@ def test_tableau_layers_measure_their_declared_order():
 
 def test_cli_trains_inline_coefficients_and_records_them(tmp_path):
     out = tmp_path / "run"
-    done = cli(*DEBUG, "solver=tableau", "solver.options.drifts=[0.2,0.6,0.2]", "solver.options.kicks=[0.5,0.5]",
-               f"train.out_dir={out}")
+    done = cli(
+        *DEBUG,
+        "solver=tableau",
+        "solver.options.drifts=[0.2,0.6,0.2]",
+        "solver.options.kicks=[0.5,0.5]",
+        f"train.out_dir={out}",
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["solver"] == "tableau" and summary["steps"] == 4
@@ -351,3 +419,25 @@ def test_cli_bad_coefficients_are_one_line_and_exit_2(tmp_path, args, message):
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("odeformer-train: error:") and message in lines[0]
+
+
+@pytest.mark.slow  # the kit, a layer measurement and a few training steps (about 40 s)
+def test_the_design_example_proves_measures_and_trains(capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "design_a_scheme.py"
+    spec = importlib.util.spec_from_file_location("design_a_scheme", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = module.main(["--steps", "3"])
+    claims = results["claims"]
+    assert (claims["order"], claims["symplectic"], claims["symmetric"], claims["evals_per_step"], claims["fsal"]) == (
+        2,
+        True,
+        True,
+        3,
+        True,
+    )
+    assert all(abs(s - 2) < 0.3 for s in results["order"]) and results["layer"]["declared"] == 1
+    assert 0 <= results["accuracy"] <= 1 and "test accuracy" in capsys.readouterr().out
