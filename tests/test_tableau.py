@@ -454,7 +454,7 @@ def test_the_learned_integrators_sections_compose_and_build():
 
     digits, text = SECTIONS["learned_integrators"], SECTIONS["learned_integrators_text"]
     assert digits.rows == text.rows and len(digits.runs()) == len(digits.rows) * len(digits.seeds)
-    for _, row, _, _, overrides in text.runs()[:: len(text.seeds)]:
+    for *_, overrides in text.runs()[:: len(text.seeds)]:
         entry.compose(overrides)
     kinds = set()
     for _, row, _, _, overrides in digits.runs()[:: len(digits.seeds)]:
