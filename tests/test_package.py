@@ -31,6 +31,7 @@ def test_the_wheel_is_named_for_pypi_and_carries_the_configs(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"odeformer/configs/train.yaml", "odeformer/configs/experiment/digits_vit.yaml"} <= names
     assert any(n.startswith("solvers/") for n in names) and not any(n.startswith("configs/") for n in names)
+    assert {"solvers/testing/__init__.py", "solvers/testing/thresholds.py"} <= names  # the property kit's package
 
 
 @pytest.mark.slow  # installs the wheel in a fresh venv and trains (about 15 s)
