@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 import odeformer.train as entry
 from helpers import cli_in_process
