@@ -336,6 +336,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.render is not None:
         from odeformer.reproduce import write_results
 
+        if not (args.render / "gpu.json").is_file():
+            parser.exit(
+                2,
+                f"python -m benchmarks.gpu: {args.render / 'gpu.json'} does not exist; --render takes the folder that "
+                "`bash benchmarks/gpu_check.sh OUT` wrote on a GPU machine.\n",
+            )
         text = render(args.render)
         print(text)
         if args.results:

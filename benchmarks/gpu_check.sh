@@ -12,6 +12,11 @@
 # Then, here: python -m benchmarks.gpu --render OUT_DIR --results docs/RESULTS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Before anything is written: without a GPU there is nothing to measure, and no OUT folder is left behind.
+if ! python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  echo "gpu_check.sh: no CUDA device here (torch.cuda.is_available() is False); run it on a machine with a GPU" >&2
+  exit 2
+fi
 out="$(mkdir -p "${1:-${OUT:-gpu_results}}" && cd "${1:-${OUT:-gpu_results}}" && pwd)"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ -z "${ODEFORMER_COMMIT:-}" ]; then
@@ -23,7 +28,7 @@ fi
 export ODEFORMER_COMMIT
 echo "$ODEFORMER_COMMIT" >"$out/commit.txt"
 echo "commit $ODEFORMER_COMMIT"
-python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name())"
+python3 -c "import torch; print(torch.cuda.get_device_name())"
 python3 -c "import transformers" 2>/dev/null || echo "transformers is not installed here: the Hugging Face rows are skipped"
 
 failed=()

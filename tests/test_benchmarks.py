@@ -394,3 +394,25 @@ def test_joint_mlp_benchmark_compares_the_same_products():
     joint, plain = mlp_pair(8)  # the pair the benchmark times
     x, v = torch.randn(2, 3, 8), torch.randn(2, 3, 8)
     torch.testing.assert_close(joint(x, v)[0], plain(x))
+
+
+def test_the_gpu_commands_without_a_gpu_or_its_files_are_one_line(tmp_path):
+    """`bash benchmarks/gpu_check.sh OUT` on a machine without CUDA and `--render` of a folder without gpu.json each
+    say so in one line and exit 2; the script leaves no OUT folder behind."""
+    import os
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    if shutil.which("bash") and not torch.cuda.is_available():
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        done = subprocess.run(
+            ["bash", str(root / "benchmarks" / "gpu_check.sh"), str(out)], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "no CUDA device" in done.stderr and not out.exists()
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--render", str(tmp_path)], capture_output=True, text=True, cwd=root
+    )
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "gpu.json does not exist" in done.stderr
