@@ -212,41 +212,6 @@ SECTIONS = {
         diagnose=("depth 12",),
     ),
 }
-LEARNED = {  # each learnable family beside the fixed members it passes through, at equal evaluations per layer
-    "splitting λ learned per channel (from Omelyan's 0.1932)": [
-        "solver=full_wave",
-        "solver.stepper=solvers.SymmetricSplitting",
-    ],
-    "omelyan2 (λ fixed at 0.1932)": ["solver=tableau", "solver.options.name=omelyan2"],
-    "velocity_verlet (λ → 0)": ["solver=velocity_verlet"],
-    "position_verlet (λ → ½)": ["solver=tableau", "solver.options.name=position_verlet"],
-    "two-stage RK, c₂ = α learned per layer (from Ralston's 2/3)": ["solver=heun", "solver.stepper=solvers.TwoStageRK"],
-    "ralston (α = 2/3)": ["solver=tableau", "solver.options.name=ralston"],
-    "midpoint (α = ½)": ["solver=tableau", "solver.options.name=midpoint"],
-    "heun (α = 1)": ["solver=heun"],
-}
-LEARNED_NOTE = (
-    "Each learnable family keeps its guarantee at every value of its parameter (the λ-splitting symplectic, symmetric "
-    "and of order 2; the two-stage family of order 2) and costs what its fixed members cost per layer (two "
-    "evaluations), so rows compare at equal compute. The second-order rows integrate the laplacian force with the FFN "
-    "by the chain rule (Full Wave's layer), the first-order ones the whole block."
-)
-SECTIONS["learned_integrators"] = Section(
-    "Learned integrators on digits: the learnable families beside their fixed members (depth 6)",
-    ["experiment=digits_vit", "train.max_steps=600", "model.depth=6"],
-    LEARNED,
-    seeds=[0, 1],
-    note=LEARNED_NOTE,
-    matched=False,
-)
-SECTIONS["learned_integrators_text"] = Section(
-    "Learned integrators on Tiny Shakespeare: the learnable families beside their fixed members (depth 4, dim 64)",
-    SECTIONS["shakespeare"].fixed,
-    LEARNED,
-    seeds=[0, 1],
-    note=LEARNED_NOTE,
-    matched=False,
-)
 SMOKE = Section(
     "smoke",
     ["experiment=difformer_cora", "model.depth=2", "train.max_steps=3", "train.eval_every=3"],

@@ -452,29 +452,3 @@ def test_the_design_example_proves_measures_and_trains(capsys):
     )
     assert all(abs(s - 2) < 0.3 for s in results["order"]) and results["layer"]["declared"] == 1
     assert 0 <= results["accuracy"] <= 1 and "test accuracy" in capsys.readouterr().out
-
-
-def test_the_learned_integrators_sections_compose_and_build():
-    """``odeformer-reproduce --sections learned_integrators``: every row composes, and builds on digits with the
-    scheme it names (the learned rows' parameters learnable per layer)."""
-    from omegaconf import OmegaConf
-
-    import odeformer.runs as runs
-    import odeformer.train as entry
-    from odeformer.reproduce import SECTIONS
-
-    digits, text = SECTIONS["learned_integrators"], SECTIONS["learned_integrators_text"]
-    assert digits.rows == text.rows and len(digits.runs()) == len(digits.rows) * len(digits.seeds)
-    for *_, overrides in text.runs()[:: len(text.seeds)]:
-        entry.compose(overrides)
-    kinds = set()
-    for _, row, _, _, overrides in digits.runs()[:: len(digits.seeds)]:
-        if not row.startswith(("splitting", "omelyan2", "two-stage", "ralston")):
-            continue  # the other fixed rows are registered solvers and tableaux like these
-        cfg = entry.compose([*overrides, "model.depth=2", "model.dim=16", "model.heads=2"])
-        _, model, _ = runs.build(OmegaConf.to_container(cfg, resolve=True))
-        stepper = model.backbone.layers[1].stepper
-        kinds.add(type(stepper).__name__)
-        if "learned" in row:
-            assert any(p.requires_grad for p in stepper.parameters()), row
-    assert kinds == {"SymmetricSplitting", "TwoStageRK", "Omelyan2", "Ralston"}
