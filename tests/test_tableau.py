@@ -310,15 +310,8 @@ def test_the_splitting_family_passes_the_kit_with_its_parameters_moved(dim):
     check_stepper(solvers.SymmetricSplitting, dim=dim)
 
 
-OVERFLOW = pytest.mark.xfail(
-    raises=OverflowError,
-    reason="the kit's symplecticity ratio raises size ** n in Python floats, which overflows on a finite but huge "
-    "Jacobian (a triple jump at dt = 1 on the cubic force); any AssertionError still fails",
-)
-
-
 @pytest.mark.slow  # six evaluations a step at order 4: about a minute
-@pytest.mark.parametrize("dim", [None, pytest.param(4, marks=OVERFLOW)])
+@pytest.mark.parametrize("dim", [None, 4])
 def test_the_fourth_order_family_passes_the_kit_with_its_parameters_moved(dim):
     check_stepper(solvers.TripleJump, dim=dim)
 
