@@ -2,7 +2,7 @@
 token, and against Hugging Face GPT-2's own cached ``generate`` of the same weights (the ``from_hf`` copy under
 ``diffusion``; greedy, the same tokens), with Full Wave (the same weights integrated as a wave) beside it.
 
-    python -m benchmarks.generation [--rounds 3] [--tokens 256]
+    python -m benchmarks.generation [--rounds 3] [--tokens 256] [--threads 1] [--batch 1]
 
 :func:`generation_times` is what ``python -m benchmarks.run`` (``make bench``) calls; each call generates
 ``tokens`` new tokens after a prompt of ``GEN["prompt"]``, medians over interleaved rounds.
@@ -18,8 +18,10 @@ import torch
 
 import odeformer
 
-GEN = dict(dim=128, depth=6, heads=4, vocab=65, batch=1, prompt=16, new=256)
-"""Generation sizes: GPT-2 of the benchmark's language-model shape, one prompt of 16 tokens, 256 new tokens."""
+GEN = dict(dim=128, depth=6, heads=4, vocab=65, batch=1, prompt=16, new=256, threads=1)
+"""Generation sizes: GPT-2 of the benchmark's language-model shape, one prompt of 16 tokens, 256 new tokens; on the
+CPU one thread for every model alike (a batch-1 token's products are too small to split, and on a shared machine a
+second thread mostly waits: here 5.5 ms a token with one thread, 9 to 100 ms with two while other jobs ran)."""
 
 
 def _models(tokens: int, device: str) -> dict[str, torch.nn.Module]:
@@ -83,9 +85,22 @@ def agreement(outputs: dict[str, torch.Tensor]) -> dict[str, bool]:
     return agree
 
 
-def generation_times(rounds: int, device: str, tokens: int = GEN["new"]) -> tuple[dict[str, float], dict[str, bool]]:
+def generation_times(
+    rounds: int, device: str, tokens: int = GEN["new"], threads: int = GEN["threads"]
+) -> tuple[dict[str, float], dict[str, bool]]:
     """Median seconds of each generation in :func:`generation_calls`, interleaved round by round (no warm-up round:
-    one generation is hundreds of passes), and whether their outputs agree."""
+    one generation is hundreds of passes), and whether their outputs agree. On the CPU torch runs ``threads``
+    threads meanwhile (0: its default)."""
+    previous = torch.get_num_threads()
+    if device == "cpu" and threads:
+        torch.set_num_threads(threads)
+    try:
+        return _generation_times(rounds, device, tokens)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _generation_times(rounds: int, device: str, tokens: int) -> tuple[dict[str, float], dict[str, bool]]:
     from benchmarks.run import interleaved
 
     outputs: dict[str, torch.Tensor] = {}
@@ -116,10 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.generation", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=GEN["new"])
+    parser.add_argument("--threads", type=int, default=GEN["threads"], help="CPU threads (0: torch's default)")
+    parser.add_argument("--batch", type=int, default=GEN["batch"], help="prompts generated together")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
-    times, agree = generation_times(args.rounds, args.device, args.tokens)
-    print(json.dumps({**ratios(times), "seconds": times, **agree}, indent=2))
+    GEN["batch"] = args.batch
+    times, agree = generation_times(args.rounds, args.device, args.tokens, args.threads)
+    threads = args.threads or torch.get_num_threads()
+    print(json.dumps({**ratios(times), "seconds": times, **agree, "threads": threads, "batch": args.batch}, indent=2))
     return 0
 
 

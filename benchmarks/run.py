@@ -404,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
             f"same shape, and a diffusion CausalLM (dim {LM['dim']}, depth {LM['depth']}, {LM['length']} tokens, "
             f"batch {LM['batch']}) against Hugging Face's GPT2LMHeadModel whose weights it copies; attention: "
             f"{raw['attention']}. Generation: that GPT-2 shape, one prompt of {GEN['prompt']} tokens, "
-            f"{raw['sizes']['generate']['new']} new tokens, greedy, {GENERATE[mode][0]} interleaved rounds; the "
+            f"{raw['sizes']['generate']['new']} new tokens, greedy, on a CPU {GEN['threads']} thread, {GENERATE[mode][0]} "
+            "interleaved rounds; the "
             f"outputs agree: {raw['generate_agree']}."
         )
         write_results(
