@@ -171,3 +171,25 @@ def test_the_shakespeare_example_skips_cleanly_without_the_data(tmp_path, monkey
     assert _example().main(["--steps", "1"]) is None
     out = capsys.readouterr().out
     assert out.startswith("skipped:") and out.count("\n") == 1
+
+
+def test_a_character_level_run_logs_a_sample_at_each_evaluation(tmp_path):
+    """The trainer's hook, without the command line: a sample in each evaluation's metrics row, the last in the
+    summary, the vocabulary in best.pt; a run on other data logs none."""
+    from odeformer.data import load
+    from odeformer.trainer import Settings, Trainer
+
+    data = load("synthetic", task="text", n=64)
+    torch.manual_seed(0)
+    model = odeformer.CausalLM(data.meta["vocab_size"], 8, depth=1, dim=8, heads=2)
+    settings = Settings(max_steps=2, eval_every=1, eval_batches=1, warmup_steps=0, progress=False, batch_size=4)
+    summary = Trainer(model, data, settings, tmp_path, {"solver": "diffusion"}).fit()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    samples = [row["sample"] for row in rows if "val_loss" in row]
+    assert len(samples) == 2 and all(len(s) == 101 and s[0] == data.meta["itos"][0] for s in samples)
+    assert summary["sample"] == samples[-1]
+    assert torch.load(tmp_path / "best.pt", weights_only=True)["info"]["vocabulary"] == "".join(data.meta["itos"])
+    images = load("synthetic", task="image", n=32)
+    vit = odeformer.ViT(image_size=images.meta["image_size"], in_chans=images.meta["in_chans"], num_classes=2, depth=1,
+                        dim=8, heads=2)  # fmt: skip
+    assert EvalSample.of(images, vit) is None
