@@ -46,7 +46,6 @@ def shell(command, cwd, timeout=600):
 def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    namespace: dict = {}
     ran = {"python": 0, "bash": 0, "file": 0}
     for language, name, text in blocks("docs/extending.md"):
         if name:
@@ -54,8 +53,8 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
             ran["file"] += 1
-        elif language == "python":
-            exec(compile(text, "docs/extending.md", "exec"), namespace)
+        elif language == "python":  # each block alone: a reader may copy any one of them
+            exec(compile(text, "docs/extending.md", "exec"), {})
             ran["python"] += 1
         elif language == "bash":
             for command in commands(text):
@@ -78,11 +77,10 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
 
 def test_readme_python_examples_run(monkeypatch):
     monkeypatch.setattr(solvers, "STEPPERS", dict(solvers.STEPPERS))
-    namespace: dict = {}
     python = [text for language, name, text in blocks("README.md") if language == "python" and not name]
     assert python, "README.md has no python examples"
-    for text in python:  # one namespace: later blocks use names from earlier ones, as a reader would
-        exec(compile(text, "README.md", "exec"), namespace)
+    for text in python:  # each block alone, in a namespace of its own: a reader may copy any one of them
+        exec(compile(text, "README.md", "exec"), {})
 
 
 def test_readme_names_the_two_commands():
