@@ -74,7 +74,7 @@ class TransformerConfig(ModelConfig):
     activation: str = "gelu"  # gelu | gelu_tanh | relu | silu (each with an exact velocity path)
     ln_mode: str = "paper"  # paper | exact: how the velocity passes LayerNorm
     norm: str = "pre"  # pre: Attn(LN x), MLP(LN x), a final LN (ViT, GPT-2) | post: LN after every sublayer (BERT)
-    impl: str = "sdpa"  # sdpa | math
+    impl: str = "auto"  # auto (sdpa, math under forward-mode AD) | sdpa | math
     dropout: float = 0.0
     tie_weights: bool = False  # one block shared by every layer (continuous solvers always share)
     checkpoint: bool = False  # recompute each layer in the backward pass instead of storing its activations

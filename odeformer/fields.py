@@ -14,9 +14,11 @@ sees ``j`` only along the edges of a given graph, and itself: pass the mask from
 Any field also takes an extra boolean ``attn_mask`` (True = may attend), e.g. for padding.
 
 ``impl="math"`` computes ``softmax(Q Kᵀ / sqrt(d_h))`` explicitly (supports forward-mode AD, returns the attention
-matrix for diagnostics); ``impl="sdpa"`` calls ``scaled_dot_product_attention`` (fused; forward-mode AD through it
-fails on CPU). They agree to 1e-5 in float32; a query the mask lets attend to nothing (e.g. in a fully padded
-sequence) gets a zero output and zero gradients from both.
+matrix for diagnostics); ``impl="sdpa"`` calls ``scaled_dot_product_attention`` (fused; PyTorch has no forward-mode
+derivative for it, so under ``torch.func`` transforms or ``torch.autograd.forward_ad`` it is a one-line error);
+``impl="auto"`` (the default) is the fused path, and the math path by itself under such a transform. They agree to
+1e-5 in float32; a query the mask lets attend to nothing (e.g. in a fully padded sequence) gets a zero output and zero
+gradients from both.
 
 A causal field also takes ``cache=`` (text generation, :mod:`odeformer.generate`): it is then evaluated on new
 positions only, which attend to the keys and values the cache kept from earlier positions.
@@ -36,7 +38,12 @@ from .joint import JointLayerNorm, JointMLP
 
 FORMS = ("residual", "laplacian")
 MASKS = ("full", "causal", "graph")
-IMPLS = ("math", "sdpa")
+IMPLS = ("auto", "sdpa", "math")
+
+
+def _forward_mode() -> bool:
+    """Whether a ``torch.func`` transform or a forward-mode AD level is active."""
+    return torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -69,7 +76,7 @@ class AttentionField(nn.Module):
         heads: int,
         form: str = "residual",
         mask: str = "full",
-        impl: str = "sdpa",
+        impl: str = "auto",
         norm_layer: type[nn.Module] = nn.LayerNorm,
         qkv_bias: bool = True,
         dropout: float = 0.0,
@@ -90,6 +97,20 @@ class AttentionField(nn.Module):
         out = self.attend(x, attn_mask) if cache is None else self.attend_cached(t, x, cache)
         return out - x if self.form == "laplacian" else out
 
+    def _fused(self) -> bool:
+        """Whether to call ``scaled_dot_product_attention``: ``sdpa``, or ``auto`` outside forward-mode AD and
+        ``torch.func`` transforms (the fused kernel has no forward-mode derivative; the math path does)."""
+        if self.impl == "math":
+            return False
+        if not _forward_mode():
+            return True
+        if self.impl == "sdpa":
+            raise RuntimeError(
+                "AttentionField(impl='sdpa') has no forward-mode derivative (torch.func.jvp, jacfwd, vmap of them or "
+                "torch.autograd.forward_ad); use impl='auto' (the default) or impl='math'."
+            )
+        return False
+
     def attend_cached(self, t, x: Tensor, cache: Any) -> Tensor:
         """``Attn(LN(x))`` for new positions ``x`` ``(B, n, D)`` that follow the positions whose keys and values
         ``cache`` holds (causal mask only): ``cache.extend(t, k, v)`` appends this evaluation's keys and values and
@@ -101,7 +122,7 @@ class AttentionField(nn.Module):
         k, v = cache.extend(t, k, v)  # (B, H, P + n, Dh)
         n, total = q.shape[-2], k.shape[-2]
         mask = None if n == 1 else torch.ones(n, total, dtype=torch.bool, device=x.device).tril(total - n)
-        if self.impl == "sdpa":
+        if self._fused():
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))  # (B, H, n, P + n)
@@ -115,7 +136,7 @@ class AttentionField(nn.Module):
         """``Attn(LN(x))``: the attention output before the form is applied."""
         q, k, v = self._qkv(x)  # each (B, H, N, Dh)
         mask = self._mask(x, attn_mask)
-        if self.impl == "sdpa":
+        if self._fused():
             causal = self.mask == "causal" and attn_mask is None
             out = F.scaled_dot_product_attention(
                 q,

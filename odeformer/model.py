@@ -230,7 +230,7 @@ def transformer(
     solver: Solver,
     dt: float | None = None,
     mask: str = "full",
-    impl: str = "sdpa",
+    impl: str = "auto",
     mlp_ratio: float = 4.0,
     activation: str = "gelu",
     ln_mode: str = "paper",

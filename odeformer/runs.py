@@ -85,6 +85,7 @@ def target(node: dict[str, Any], allowed: tuple[str, ...], group: str, source: P
             "import path."
         )
     import odeformer
+
     from . import continuous
 
     return {**{f"odeformer.{k}": getattr(odeformer, k) for k in CONFIG_NAMES}, **{

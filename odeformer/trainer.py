@@ -47,7 +47,6 @@ from .data import TaskData
 from .objectives import TextObjective, make_objective
 from .sample import EvalSample
 
-
 PENDING_STOP: int | None = None
 """A signal received before the loop could install its own handler (a sweep's worker process sets it): the run
 starts, saves its first checkpoint and stops, as if signalled during training."""

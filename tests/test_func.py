@@ -2,7 +2,8 @@
 finite differences in float64; vmap over a batch equals the batched model and vmap over grad the per-sample
 gradients; forward-mode AD (torch.autograd.forward_ad) equals torch.func.jvp.
 
-Attention uses the ``math`` implementation (SDPA has no forward-mode AD on CPU). The presets come from
+Attention uses the ``math`` implementation; the default (``auto``) takes it by itself under a transform, and an
+explicit ``sdpa`` (no forward-mode derivative in PyTorch) is a one-line error there. The presets come from
 ``odeformer.PRESETS``, so a new preset is covered without new test code.
 """
 
@@ -149,3 +150,29 @@ def test_double_backward_is_torch_func_grad_of_grad(solver):
         value = torch.zeros_like(reference) if value is None else value
         scale = 1 + reference.abs().max().item()
         torch.testing.assert_close(value, reference, rtol=1e-9, atol=1e-9 * scale, msg=name)
+
+
+def test_the_default_attention_takes_forward_mode_ad_and_an_explicit_sdpa_says_it_cannot():
+    """Built with the defaults (``impl="auto"``: the fused kernel), a model's jvp and forward-mode derivative are the
+    central difference; asked for ``sdpa`` explicitly, both are one line saying what to use instead."""
+    torch.manual_seed(0)
+    default = odeformer.CausalLM(vocab_size=7, max_len=6, depth=2, dim=8, heads=2, solver="full_wave").double()
+    embed = default.embed  # differentiate through the backbone, from the embedded tokens
+    x = embed(torch.randint(0, 7, (2, 5)))
+    dx = torch.randn_like(x)
+
+    def run(model):
+        return lambda h: model.backbone(h)
+
+    out, tangent = torch.func.jvp(run(default), (x,), (dx,))
+    central = (run(default)(x + H * dx) - run(default)(x - H * dx)) / (2 * H)
+    _close(tangent, central)
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x, dx)
+        _close(torch.autograd.forward_ad.unpack_dual(run(default)(dual)).tangent, tangent)
+    explicit = odeformer.CausalLM(7, 6, depth=2, dim=8, heads=2, solver="full_wave", impl="sdpa").double()
+    explicit.load_state_dict(default.state_dict())
+    _close(run(explicit)(x), out)  # the same model (the fused kernel) outside a transform
+    one_line = r"^AttentionField\(impl='sdpa'\) has no forward-mode derivative .*impl='auto'"
+    with pytest.raises(RuntimeError, match=one_line):
+        torch.func.jvp(run(explicit), (x,), (dx,))

@@ -4,11 +4,11 @@ short sample a character-level run logs at each evaluation."""
 import json
 import subprocess
 import sys
-import tomllib
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 
 import odeformer
@@ -28,7 +28,10 @@ def _config(solver="full_wave", **model):
     }
 
 
-def _run(tmp_path, config=None, vocabulary="".join(ITOS), name="best.pt", seed=0):
+VOCABULARY = "".join(ITOS)
+
+
+def _run(tmp_path, config=None, vocabulary=VOCABULARY, name="best.pt", seed=0):
     """A run directory as the trainer leaves it: best.pt with the weights, the config and the vocabulary."""
     config = config or _config()
     torch.manual_seed(seed)

@@ -73,7 +73,7 @@ class GraphDiffusionField(nn.Module):
             self.attention = SimpleAttentionField(dim, heads, form="residual", norm_layer=nn.Identity)
         elif attention in ("softmax", "graph_softmax"):
             mask = "graph" if attention == "graph_softmax" else "full"
-            self.attention = AttentionField(dim, heads, form="residual", mask=mask, impl="sdpa", norm_layer=nn.Identity)
+            self.attention = AttentionField(dim, heads, form="residual", mask=mask, impl="auto", norm_layer=nn.Identity)
         else:
             raise ValueError(f"attention must be 'simple', 'softmax' or 'graph_softmax', got {attention!r}.")
         self.form, self.graph_weight = form, graph_weight
