@@ -396,6 +396,7 @@ def test_joint_mlp_benchmark_compares_the_same_products():
     torch.testing.assert_close(joint(x, v)[0], plain(x))
 
 
+@pytest.mark.slow  # two interpreters that import torch and the benchmarks (about 8 s)
 def test_the_gpu_commands_without_a_gpu_or_its_files_are_one_line(tmp_path):
     """`bash benchmarks/gpu_check.sh OUT` on a machine without CUDA and `--render` of a folder without gpu.json each
     say so in one line and exit 2; the script leaves no OUT folder behind."""

@@ -75,6 +75,7 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
     assert simpson["kicks"] == [1 / 6, 2 / 3, 1 / 6] and simpson["order"] == 2
 
 
+@pytest.mark.slow  # builds and runs every README example, the Hugging Face one included (about 40 s)
 def test_readme_python_examples_run(monkeypatch):
     monkeypatch.setattr(solvers, "STEPPERS", dict(solvers.STEPPERS))
     python = [text for language, name, text in blocks("README.md") if language == "python" and not name]

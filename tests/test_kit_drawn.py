@@ -522,7 +522,11 @@ class StartedAB2(_Euler):
         return y + dt * ((1 + r / 2) * f - (r / 2) * previous), (f, dt)
 
 
-@pytest.mark.parametrize("scheme", [SSPRK3, ForestRuth, PEFRL, StartedAB2], ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "scheme",
+    [ForestRuth, *(pytest.param(s, marks=pytest.mark.slow) for s in (SSPRK3, PEFRL, StartedAB2))],  # 5 s each
+    ids=lambda c: c.__name__,
+)
 def test_correct_unusual_schemes_pass_the_whole_kit(scheme):
     report = check_stepper(scheme)
     assert all(abs(slope - scheme.order) <= th.ORDER_TOLERANCE for slope in report["order"])

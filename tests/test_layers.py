@@ -126,9 +126,9 @@ STRANG = [  # the second-order Strang layers measure slowly (about 15 s each): t
 
 
 # Layers the default suite's cases already stand for (about 8 s each): euler's is diffusion's layer and
-# semi_implicit_euler's full_wave's; rk4_38 is a second whole-block RK4; the other one-step schemes' Lie layers are
-# order 1 as full_wave's is. They run in the slow suite.
-SLOW_LAYERS = {"euler", "semi_implicit_euler", "rk4_38", "leapfrog", "damped", "velocity_verlet", "heun"}
+# semi_implicit_euler's full_wave's; tableau's default is velocity Verlet's layer; rk4_38 is a second whole-block RK4;
+# the other one-step schemes' Lie layers are order 1 as full_wave's is. They run in the slow suite.
+SLOW_LAYERS = {"euler", "semi_implicit_euler", "rk4_38", "leapfrog", "damped", "velocity_verlet", "heun", "tableau"}
 LAYERS = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_LAYERS else n for n in odeformer.solver_names()]
 
 

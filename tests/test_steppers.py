@@ -21,6 +21,7 @@ def test_check_stepper(name):
     assert ("reversible" in report) == STEPPERS[name].reversible
 
 
+@pytest.mark.slow  # six more drawn problems each; check_stepper above already measures the order on a drawn one
 @pytest.mark.parametrize("name", NAMES)
 @settings(max_examples=6)
 @given(data=st.data())

@@ -382,6 +382,7 @@ def test_tableau_layers_measure_their_declared_order():
     assert odeformer.check_preset(preset("tableau", options={"name": "ralston"}))["declared"] == 2
 
 
+@pytest.mark.slow  # trains from the command line (about 10 s); bad coefficients are checked in the default suite
 def test_cli_trains_inline_coefficients_and_records_them(tmp_path):
     out = tmp_path / "run"
     done = cli(
