@@ -6,12 +6,28 @@ A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"
 :class:`NodeClassifier`).
 """
 
-from .blocks import PRESETS, Layer, Preset, check_preset, derive, preset, solver_names
-from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
-from .hf import from_hf
-from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
-from .model import Backbone, schedule, transformer
-from .tasks import CausalLM, DIFFormer, MaskedLM, NodeClassifier, ViT
+import os as _os
+import sys as _sys
+
+
+def _interrupted_while_starting() -> None:
+    """Ctrl-C while an ``odeformer-*`` command is still importing (torch takes seconds): one line and exit 130 instead
+    of a traceback from deep inside an import. Anywhere else (a notebook, a script) the interrupt goes on as it was."""
+    if _os.path.basename(_sys.argv[0] if _sys.argv else "").startswith("odeformer-"):
+        print("interrupted while starting up; nothing was written", file=_sys.stderr)
+        raise SystemExit(130) from None
+
+
+try:
+    from .blocks import PRESETS, Layer, Preset, check_preset, derive, preset, solver_names
+    from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
+    from .hf import from_hf
+    from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
+    from .model import Backbone, schedule, transformer
+    from .tasks import CausalLM, DIFFormer, MaskedLM, NodeClassifier, ViT
+except KeyboardInterrupt:
+    _interrupted_while_starting()
+    raise
 
 __version__ = "0.1.0"
 

@@ -5,6 +5,8 @@ thread count on a shared machine, one config snapshot per torchrun invocation, t
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,24 @@ def test_ctrl_c_in_diagnose_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(diagnose, "load_run", interrupted)
     assert diagnose.main([str(tmp_path)]) == 130
     assert capsys.readouterr().err.strip() == "odeformer-diagnose: interrupted (Ctrl-C)."
+
+
+@pytest.mark.slow  # two interpreters that import torch (about 6 s)
+def test_ctrl_c_while_a_command_is_still_importing_is_one_line():
+    """An interrupt that lands while ``import odeformer`` is still loading torch: an ``odeformer-*`` command says so in
+    one line and exits 130; anywhere else the KeyboardInterrupt goes on as usual."""
+    code = (
+        "import signal, sys\n"
+        "sys.argv[0] = sys.argv[1]\n"
+        "def interrupt(*_): raise KeyboardInterrupt\n"
+        "signal.signal(signal.SIGALRM, interrupt)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.3)\n"  # while torch is loading (it takes seconds)
+        "import odeformer\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0)\n"
+        "print('imported too fast to interrupt')\n"
+    )
+    command = subprocess.run([sys.executable, "-c", code, "odeformer-train"], capture_output=True, text=True)
+    assert command.returncode == 130, command.stderr[-2000:]
+    assert command.stderr.strip() == "interrupted while starting up; nothing was written"
+    script = subprocess.run([sys.executable, "-c", code, "my_script.py"], capture_output=True, text=True)
+    assert script.returncode == -signal.SIGINT and "KeyboardInterrupt" in script.stderr  # as Python ends on one
