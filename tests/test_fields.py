@@ -172,7 +172,7 @@ def test_bad_field_arguments():
         AttentionField(10, 4)
     with pytest.raises(ValueError, match="form must be one of residual, laplacian"):
         AttentionField(8, 2, form="wave")
-    with pytest.raises(ValueError, match="impl must be one of math, sdpa"):
+    with pytest.raises(ValueError, match="impl must be one of auto, sdpa, math"):
         AttentionField(8, 2, impl="flash")
     with pytest.raises(ValueError, match=r"expects x of shape \(B, N, 8\), got \(3, 8\)"):
         AttentionField(8, 2)(0.0, torch.zeros(3, 8))
