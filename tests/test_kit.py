@@ -478,8 +478,17 @@ def test_hidden_history_is_rejected():
         check_stepper(FakeOneStepLightWave)
 
 
+SLOW_PAIR = pytest.mark.slow  # about 10 s each; the first pair stands for them in the default suite
+
+
 @pytest.mark.parametrize(
-    "wave, diffusion", [(VelocityVerlet, Heun), (Damped, RK4), (SemiImplicitEuler, Euler)], ids=lambda c: c.__name__
+    "wave, diffusion",
+    [
+        (SemiImplicitEuler, Euler),
+        pytest.param(VelocityVerlet, Heun, marks=SLOW_PAIR),
+        pytest.param(Damped, RK4, marks=SLOW_PAIR),
+    ],
+    ids=lambda c: c.__name__,
 )
 def test_custom_mix_pairs_live_up_to_their_declarations(wave, diffusion):
     mix = Mix(wave=wave(), diffusion=diffusion(), theta0=0.0)
@@ -812,6 +821,7 @@ class HeunStartedAB3(_First):
         return y + dt * (23 / 12 * f - 16 / 12 * old + 5 / 12 * older), (old, f)
 
 
+@pytest.mark.slow  # the whole kit on a six-stage scheme (about 10 s); RK4's order is measured in the default suite
 def test_a_fifth_order_scheme_whose_slopes_settle_at_the_rounding_floor_passes():
     report = check_stepper(Butcher5)
     assert all(abs(s - 5) < 0.3 for s in report["order"])
