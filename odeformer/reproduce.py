@@ -47,7 +47,9 @@ class Section:
     """A table of runs: every ``row`` x ``column`` x seed, on top of the ``fixed`` overrides.
 
     ``rows`` and ``columns`` map a label to the overrides that make it; ``plot`` draws accuracy against the columns
-    (depths); ``diagnose`` names the columns whose seed-0 runs get per-layer diagnostics, one curve per row.
+    (depths); ``diagnose`` names the columns whose seed-0 runs get per-layer diagnostics, one curve per row;
+    ``learned`` names the known members (label: value) that the trained runs' learnable integrator coefficients are
+    plotted against, layer by layer (:func:`learned_coefficients`).
     """
 
     title: str
@@ -59,6 +61,7 @@ class Section:
     plot: bool = False
     diagnose: tuple[str, ...] = ()
     matched: bool = True
+    learned: dict[str, float] = field(default_factory=dict)
 
     def runs(self) -> list[tuple[str, str, str, int, list[str]]]:
         """``(run name, row, column, seed, overrides)`` for every cell and seed."""
@@ -69,6 +72,14 @@ class Section:
                     name = _slug(f"{row}__{column}__seed={seed}" if column else f"{row}__seed={seed}")
                     overrides = [*self.fixed, *row_overrides, *column_overrides, f"train.seed={seed}"]
                     out.append((name, row, column, seed, overrides))
+        names = [job[0] for job in out]
+        if len(set(names)) < len(names):
+            twin = next(job for job in out if names.count(job[0]) > 1)[0]
+            rows = sorted({job[1] for job in out if job[0] == twin})
+            raise ValueError(
+                f"section {self.title!r}: rows {rows} share the run folder {twin!r}; give them labels that "
+                "differ in letters, digits or _.=+-"
+            )
         return out
 
 
@@ -300,8 +311,10 @@ def config_drift(run_dir: Path, overrides: list[str]) -> list[str]:
 
     saved = (load_checkpoint(run_dir / "last.pt").get("info") or {}).get("config")
     if not isinstance(saved, dict):
-        raise ValueError(f"{run_dir / 'last.pt'} stores no config, so its run cannot be checked; delete the folder to "
-                         "train it again.")
+        raise ValueError(
+            f"{run_dir / 'last.pt'} stores no config, so its run cannot be checked; delete the folder to "
+            "train it again."
+        )
     now = OmegaConf.to_container(train.compose([*overrides, "train.progress=false"]), resolve=True)
     then, now = _flatten(saved), _flatten({key: now[key] for key in saved if key in now})
     return [
@@ -549,6 +562,112 @@ def oversmoothing(section: Section, column: str, results: list[Result], runs_dir
     return [f"{m}.png" for m in DIAGNOSED if (out / f"{m}.png").exists()]
 
 
+COEFFICIENTS = ("lam", "alpha")  # what a learnable scheme calls its coefficient: a splitting's drift λ, c₂ = α
+
+
+def coefficients(model: Any) -> list[tuple[str, list[float]]]:
+    """Each layer's learnable integrator coefficient, ``(name, values)`` (one value, or one per channel), in layer
+    order: read from the scheme's own property (``lam``: ``λ``, ``alpha``: ``α``), so the mapping from the
+    unconstrained parameter is the scheme's, not copied here. Layers without one are left out."""
+    import solvers
+
+    out = []
+    for layer in model.backbone.layers:
+        for module in layer.modules():
+            name = next(
+                (n for n in COEFFICIENTS if isinstance(module, solvers.AbstractStepper) and hasattr(module, n)), None
+            )
+            if name is not None and any(p.requires_grad for p in module.parameters()):
+                out.append(("λ" if name == "lam" else "α", getattr(module, name).detach().reshape(-1).tolist()))
+                break
+    return out
+
+
+def _stepper_override(overrides: list[str]) -> str | None:
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith("solver.stepper=")), None)
+
+
+def learned_coefficients(
+    section: Section, results: list[Result], runs_dir: Path, path: Path
+) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The learnable rows' coefficients after training (best checkpoint), per layer and seed: a PNG of each layer's
+    value (the per-channel spread as a band) against the section's known members, and a table of the per-layer means
+    with the nearest known member. A scheme of one's own is rebuilt from the row's own overrides (code), not from
+    what its checkpoint says."""
+    from .runs import load_run
+
+    found: dict[str, dict[str, Any]] = {}
+    for name, row, _, seed, overrides, _ in results:
+        stepper = _stepper_override(overrides)
+        if stepper is None:
+            continue
+        _, model, _ = load_run(runs_dir / name, stepper=stepper)
+        layers = coefficients(model)
+        if layers:
+            record = found.setdefault(row, {"symbol": layers[0][0], "seeds": {}})
+            record["seeds"][seed] = [values for _, values in layers]
+    if not found:
+        return "", found
+    _coefficient_plot(section, found, path)
+    known = section.learned
+    lines = ["| learned row | symbol | " + " | ".join(f"layer {i}" for i in range(1, _depth(found) + 1)) + " |"]
+    lines.append("|" + "---|" * (_depth(found) + 2))
+    for row, record in found.items():
+        cells = []
+        for layer in range(_depth(found)):
+            values = [v for seed in record["seeds"].values() if layer < len(seed) for v in seed[layer]]
+            if not values:
+                cells.append("–")
+                continue
+            mean = statistics.fmean(values)
+            spread = f" [{min(values):.3f}, {max(values):.3f}]" if len(values) > 1 else ""
+            near = min(known, key=lambda k: abs(known[k] - mean)) if known else ""
+            cells.append(f"{mean:.3f}{spread}" + (f" (nearest: {near})" if near else ""))
+        lines.append(f"| {row} | {record['symbol']} | " + " | ".join(cells) + " |")
+    caption = (
+        "Learned coefficient per layer after training (best checkpoint): the mean over seeds and channels, [min, max] "
+        "over them, and the nearest of the known members " + ", ".join(f"{k} = {v:.4g}" for k, v in known.items()) + "."
+    )
+    return "\n".join(lines) + "\n\n" + caption, found
+
+
+def _depth(found: dict[str, dict[str, Any]]) -> int:
+    return max(len(layers) for record in found.values() for layers in record["seeds"].values())
+
+
+def _coefficient_plot(section: Section, found: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    symbols = list(dict.fromkeys(record["symbol"] for record in found.values()))
+    fig, axes = plt.subplots(1, len(symbols), figsize=(5.5 * len(symbols), 3.8), squeeze=False)
+    for ax, symbol in zip(axes[0], symbols):
+        for row, record in found.items():
+            if record["symbol"] != symbol:
+                continue
+            for seed, layers in sorted(record["seeds"].items()):
+                x = list(range(1, len(layers) + 1))
+                means = [statistics.fmean(v) for v in layers]
+                line = ax.plot(x, means, marker="o", ms=3, label=f"{row[:48]} (seed {seed})")[0]
+                if any(len(v) > 1 for v in layers):
+                    ax.fill_between(
+                        x, [min(v) for v in layers], [max(v) for v in layers], alpha=0.15, color=line.get_color()
+                    )
+        low, high = ax.get_ylim()
+        for label, value in section.learned.items():
+            if low - 0.05 <= value <= high + 0.05:
+                ax.axhline(value, ls="--", lw=0.8, color="grey")
+                ax.annotate(label, (1, value), fontsize=6, color="grey", va="bottom")
+        ax.set(xlabel="layer", ylabel=f"learned {symbol}")
+        ax.legend(fontsize=6)
+    fig.suptitle(section.title.split(":")[0], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def write_results(markdown: str, path: Path, begin: str = BEGIN, end: str = END, after: tuple[str, ...] = ()) -> None:
     """Replace the block between ``begin`` and ``end`` in ``path`` (creating the file or the block if needed), so
     each generator owns its block and the prose around the blocks is kept. A new block goes right after the first
@@ -689,6 +808,11 @@ def _main(argv: list[str] | None = None) -> int:
         if section.plot:
             accuracy_plot(section, cells, figures / f"{key}_accuracy.png")
             parts.append(f"![{key} accuracy against depth](results/{key}_accuracy.png)\n")
+        if section.learned:
+            learned, _ = learned_coefficients(section, results, args.runs / key, figures / f"{key}_coefficients.png")
+            if learned:
+                parts.append(f"{learned}\n")
+                parts.append(f"![{key} learned coefficient per layer](results/{key}_coefficients.png)\n")
         for column in section.diagnose:
             folder = f"{key}_oversmoothing_{_slug(column)}" if column else f"{key}_oversmoothing"
             pngs = oversmoothing(section, column, results, args.runs / key, figures / folder)

@@ -221,3 +221,61 @@ def test_a_finished_run_whose_overrides_now_mean_another_run_is_refused(tmp_path
     with pytest.raises(ValueError, match=r"model.depth: 1 → 2.*delete the folder") as info:
         _train(("r", drifted, str(out)))
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_learned_coefficients_are_each_layers_own_after_training(tmp_path):
+    """A section with ``learned`` members reports every learnable layer's coefficient as the scheme defines it
+    (λ = ½ sigmoid(θ) per channel, α = 0.2 + 1.3 sigmoid(θ) per layer), read from the best checkpoint, per seed, with
+    the nearest known member; a fixed row adds nothing."""
+    import torch
+
+    from odeformer.runs import load_run
+
+    tiny = ["experiment=digits_vit", "model.depth=3", "model.dim=8", "model.heads=2", "train.max_steps=2"]
+    tiny += ["train.eval_every=2", "train.progress=false"]
+    section = Section(
+        "learned: tiny",
+        tiny,
+        {
+            "splitting λ learned": ["solver=full_wave", "solver.stepper=solvers.SymmetricSplitting"],
+            "two-stage α learned": ["solver=heun", "solver.stepper=solvers.TwoStageRK"],
+            "fixed": ["solver=velocity_verlet"],
+        },
+        seeds=[0, 1],
+        learned={"omelyan": 0.1932, "verlet": 0.0, "ralston": 2 / 3},
+    )
+    runs_dir = tmp_path / "runs"
+    results = reproduce._run(section.runs(), runs_dir, workers=1)
+    # move every learnable coefficient far from its start, layer by layer, so a copy of the start value cannot pass
+    for name, row, *_ in results:
+        if row == "fixed":
+            continue
+        path = runs_dir / name / "best.pt"
+        payload = torch.load(path, weights_only=True)
+        thetas = sorted(k for k in payload["model"] if k.endswith(".theta"))
+        assert len(thetas) == 3, thetas  # one learnable scheme per layer
+        for i, key in enumerate(thetas):
+            payload["model"][key] = torch.full_like(payload["model"][key], -1.5 + 1.0 * i)
+        torch.save(payload, path)
+    markdown, found = reproduce.learned_coefficients(section, results, runs_dir, tmp_path / "c.png")
+    assert set(found) == {"splitting λ learned", "two-stage α learned"} and (tmp_path / "c.png").stat().st_size > 0
+    sigmoid = [1 / (1 + 2.718281828459045 ** (1.5 - i)) for i in range(3)]
+    for seed in (0, 1):
+        lam = found["splitting λ learned"]["seeds"][seed]
+        assert [len(v) for v in lam] == [8, 8, 8]  # per channel
+        assert all(abs(v - 0.5 * s) < 1e-6 for layer, s in zip(lam, sigmoid) for v in layer)
+        alpha = found["two-stage α learned"]["seeds"][seed]
+        assert all(len(v) == 1 and abs(v[0] - (0.2 + 1.3 * s)) < 1e-6 for v, s in zip(alpha, sigmoid))
+    # the model as rebuilt agrees with the table's source
+    _, model, _ = load_run(runs_dir / results[0][0], stepper="solvers.SymmetricSplitting")
+    assert [v for _, v in reproduce.coefficients(model)] == found["splitting λ learned"]["seeds"][0]
+    row = next(line for line in markdown.splitlines() if line.startswith("| two-stage α learned"))
+    assert f"{0.2 + 1.3 * sigmoid[2]:.3f}" in row and "(nearest: ralston)" in row.split("|")[-2]
+    assert "| fixed" not in markdown
+
+
+def test_rows_whose_labels_share_a_run_folder_are_refused():
+    section = Section("t", [], {"λ learned": ["solver=a"], "α learned": ["solver=b"]}, seeds=[0])
+    with pytest.raises(ValueError, match="share the run folder 'learned__seed=0'"):
+        section.runs()
