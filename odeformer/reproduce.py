@@ -48,8 +48,8 @@ class Section:
 
     ``rows`` and ``columns`` map a label to the overrides that make it; ``plot`` draws accuracy against the columns
     (depths); ``diagnose`` names the columns whose seed-0 runs get per-layer diagnostics, one curve per row;
-    ``learned`` names the known members (label: value) that the trained runs' learnable integrator coefficients are
-    plotted against, layer by layer (:func:`learned_coefficients`).
+    ``learned`` names, per coefficient symbol (``λ``, ``α``), the known members (label: value) that the trained runs'
+    learnable integrator coefficients are plotted against, layer by layer (:func:`learned_coefficients`).
     """
 
     title: str
@@ -61,7 +61,7 @@ class Section:
     plot: bool = False
     diagnose: tuple[str, ...] = ()
     matched: bool = True
-    learned: dict[str, float] = field(default_factory=dict)
+    learned: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def runs(self) -> list[tuple[str, str, str, int, list[str]]]:
         """``(run name, row, column, seed, overrides)`` for every cell and seed."""
@@ -609,11 +609,10 @@ def learned_coefficients(
     if not found:
         return "", found
     _coefficient_plot(section, found, path)
-    known = section.learned
     lines = ["| learned row | symbol | " + " | ".join(f"layer {i}" for i in range(1, _depth(found) + 1)) + " |"]
     lines.append("|" + "---|" * (_depth(found) + 2))
     for row, record in found.items():
-        cells = []
+        cells, known = [], section.learned.get(record["symbol"], {})
         for layer in range(_depth(found)):
             values = [v for seed in record["seeds"].values() if layer < len(seed) for v in seed[layer]]
             if not values:
@@ -626,7 +625,9 @@ def learned_coefficients(
         lines.append(f"| {row} | {record['symbol']} | " + " | ".join(cells) + " |")
     caption = (
         "Learned coefficient per layer after training (best checkpoint): the mean over seeds and channels, [min, max] "
-        "over them, and the nearest of the known members " + ", ".join(f"{k} = {v:.4g}" for k, v in known.items()) + "."
+        "over them, and the nearest of the known members: "
+        + "; ".join(f"{s}: " + ", ".join(f"{k} = {v:.4g}" for k, v in m.items()) for s, m in section.learned.items())
+        + "."
     )
     return "\n".join(lines) + "\n\n" + caption, found
 
@@ -656,7 +657,7 @@ def _coefficient_plot(section: Section, found: dict[str, dict[str, Any]], path: 
                         x, [min(v) for v in layers], [max(v) for v in layers], alpha=0.15, color=line.get_color()
                     )
         low, high = ax.get_ylim()
-        for label, value in section.learned.items():
+        for label, value in section.learned.get(symbol, {}).items():
             if low - 0.05 <= value <= high + 0.05:
                 ax.axhline(value, ls="--", lw=0.8, color="grey")
                 ax.annotate(label, (1, value), fontsize=6, color="grey", va="bottom")

@@ -243,7 +243,10 @@ def test_learned_coefficients_are_each_layers_own_after_training(tmp_path):
             "fixed": ["solver=velocity_verlet"],
         },
         seeds=[0, 1],
-        learned={"omelyan": 0.1932, "verlet": 0.0, "ralston": 2 / 3},
+        learned={
+            "λ": {"omelyan": 0.1932, "verlet": 0.0, "position verlet": 0.5},
+            "α": {"midpoint": 0.5, "ralston": 2 / 3},
+        },
     )
     runs_dir = tmp_path / "runs"
     results = reproduce._run(section.runs(), runs_dir, workers=1)
@@ -273,6 +276,8 @@ def test_learned_coefficients_are_each_layers_own_after_training(tmp_path):
     row = next(line for line in markdown.splitlines() if line.startswith("| two-stage α learned"))
     assert f"{0.2 + 1.3 * sigmoid[2]:.3f}" in row and "(nearest: ralston)" in row.split("|")[-2]
     assert "| fixed" not in markdown
+    lam_row = next(line for line in markdown.splitlines() if line.startswith("| splitting λ learned"))
+    assert "ralston" not in lam_row and "midpoint" not in lam_row  # nearest among λ's own members only
 
 
 def test_rows_whose_labels_share_a_run_folder_are_refused():
