@@ -35,9 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from solvers._base import transformed
-
-from ._amp import AutocastState
+from solvers import AutocastState, transformed
 
 _SQRT_2 = math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -239,7 +237,7 @@ class _DifferentiableNorms(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _vjp_with_graph(fn: Callable[..., Tensor | tuple[Tensor, ...]], inputs: tuple, grads) -> list[Tensor | None]:
+def vjp_with_graph(fn: Callable[..., Tensor | tuple[Tensor, ...]], inputs: tuple, grads) -> list[Tensor | None]:
     """``fn``'s vector-Jacobian product at ``inputs`` along ``grads``, built with a graph: what a fused Function's
     backward returns under ``create_graph=True``, so that its derivatives (double backward) are those of ``fn``.
 
@@ -329,7 +327,7 @@ class _JointLayerNorm(torch.autograd.Function):
         x, v, mean, inv_std, weight, bias = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: a backward pass that can itself be differentiated
             plain = partial(_plain_joint_layer_norm, eps=ctx.eps, exact=ctx.exact)
-            return (*_vjp_with_graph(plain, (x, v, weight, bias), grad_out), None, None)
+            return (*vjp_with_graph(plain, (x, v, weight, bias), grad_out), None, None)
         grad_x, grad_v = grad_out.unbind(0)
         dx, grad_weight, grad_bias = torch.ops.aten.native_layer_norm_backward(
             grad_x, x, (x.shape[-1],), mean, inv_std, weight, bias, [True, True, True]
@@ -493,7 +491,7 @@ class _JointMLP(torch.autograd.Function):
             if torch.is_grad_enabled():  # create_graph: a backward pass that can itself be differentiated
                 xv, _, weight1, bias1, weight2, bias2 = ctx.saved_tensors
                 plain = partial(_plain_joint_mlp, act=ctx.act)
-                return (*_vjp_with_graph(plain, (xv, weight1, bias1, weight2, bias2), (grad_x, grad_v)), None)
+                return (*vjp_with_graph(plain, (xv, weight1, bias1, weight2, bias2), (grad_x, grad_v)), None)
             return _JointMLP._backward(ctx, grad_x, grad_v)
 
     @staticmethod

@@ -8,7 +8,20 @@ one step of a block stepper over a ``Block`` of fields. The long explanation of 
 count) that users run on their own schemes. This package imports only torch.
 """
 
-from ._base import DECLARATIONS, AbstractStepper, Field, PhaseState, adapt, axpy, integrate, iterate, trajectory
+from ._base import (
+    DECLARATIONS,
+    AbstractStepper,
+    Field,
+    PhaseState,
+    adapt,
+    axpy,
+    integrate,
+    iterate,
+    register,
+    sigmoid_gate,
+    trajectory,
+    transformed,
+)
 from ._composition import Composition
 from ._damped import Damped
 from ._euler import Euler
@@ -20,7 +33,7 @@ from ._learnable_splitting import SymmetricSplitting
 from ._light_wave import LightWave
 from ._mix import Mix
 from ._recompute import checkpointed
-from ._reversible import integrate_reversible
+from ._reversible import AutocastState, integrate_reversible
 from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
 from ._rkn import RungeKuttaNystrom
@@ -50,6 +63,7 @@ __all__ = [
     "STEPPERS",
     "TABLEAUX",
     "AbstractStepper",
+    "AutocastState",
     "Block",
     "Composition",
     "Damped",
@@ -79,8 +93,11 @@ __all__ = [
     "integrate",
     "integrate_reversible",
     "iterate",
+    "register",
+    "sigmoid_gate",
     "tableau",
     "trajectory",
+    "transformed",
 ]
 
 

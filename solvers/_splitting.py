@@ -48,7 +48,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ._base import AbstractStepper, Field, PhaseState, Y, axpy
 from ._euler import Euler
@@ -355,8 +355,3 @@ class Whole(_BlockStepper):
 
     def __repr__(self) -> str:
         return f"Whole({type(self.stepper).__name__})"
-
-
-def block_steppers(module: nn.Module) -> list[_BlockStepper]:
-    """The block steppers inside ``module`` (for tools that inspect a model's layers)."""
-    return [m for m in module.modules() if isinstance(m, _BlockStepper)]

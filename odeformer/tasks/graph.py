@@ -19,12 +19,12 @@ import torch
 from torch import Tensor, nn
 
 import solvers
-from solvers._base import transformed
+from solvers import transformed
 
 from ..blocks import JointDropout
 from ..continuous import ContinuousPreset
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
-from ..joint import JointLayerNorm, JointSequential, _vjp_with_graph
+from ..joint import JointLayerNorm, JointSequential, vjp_with_graph
 from ..model import Solver, backbone, schedule
 from ._common import TaskModel
 
@@ -255,7 +255,7 @@ class _HeadRatios(torch.autograd.Function):
     def backward(ctx, grad):
         h, M, c, m, c0, ratios, denominator = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: a backward pass that can itself be differentiated
-            return tuple(_vjp_with_graph(_head_ratios, (h, M, c, m, c0), grad))
+            return tuple(vjp_with_graph(_head_ratios, (h, M, c, m, c0), grad))
         B, N, H, D = ratios.shape
         grad_numerator = grad.unsqueeze(2) / (H * denominator).unsqueeze(-1)  # (B, N, H, D)
         grad_denominator = -torch.linalg.vecdot(grad_numerator, ratios)  # (B, N, H)
@@ -292,7 +292,7 @@ class _Gram(torch.autograd.Function):
     def backward(ctx, grad):
         (h,) = ctx.saved_tensors
         if torch.is_grad_enabled():
-            return tuple(_vjp_with_graph(_gram, (h,), grad))
+            return tuple(vjp_with_graph(_gram, (h,), grad))
         return h @ (grad + grad.transpose(1, 2))
 
 
