@@ -1,9 +1,9 @@
 """odeformer: transformers whose depth is time.
 
 A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"``) from :data:`PRESETS`, built on the
-``solvers`` package. Fields (:mod:`odeformer.fields`), chain-rule layers (:mod:`odeformer.joint`), the backbone
-(:mod:`odeformer.model`) and four task models (:class:`ViT`, :class:`CausalLM`, :class:`MaskedLM`,
-:class:`NodeClassifier`).
+``solvers`` package. Fields (:mod:`odeformer.fields`), chain-rule layers (:mod:`odeformer.joint`), the named solvers
+(:mod:`odeformer.presets`), the layer (:mod:`odeformer.layer`), the backbone (:mod:`odeformer.backbone`) and the
+task models (:class:`ViT`, :class:`CausalLM`, :class:`MaskedLM`, :class:`NodeClassifier`, :class:`DIFFormer`).
 """
 
 import os as _os
@@ -19,11 +19,12 @@ def _interrupted_while_starting() -> None:
 
 
 try:
-    from .blocks import PRESETS, Layer, Preset, check_preset, derive, preset, solver_names
+    from .backbone import Backbone, schedule, transformer
     from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
     from .hf import from_hf
     from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
-    from .model import Backbone, schedule, transformer
+    from .layer import Layer
+    from .presets import PRESETS, Preset, check_preset, derive, preset, solver_names
     from .tasks import CausalLM, DIFFormer, MaskedLM, NodeClassifier, ViT
 except KeyboardInterrupt:
     _interrupted_while_starting()

@@ -20,7 +20,7 @@ from typing import Any, Optional  # OmegaConf reads these annotations at runtime
 
 import solvers
 
-from .blocks import resolve, solver_names, stepper_parameters
+from .presets import resolve, solver_names, stepper_parameters
 from .continuous import CONTINUOUS
 
 

@@ -183,7 +183,7 @@ def _counted_rms(weights: Tensor, dim: int | None) -> Callable[[Tensor], Tensor]
 
 
 class ContinuousBackbone(nn.Module):
-    """One weight-tied block integrated over ``[0, T]``; a drop-in for :class:`~odeformer.model.Backbone`."""
+    """One weight-tied block integrated over ``[0, T]``; a drop-in for :class:`~odeformer.backbone.Backbone`."""
 
     def __init__(
         self,

@@ -58,9 +58,9 @@ from torch import Tensor, nn
 
 import solvers
 
-from .blocks import Preset
+from .backbone import Solver, schedule
 from .continuous import ContinuousPreset
-from .model import Solver, schedule
+from .presets import Preset
 from .tasks import CausalLM, MaskedLM, ViT
 
 ACTIVATIONS = {

@@ -101,7 +101,7 @@ def _arguments(node: dict[str, Any]) -> dict[str, Any]:
 def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | None) -> None:
     """A config read from a file names registered solvers only; its scheme of the user's own is imported only if the
     command line names the same ``module.Class`` (``stepper``)."""
-    from .blocks import solver_names
+    from .presets import solver_names
     from .continuous import CONTINUOUS
 
     if source is None:

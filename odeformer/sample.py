@@ -82,7 +82,7 @@ def _stepper_class(path: str | None, allowed: str | None) -> type | None:
             f"the run's config names a scheme of your own, solver.stepper={path!r}{named}; a path stored in a file is "
             f"not imported (a file could name any code). If you trust it, name it: --stepper {path}"
         )
-    from .blocks import import_stepper
+    from .presets import import_stepper
 
     return import_stepper(path)
 
@@ -90,7 +90,7 @@ def _stepper_class(path: str | None, allowed: str | None) -> type | None:
 def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = None) -> nn.Module:
     """The run's ``CausalLM`` from its stored config, through the package's registered builders only."""
     from . import CausalLM
-    from .blocks import preset, solver_names
+    from .presets import preset, solver_names
     from .continuous import CONTINUOUS, continuous
 
     solver, model = config.get("solver"), config.get("model")

@@ -6,8 +6,8 @@ import torchdiffeq
 
 import odeformer
 import solvers
+from odeformer.backbone import transformer
 from odeformer.continuous import ContinuousBackbone, continuous
-from odeformer.model import transformer
 from solvers.testing import linear_problem, pendulum_problem
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import odeformer
-from odeformer.blocks import preset
 from odeformer.continuous import continuous
 from odeformer.generate import CacheError, new_cache
+from odeformer.presets import preset
 
 VOCAB, MAX_LEN, PROMPT, NEW = 13, 16, 3, 6
 

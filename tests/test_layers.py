@@ -139,7 +139,7 @@ def test_every_layer_converges_with_its_declared_order(solver):
     """Measured on a weight-tied block of the library's own fields against the block's ODE: Lie 1, Strang 2 with
     second-order parts, whole-block schemes their stepper's order, no small-step limit declared as 0."""
     report = odeformer.check_preset(solver)
-    chosen = odeformer.blocks.resolve(solver)
+    chosen = odeformer.presets.resolve(solver)
     no_limit = ("mix", "full_wave_official", "mix_bert", "velocity_mix")
     expected = {"heun": 2, "rk4": 4, "rk4_38": 4, **dict.fromkeys(no_limit, 0)}.get(chosen.name, 1)
     if chosen.splitting == "strang" and chosen.stepper.order >= 2:
@@ -240,9 +240,9 @@ def test_a_bare_stepper_gets_the_layer_its_declarations_call_for():
     assert (wave.dynamics, wave.form, wave.dt) == (Split, "laplacian", 0.5)  # the force, FFN by the chain rule
     assert (one_stage.dynamics, one_stage.form, one_stage.dt) == (Split, "residual", 1.0)
     assert (multi_stage.dynamics, multi_stage.form, multi_stage.dt) == (Whole, "residual", 1.0)  # every stage: both
-    assert odeformer.blocks.resolve("rk4_38") == derive(solvers.RK4ThreeEighths, "rk4_38")
+    assert odeformer.presets.resolve("rk4_38") == derive(solvers.RK4ThreeEighths, "rk4_38")
     with pytest.raises(ValueError, match="unknown solver 'wave'; choose one of diffusion, .*, rk4_38, .*module.Class"):
-        odeformer.blocks.resolve("wave")
+        odeformer.presets.resolve("wave")
 
 
 def test_tied_weights_share_every_field_and_map_but_not_the_steppers():

@@ -181,7 +181,7 @@ def test_schedules_and_callables():
 def test_strang_splitting_differs_from_lie_and_both_run():
     torch.manual_seed(0)
     lie = ViT(depth=2, dim=16, heads=2, solver="full_wave")
-    strang = ViT(depth=2, dim=16, heads=2, solver=odeformer.blocks.preset("full_wave", splitting="strang"))
+    strang = ViT(depth=2, dim=16, heads=2, solver=odeformer.presets.preset("full_wave", splitting="strang"))
     strang.load_state_dict(lie.state_dict())
     images = torch.randn(2, 1, 8, 8)
     assert not torch.allclose(lie(images), strang(images))
@@ -203,9 +203,9 @@ def test_per_layer_parameters_are_separate():
         (lambda: ViT(solver=["diffusion"] * 2, depth=3), "one entry per layer: got 2 for depth 3"),
         (lambda: ViT(dt=-0.5), "dt must be positive and finite"),
         (lambda: ViT(image_size=9, patch_size=2), "image_size must be divisible by patch_size"),
-        (lambda: odeformer.blocks.preset("full_wave", splitting="yoshida"), "splitting must be one of lie, strang"),
-        (lambda: odeformer.blocks.preset("full_wave", dt=0.0), "dt must be positive and finite"),
-        (lambda: odeformer.blocks.preset("wave"), "unknown solver 'wave'; choose one of diffusion"),
+        (lambda: odeformer.presets.preset("full_wave", splitting="yoshida"), "splitting must be one of lie, strang"),
+        (lambda: odeformer.presets.preset("full_wave", dt=0.0), "dt must be positive and finite"),
+        (lambda: odeformer.presets.preset("wave"), "unknown solver 'wave'; choose one of diffusion"),
         (lambda: CausalLM(11, 8, solver=PRESETS["mix"].with_options(thetaa=1.0)), "bad options"),
         (lambda: NodeClassifier(5, 3, dim=10, heads=3), "dim must be divisible by heads"),
         (lambda: NodeClassifier(5, 3, attention="gat"), "attention must be 'simple', 'softmax' or 'graph_softmax'"),

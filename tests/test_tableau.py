@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import odeformer
 import solvers
 from helpers import cli, cli_in_process
-from odeformer.blocks import preset
+from odeformer.presets import preset
 from solvers import TABLEAUX, Composition, PhaseState, RungeKutta, RungeKuttaNystrom, tableau
 from solvers._composition import as_nystrom, merged_sequence
 from solvers._order_conditions import rk_conditions, rk_order, rkn_order, rkn_symplectic_defect, rooted_trees

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 import odeformer
-from odeformer.blocks import preset
+from odeformer.presets import preset
 
 SCHEMES = '''
 from typing import ClassVar

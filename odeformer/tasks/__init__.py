@@ -1,4 +1,4 @@
-"""Task models: each is an embedding, a :class:`~odeformer.model.Backbone` integrated in depth, and a head."""
+"""Task models: each is an embedding, a :class:`~odeformer.backbone.Backbone` integrated in depth, and a head."""
 
 from .graph import DIFFormer, NodeClassifier
 from .lm import CausalLM, MaskedLM

@@ -21,11 +21,11 @@ from torch import Tensor, nn
 import solvers
 from solvers import transformed
 
-from ..blocks import JointDropout
+from ..layer import JointDropout
 from ..continuous import ContinuousPreset
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
 from ..joint import JointLayerNorm, JointSequential, vjp_with_graph
-from ..model import Solver, backbone, schedule
+from ..backbone import Solver, backbone, schedule
 from ._common import TaskModel
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from ..model import Solver, transformer
+from ..backbone import Solver, transformer
 from ._common import TaskModel, check_tokens
 
 if TYPE_CHECKING:

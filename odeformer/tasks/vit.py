@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..model import Solver, transformer
+from ..backbone import Solver, transformer
 from ._common import TaskModel
 
 

@@ -2,7 +2,7 @@
 
     x (B, N, D) -> [layer 1: one step of dt_1] -> ... -> [layer L] -> LN -> features (B, N, D)
 
-Each layer is a block stepper over its own fields (:class:`~odeformer.blocks.Layer`), so the depth loop is the
+Each layer is a block stepper over its own fields (:class:`~odeformer.layer.Layer`), so the depth loop is the
 ``solvers`` loop, with per-layer steps, a hook for activation checkpointing, and
 :func:`solvers.integrate_reversible` for schedules whose backward pass rebuilds states by inverting the layers. A
 second-order layer starts its velocity at zero (``v0 = 0``, as in the Wavy Transformer); consecutive layers whose
@@ -27,10 +27,11 @@ from torch import Tensor, nn
 import solvers
 from solvers import PhaseState
 
-from .blocks import JointDropout, Layer, Preset, StateMap, resolve
 from .continuous import ContinuousBackbone, ContinuousPreset
 from .fields import AttentionField, FeedForward, JointIdentity
 from .joint import JointLayerNorm
+from .layer import JointDropout, Layer, StateMap
+from .presets import Preset, resolve
 
 Solver = str | Preset | Sequence[str | Preset] | Callable[[int], str | Preset]
 """A solver name or :class:`Preset` for every layer, a sequence with one per layer, or ``layer_index -> preset``."""
@@ -53,7 +54,7 @@ def schedule(solver: Solver, depth: int) -> list[Preset]:
 
 
 class Backbone(nn.Module):
-    """A stack of :class:`~odeformer.blocks.Layer` s integrated in depth; see the module docstring.
+    """A stack of :class:`~odeformer.layer.Layer` s integrated in depth; see the module docstring.
 
     ``make_attention(form)`` and ``make_ffn()`` build one layer's fields (``make_ffn=None``: attention only, as in
     DIFFormer); ``make_norm()`` (post-norm layout) builds the map that follows each sublayer, a joint module with
