@@ -20,8 +20,8 @@ from typing import Any, Optional  # OmegaConf reads these annotations at runtime
 
 import solvers
 
-from .presets import resolve, solver_names, stepper_parameters
 from .continuous import CONTINUOUS
+from .presets import resolve, solver_names, stepper_parameters
 
 
 @dataclass

@@ -101,8 +101,8 @@ def _arguments(node: dict[str, Any]) -> dict[str, Any]:
 def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | None) -> None:
     """A config read from a file names registered solvers only; its scheme of the user's own is imported only if the
     command line names the same ``module.Class`` (``stepper``)."""
-    from .presets import solver_names
     from .continuous import CONTINUOUS
+    from .presets import solver_names
 
     if source is None:
         return

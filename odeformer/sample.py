@@ -90,8 +90,8 @@ def _stepper_class(path: str | None, allowed: str | None) -> type | None:
 def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = None) -> nn.Module:
     """The run's ``CausalLM`` from its stored config, through the package's registered builders only."""
     from . import CausalLM
-    from .presets import preset, solver_names
     from .continuous import CONTINUOUS, continuous
+    from .presets import preset, solver_names
 
     solver, model = config.get("solver"), config.get("model")
     if not isinstance(solver, dict) or not isinstance(model, dict):

@@ -21,11 +21,11 @@ from torch import Tensor, nn
 import solvers
 from solvers import transformed
 
-from ..layer import JointDropout
+from ..backbone import Solver, backbone, schedule
 from ..continuous import ContinuousPreset
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
 from ..joint import JointLayerNorm, JointSequential, vjp_with_graph
-from ..backbone import Solver, backbone, schedule
+from ..layer import JointDropout
 from ._common import TaskModel
 
 
