@@ -76,26 +76,29 @@ class LayerCache:
     def extend(self, t: Any, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append this evaluation's keys and values ``(B, H, n, Dh)``; return the slot's, ``(B, H, P + n, Dh)``."""
         i, start, n = self.calls, self.length, k.shape[-2]
-        self.calls += 1
+        self.calls = i + 1
         if n != self.new:
             raise CacheError(
                 f"layer {self.index}{self.label} evaluated attention on {n} positions where the pass has {self.new} "
                 "new ones: its scheme does not step tokens one by one, so a cache cannot stand for the earlier "
                 "positions; generate(..., cache=False) recomputes them."
             )
-        if start == 0 and i == len(self.keys):  # the prompt's pass: a new slot
+        if i < len(self.keys):
+            if not _same_time(self.times[i], t):
+                raise self._varies(
+                    f"its evaluation {i + 1} at t={_time(t)} for a new position, at t={self.times[i]} first"
+                )
+        elif start == 0 and i == len(self.keys):  # the prompt's pass: a new slot
             B, H, _, Dh = k.shape
             self.keys.append(k.new_empty(B, H, self.capacity, Dh))
             self.values.append(v.new_empty(B, H, self.capacity, Dh))
             self.times.append(_time(t))
-        elif i >= len(self.keys):
+        else:
             raise self._varies(f"{i + 1} or more times for a new position but {len(self.keys)} times for the prompt")
-        elif not _same_time(self.times[i], t):
-            raise self._varies(f"its evaluation {i + 1} at t={_time(t)} for a new position, at t={self.times[i]} first")
         keys, values = self.keys[i], self.values[i]
-        keys[:, :, start : start + n] = k
-        values[:, :, start : start + n] = v
-        return keys[:, :, : start + n], values[:, :, : start + n]
+        keys.narrow(2, start, n).copy_(k)  # in place: no slicing through __setitem__, no growing cat
+        values.narrow(2, start, n).copy_(v)
+        return keys.narrow(2, 0, start + n), values.narrow(2, 0, start + n)
 
     def end(self) -> None:
         if self.calls != len(self.keys):
@@ -221,7 +224,6 @@ def pick(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, gen
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
 
 
-@torch.no_grad()
 def generate(
     model: nn.Module,
     prompt_tokens: Any,
@@ -255,9 +257,13 @@ def generate(
     training = model.training
     model.eval()
     try:
-        out, logits = _run(model, tokens, max_new_tokens, temperature, top_k, generator, cache)
+        # Inference mode rather than no_grad: no version counters or view tracking on the hundreds of small tensors a
+        # token's pass makes (a sixth of a batch-1 token's time at GPT-2's benchmark size).
+        with torch.inference_mode():
+            out, logits = _run(model, tokens, max_new_tokens, temperature, top_k, generator, cache)
     finally:
         model.train(training)
+    out, logits = out.clone(), logits.clone()  # ordinary tensors: a caller may train on what was generated
     if flat:
         out, logits = out[0], logits[0]
     return (out, logits) if return_logits else out

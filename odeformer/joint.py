@@ -431,7 +431,8 @@ class _Workspace(threading.local):
         if like.device.type != "cpu" or torch.compiler.is_compiling():
             return torch.empty_like(like)
         buffer = self.buffers.get(name)
-        if buffer is None or buffer.dtype != like.dtype or buffer.numel() < like.numel():
+        stale = buffer is None or buffer.dtype != like.dtype or buffer.numel() < like.numel()
+        if stale or buffer.is_inference() and not torch.is_inference_mode_enabled():  # not writable outside it
             buffer = self.buffers[name] = torch.empty(like.numel(), dtype=like.dtype)
         return buffer[: like.numel()].view(like.shape)
 

@@ -204,6 +204,20 @@ def test_past_max_len_the_context_is_the_last_max_len_tokens():
             assert float((model(context)[:, -1] - logits[:, i]).abs().max()) < 1e-10
 
 
+def test_a_model_trains_on_what_it_generated_after_inference_mode():
+    """generate runs in inference mode: its tokens and logits come back as ordinary tensors, and nothing kept from
+    that pass (Full Wave's fused-MLP scratch buffers) stops the model from training afterwards; nor does a forward
+    of the user's under torch.inference_mode."""
+    model = _lm("full_wave")
+    out, logits = model.generate(_prompt(), 3, temperature=0.0, return_logits=True)
+    assert not out.is_inference() and not logits.is_inference()
+    with torch.inference_mode():
+        model(_prompt())
+    model(out).square().mean().backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(bool(torch.isfinite(g).all()) for g in grads)
+
+
 def test_sampling_greedy_top_k_and_generator():
     model = _lm("full_wave")
     prompt = _prompt()
