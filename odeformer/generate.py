@@ -236,8 +236,19 @@ def generate(
     padding_mask: Tensor | None = None,
     return_logits: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """``model.generate``: the prompts followed by ``max_new_tokens`` tokens, ``(B, P + max_new_tokens)`` (a 1-D
-    prompt gives a 1-D result). See :meth:`odeformer.CausalLM.generate`."""
+    """The prompts ``(B, P)`` followed by ``max_new_tokens`` tokens: ``(B, P + max_new_tokens)`` (a 1-D prompt gives
+    a 1-D result). It is :meth:`odeformer.CausalLM.generate`: ``model.generate(prompt_tokens, max_new_tokens, ...)``.
+
+    ``temperature=0`` is greedy (the argmax); otherwise each token is drawn from ``softmax(logits / temperature)``
+    over the ``top_k`` most likely (all when ``None``), with ``generator`` if given. Prompts are of one length
+    (``CausalLM`` takes no padding mask: a list of prompts of several lengths, or a ``padding_mask`` with padding, is
+    a one-line error). A new token costs one pass of its position through the layers: each layer keeps the keys and
+    values of every attention evaluation of its step (``cache=False`` recomputes the sequence instead; an adaptive
+    continuous solver always does, and warns). Past ``max_len`` the context is the last ``max_len`` tokens,
+    recomputed for each token. ``return_logits=True`` also returns the logits each new token was chosen from,
+    ``(B, max_new_tokens, vocab_size)``. Runs in eval mode under ``torch.inference_mode`` (what it returns are
+    ordinary tensors), and leaves the mode as it was.
+    """
     _check_sampling(max_new_tokens, temperature, top_k, generator)
     device = next(model.parameters()).device
     flat = isinstance(prompt_tokens, Tensor) and prompt_tokens.dim() == 1
@@ -251,7 +262,7 @@ def generate(
             f"generate: continuous depth with the adaptive solver {model.backbone.preset.name!r} chooses its steps "
             "from every token, so a cache cannot stand for the earlier positions; every token recomputes the "
             "sequence (a fixed-grid solver such as rk4_grid caches).",
-            stacklevel=3,
+            stacklevel=2,
         )
         cache = False
     training = model.training

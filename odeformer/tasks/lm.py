@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from ..backbone import Solver, transformer
+from ..generate import generate
 from ._common import TaskModel, check_tokens
 
 if TYPE_CHECKING:
@@ -71,43 +72,7 @@ class CausalLM(TaskModel):
     def forward(self, tokens: Tensor, *, record: list | None = None, cache: KVCache | None = None) -> Tensor:
         return self.head(self.encode(tokens, record=record, cache=cache))
 
-    def generate(
-        self,
-        prompt_tokens: Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-        *,
-        cache: bool = True,
-        padding_mask: Tensor | None = None,
-        return_logits: bool = False,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """The prompts ``(B, P)`` followed by ``max_new_tokens`` tokens: ``(B, P + max_new_tokens)``.
-
-        ``temperature=0`` is greedy (the argmax); otherwise each token is drawn from ``softmax(logits /
-        temperature)`` over the ``top_k`` most likely (all when ``None``), with ``generator`` if given. Prompts are
-        of one length (``CausalLM`` takes no padding mask: a list of prompts of several lengths, or a
-        ``padding_mask`` with padding, is a one-line error). A new token costs one pass of its position through the
-        layers: each layer keeps the keys and values of every attention evaluation of its step (``cache=False``
-        recomputes the sequence instead; an adaptive continuous solver always does, and warns). Past ``max_len``
-        the context is the last ``max_len`` tokens, recomputed for each token. ``return_logits=True`` also returns
-        the logits each new token was chosen from, ``(B, max_new_tokens, vocab_size)``. Runs in eval mode without
-        gradients, and leaves the mode as it was. See :mod:`odeformer.generate`.
-        """
-        from ..generate import generate
-
-        return generate(
-            self,
-            prompt_tokens,
-            max_new_tokens,
-            temperature,
-            top_k,
-            generator,
-            cache=cache,
-            padding_mask=padding_mask,
-            return_logits=return_logits,
-        )
+    generate = generate  # model.generate(prompt_tokens, max_new_tokens, temperature, top_k, generator, ...)
 
 
 class MaskedLM(TaskModel):
