@@ -3,7 +3,9 @@
 Plain dataclasses: ``odeformer/train.py`` (the only module that imports Hydra) stores every node of
 :func:`group_options` in Hydra's ConfigStore, so each group option is a typed node (a wrong type or an unknown key
 fails at start-up) and there is no YAML to copy for a new scheme: the ``solver`` group holds every preset, every
-scheme registered in :data:`solvers.STEPPERS` and every continuous-depth solver. ``configs/`` holds the top-level
+scheme registered in :data:`solvers.STEPPERS` and every continuous-depth solver; the ``model`` group one node per
+registered task model (:data:`odeformer.tasks.TASK_MODELS`), made from its constructor's signature
+(:func:`model_config`), so the command line's defaults are the Python class's. ``configs/`` holds the top-level
 ``train.yaml``, the experiments and per-experiment training settings; YAML of your own on Hydra's search path
 (``hydra.searchpath=[file:///path]``) may extend any generated option (``defaults: [full_wave]``).
 
@@ -13,15 +15,19 @@ builds (``solver.options``: the stepper's constructor, ``data.options``: the dat
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
-from dataclasses import dataclass, field
+import types
+import typing
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Optional  # OmegaConf reads these annotations at runtime: keep Optional[...] / Dict
 
 import solvers
 
 from .continuous import CONTINUOUS
 from .presets import resolve, solver_names, stepper_parameters
+from .tasks import TASK_MODELS, TaskSpec
 
 
 @dataclass
@@ -54,74 +60,6 @@ class ContinuousSolverConfig:
     time_embedding: bool = False
     steps: int = 8  # fixed grid only
     max_steps: int = 1000
-
-
-@dataclass
-class ModelConfig:
-    """Options every task model takes; the sizes a dataset fixes (classes, vocabulary, image size) come from it."""
-
-    _target_: str = "odeformer.ViT"
-    depth: int = 6
-    dim: int = 64
-    heads: int = 4
-    dt: Optional[float] = None  # None: the solver's default step (1 for diffusion, 0.5 for full_wave, ...)
-
-
-@dataclass
-class TransformerConfig(ModelConfig):
-    mlp_ratio: float = 4.0
-    mlp_hidden: Optional[int] = None  # the FFN's hidden width; None: int(mlp_ratio * dim)
-    activation: str = "gelu"  # gelu | gelu_tanh | relu | silu (each with an exact velocity path)
-    ln_mode: str = "paper"  # paper | exact: how the velocity passes LayerNorm
-    norm: str = "pre"  # pre: Attn(LN x), MLP(LN x), a final LN (ViT, GPT-2) | post: LN after every sublayer (BERT)
-    impl: str = "auto"  # auto (sdpa, math under forward-mode AD) | sdpa | math
-    dropout: float = 0.0
-    tie_weights: bool = False  # one block shared by every layer (continuous solvers always share)
-    checkpoint: bool = False  # recompute each layer in the backward pass instead of storing its activations
-
-
-@dataclass
-class ViTConfig(TransformerConfig):
-    """Patches + [CLS] + learned positions -> backbone -> CLS (or mean) -> linear head; image size, channels and
-    classes come from the dataset."""
-
-    _target_: str = "odeformer.ViT"
-    patch_size: int = 2
-    pool: str = "cls"  # cls | mean
-
-
-@dataclass
-class CausalLMConfig(TransformerConfig):
-    """GPT-like causal language model (tied embeddings); the vocabulary comes from the dataset."""
-
-    _target_: str = "odeformer.CausalLM"
-    depth: int = 4
-    dim: int = 128
-    max_len: int = 128  # context length in tokens
-
-
-@dataclass
-class MaskedLMConfig(TransformerConfig):
-    """BERT-like encoder with a sequence-classification head (padding-aware pooling); vocabulary, sequence length
-    and classes come from the dataset."""
-
-    _target_: str = "odeformer.MaskedLM"
-    depth: int = 4
-    pool: str = "mean"  # mean | first
-
-
-@dataclass
-class NodeClassifierConfig(ModelConfig):
-    """Input MLP -> depth steps of h <- h + dt((1 - w) A h + w P h - h) -> classifier (DIFFormer-style)."""
-
-    _target_: str = "odeformer.NodeClassifier"
-    depth: int = 8
-    heads: int = 1
-    dt: Optional[float] = 0.2
-    graph_weight: float = 0.5  # w: share of graph propagation P in the force
-    attention: str = "simple"  # simple (linear all-pair) | softmax | graph_softmax (softmax along edges)
-    form: str = "laplacian"
-    dropout: float = 0.5
 
 
 @dataclass
@@ -161,35 +99,10 @@ class TrainConfig:
 @dataclass
 class Config:
     solver: Any = "???"  # typed by the chosen option (SolverConfig or ContinuousSolverConfig)
-    model: Any = "???"  # typed by the chosen option (ViTConfig, CausalLMConfig, ...)
+    model: Any = "???"  # typed by the chosen option (model_config(name): ViTConfig, CausalLMConfig, ...)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
-
-@dataclass
-class DIFFormerConfig(ModelConfig):
-    """DIFFormer-s as its official code runs it: encoder Linear -> LN -> ReLU -> dropout; per layer
-    h <- Dropout(LN(h + τ (Attn(h) + Â h - h))); a linear classifier."""
-
-    _target_: str = "odeformer.DIFFormer"
-    depth: int = 8
-    heads: int = 1
-    dt: Optional[float] = 0.5  # τ, DIFFormer's alpha
-    dropout: float = 0.2
-    norm: str = "post"  # post: LayerNorm (then dropout) after every layer | none: dropout only (an ablation)
-    propagation: str = "sum"  # sum: Attn + Â (DIFFormer's) | mean: their average (an ablation)
-    layer_dropout: Optional[float] = None  # dropout on the state after every layer; None: dropout
-    ln_mode: str = "paper"  # how a second-order preset's velocity passes the LayerNorm
-    form: str = "laplacian"
-
-
-MODELS: dict[str, Any] = {
-    "vit": ViTConfig(),
-    "causal_lm": CausalLMConfig(),
-    "masked_lm": MaskedLMConfig(),
-    "node_classifier": NodeClassifierConfig(),
-    "difformer": DIFFormerConfig(),
-}
 
 DATA: dict[str, DataConfig] = {
     "digits": DataConfig("digits", batch_size=64),  # scikit-learn's 8x8 digits (embedded): 1259 / 179 / 359
@@ -227,11 +140,58 @@ def stepper_options(name: str) -> dict[str, Any]:
     return out
 
 
+CONFIG_TYPES = (bool, int, float, str)
+"""The types a generated model config's key may have (each may also be optional: ``int | None``)."""
+
+
+def _config_type(owner: Any, key: str, annotation: Any) -> Any:
+    """``annotation`` if OmegaConf can type a key with it (one of :data:`CONFIG_TYPES`, optionally ``| None``)."""
+    inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+    optional = typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(inner) == 1
+    if (inner[0] if optional else annotation) in CONFIG_TYPES:
+        return annotation
+    raise TypeError(
+        f"{owner.__qualname__}'s argument {key}: {annotation!r} cannot be a config key; give it one of the types "
+        f"{', '.join(t.__name__ for t in CONFIG_TYPES)} (optionally | None), or make it a size read from the data."
+    )
+
+
+def _keywords(function: Any, skip: set[str]) -> list[tuple[str, Any, Any]]:
+    """``(name, type, default)`` of ``function``'s arguments that have a default, in order, except those in ``skip``."""
+    hints = typing.get_type_hints(function)
+    out = []
+    for key, p in inspect.signature(function).parameters.items():
+        if key in skip or p.default is p.empty or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        out.append((key, _config_type(function, key, hints.get(key, type(p.default))), _default(p.default)))
+    return out
+
+
+@functools.cache
+def model_config(name: str) -> type:
+    """The config node class of the registered task model ``name`` (:data:`odeformer.tasks.TASK_MODELS`), made from
+    its constructor's signature: ``_target_``, then every keyword argument with its default except ``solver`` and the
+    sizes the data gives, then those of the callable its other keyword arguments go to (the transformer backbone's),
+    except the ones the model sets itself. ``odeformer.ViT(...)`` and ``model=vit`` therefore share their defaults."""
+    spec: TaskSpec = TASK_MODELS[name]
+    own = spec.model.__init__
+    fields: list[tuple[str, Any, Any]] = [("_target_", str, spec.target)]
+    fields += _keywords(own, {"self", "solver", *spec.sizes})
+    if spec.options_to is not None:
+        taken = {*inspect.signature(own).parameters, *spec.set_by_model}
+        fields += _keywords(spec.options_to, taken)
+    node = make_dataclass(
+        f"{spec.model.__name__}Config", [(key, kind, field(default=value)) for key, kind, value in fields]
+    )
+    node.__doc__ = (spec.model.__doc__ or "").strip().split("\n\n")[0]
+    return node
+
+
 def loader_options(name: str) -> dict[str, Any]:
     """A dataset loader's keyword arguments and their defaults (``root`` has a key of its own)."""
     from .data import DATASETS
 
-    parameters = inspect.signature(DATASETS[name]).parameters
+    parameters = inspect.signature(DATASETS[name].loader).parameters
     return {
         key: p.default
         for key, p in parameters.items()
@@ -247,4 +207,5 @@ def group_options() -> dict[str, dict[str, Any]]:
     data = {}
     for name, node in DATA.items():
         data[name] = DataConfig(node.name, node.root, node.batch_size, {**loader_options(name), **node.options})
-    return {"solver": solver, "model": dict(MODELS), "data": data, "train": dict(TRAIN)}
+    model = {name: model_config(name)() for name in TASK_MODELS}
+    return {"solver": solver, "model": model, "data": data, "train": dict(TRAIN)}

@@ -28,7 +28,8 @@ from omegaconf import OmegaConf
 from .checkpoints import CheckpointError
 from .data import DatasetNotFound, TaskData, load
 from .diagnostics import layer_measures
-from .runs import MODEL_FOR_KIND, UsageError, build, load_run
+from .runs import UsageError, build, default_model, load_run
+from .tasks import task_of
 
 
 class Measure(NamedTuple):
@@ -143,28 +144,12 @@ DESCRIPTIONS: dict[str, Measure] = {
 }
 PLOTTED = tuple(DESCRIPTIONS)
 TITLES = {name: measure.title for name, measure in DESCRIPTIONS.items()}
-TOKEN_NAMES = {
-    "image": "the [CLS] token",
-    "text": "the first position",
-    "sequence": "the first position",
-    "graph": "node 0 of the graph",
-}
 
 
 def batch_of(data: TaskData, model: torch.nn.Module, size: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``(inputs, options)`` for :func:`layer_measures` from the validation split."""
-    if data.kind == "image":
-        return (data.splits["val"][0][:size],), {"drop_first": True}
-    if data.kind == "sequence":
-        tokens = data.splits["val"][0][:size]
-        keys = (tokens != data.meta["pad_id"])[:, None, None, :]
-        return (tokens,), {"attn_mask": keys}
-    if data.kind == "text":
-        stream, length = data.splits["val"][0], model.max_len
-        starts = torch.arange(size) * length
-        return (stream[starts[:, None] + torch.arange(length)],), {}
-    features, edges, _ = data.graph
-    return (features, edges), {"edge_index": edges}
+    """``(inputs, options)`` for :func:`layer_measures` from the validation split: the model's registered
+    diagnostic batch (:class:`odeformer.tasks.TaskSpec`)."""
+    return task_of(model).diagnostic_batch(data, model, size)
 
 
 def fresh_config(solver: str, data: str, depth: int, dim: int | None) -> dict[str, Any]:
@@ -174,7 +159,7 @@ def fresh_config(solver: str, data: str, depth: int, dim: int | None) -> dict[st
 
     chosen = OmegaConf.to_container(compose([f"data={data}"]).data, resolve=True)
     kind = load(chosen["name"], chosen.get("root"), **(chosen.get("options") or {})).kind
-    overrides = [f"solver={solver}", f"data={data}", f"model={MODEL_FOR_KIND[kind]}", f"model.depth={depth}"]
+    overrides = [f"solver={solver}", f"data={data}", f"model={default_model(kind)}", f"model.depth={depth}"]
     if dim is not None:
         overrides.append(f"model.dim={dim}")
     return OmegaConf.to_container(compose(overrides), resolve=True)
@@ -194,10 +179,10 @@ def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size:
     from matplotlib.ticker import MaxNLocator
 
     out.mkdir(parents=True, exist_ok=True)
-    results, kinds = {}, {}
+    results, first_tokens = {}, {}
     for label, data, model in runs:
         inputs, options = batch_of(data, model, size)
-        results[label], kinds[label] = layer_measures(model, *inputs, **options), data.kind
+        results[label], first_tokens[label] = layer_measures(model, *inputs, **options), task_of(model).first_token
     batch = f"each value is the mean over the first {size} validation items (node classification: the whole graph)"
     for measure in PLOTTED:
         spec = DESCRIPTIONS[measure]
@@ -256,7 +241,7 @@ def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size:
         (out / f"{measure}.json").write_text(_json(record))
     phases = {label: r for label, r in results.items() if "phase" in r}
     if phases:
-        _phase_portraits(plt, phases, kinds, out)
+        _phase_portraits(plt, phases, first_tokens, out)
     return results
 
 
@@ -283,13 +268,13 @@ def _tick_label(value: float) -> str:
     return f"$10^{{{exponent}}}$" if mantissa == 1 else f"${mantissa:g}\\times 10^{{{exponent}}}$"
 
 
-def _phase_portraits(plt: Any, phases: dict[str, dict[str, Any]], kinds: dict[str, str], out: Path) -> None:
+def _phase_portraits(plt: Any, phases: dict[str, dict[str, Any]], first_tokens: dict[str, str], out: Path) -> None:
     """``phase.png``: per run, the (x, v) path through the layers of one token in a few channels; ``phase.json``."""
     fig, axes = plt.subplots(1, len(phases), figsize=(5.5 * len(phases), 4.6), squeeze=False)
     runs = {}
     for ax, (label, r) in zip(axes[0], phases.items()):
         token, channels = r["phase_token"], r["phase_channels"]
-        which = f"sample {token['sample']}, token {token['token']} ({TOKEN_NAMES.get(kinds[label], 'the first token')})"
+        which = f"sample {token['sample']}, token {token['token']} ({first_tokens[label]})"
         layers = [layer for layer, p in enumerate(r["phase"]) if p is not None]
         points = [r["phase"][layer] for layer in layers]
         for i, channel in enumerate(channels):

@@ -2,8 +2,9 @@
 
 ``image`` and ``sequence`` data are labelled items (cross-entropy, accuracy); ``text`` is next-character prediction
 on random windows of a stream (the metric is the loss in nats per token); ``graph`` is transductive node
-classification on one graph (full batch, the loss on the training nodes). :func:`make_objective` picks one, and
-refuses at start-up a validation or test split with nothing to evaluate.
+classification on one graph (full batch, the loss on the training nodes). Each task model names its objective among
+:data:`OBJECTIVES` (:class:`odeformer.tasks.TaskSpec`); :func:`make_objective` builds it, and refuses at start-up a
+validation or test split with nothing to evaluate.
 
 ``max_batches`` of :meth:`Objective.evaluate` (``train.eval_batches``) caps a labelled split at that many batches;
 a text stream is read in that many batches of windows spread evenly over it; 0 means all: every labelled item, the
@@ -20,6 +21,7 @@ from torch import Tensor, nn
 
 from .batches import EpochSampler, WindowSampler
 from .data import TaskData
+from .tasks import task_of
 
 
 class Objective:
@@ -30,6 +32,12 @@ class Objective:
 
     def __init__(self, data: TaskData, batch_size: int, seed: int, device: torch.device):
         self.data, self.batch_size, self.device = data, batch_size, device
+
+    @classmethod
+    def for_model(cls, data: TaskData, model: nn.Module, batch_size: int, seed: int, device: torch.device) -> Objective:
+        """The objective of ``model`` on ``data`` (what it reads from the model: nothing here; a context length for
+        text)."""
+        return cls(data, batch_size, seed, device)
 
     def network(self, model: nn.Module) -> nn.Module:
         """The module whose forward maps a batch's inputs to logits (what DDP and torch.compile wrap)."""
@@ -125,6 +133,10 @@ class TextObjective(Objective):
                 )
         self.sampler = WindowSampler(len(data.splits["train"][0]), context, batch_size, seed)
 
+    @classmethod
+    def for_model(cls, data, model, batch_size, seed, device):
+        return cls(data, batch_size, seed, device, context=model.max_len)
+
     def _windows(self, stream: Tensor, starts: Tensor) -> tuple[Tensor, Tensor]:
         offsets = starts[:, None] + torch.arange(self.context + 1)
         chunk = stream[offsets].to(self.device)  # (B, T + 1)
@@ -179,11 +191,15 @@ class GraphObjective(Objective):
         }
 
 
+OBJECTIVES: dict[str, type[Objective]] = {
+    "classification": ImageObjective,
+    "sequence_classification": SequenceObjective,
+    "next_token": TextObjective,
+    "node_classification": GraphObjective,
+}
+"""The objectives a task model may name (its :class:`~odeformer.tasks.TaskSpec`'s ``objective``)."""
+
+
 def make_objective(data: TaskData, model: nn.Module, batch_size: int, seed: int, device: torch.device) -> Objective:
-    if data.kind == "image":
-        return ImageObjective(data, batch_size, seed, device)
-    if data.kind == "sequence":
-        return SequenceObjective(data, batch_size, seed, device)
-    if data.kind == "text":
-        return TextObjective(data, batch_size, seed, device, context=model.max_len)
-    return GraphObjective(data, batch_size, seed, device)
+    """The objective ``model``'s registered task names, on ``data``."""
+    return OBJECTIVES[task_of(model).objective].for_model(data, model, batch_size, seed, device)

@@ -5,7 +5,7 @@ reproduction script rebuild a finished run from the resolved config stored in it
 returns that run's model with its best weights.
 
 A config only reaches the package's registered builders: a solver node's ``_target_`` is one of
-:data:`SOLVER_TARGETS`, a model node's one of :data:`MODEL_TARGETS`, the dataset a name of
+:data:`SOLVER_TARGETS`, a model node's a registered task model's (:func:`model_targets`), the dataset a name of
 :data:`odeformer.data.DATASETS`, and a config read from a file (``source=``) names only registered solvers: a scheme
 of your own (``solver.stepper: module.Class``) is imported only when the command line names it (``stepper=``),
 never because a file says so. Sizes are checked, and the memory a run needs estimated (:func:`estimate_memory`),
@@ -23,46 +23,34 @@ import torch
 from torch import nn
 
 from .checkpoints import load_checkpoint
-from .data import TaskData, load
+from .data import TaskData, data_kind, load
+from .tasks import TASK_MODELS, TaskSpec
 
-# what each model trains on, and the sizes it takes from the dataset
-KINDS = {"ViT": "image", "CausalLM": "text", "MaskedLM": "sequence", "NodeClassifier": "graph", "DIFFormer": "graph"}
-SIZES = {
-    "ViT": ("image_size", "in_chans", "num_classes"),
-    "CausalLM": ("vocab_size",),
-    "MaskedLM": ("vocab_size", "max_len", "num_classes", "pad_id"),
-    "NodeClassifier": ("in_features", "num_classes"),
-    "DIFFormer": ("in_features", "num_classes"),
-}
-MODEL_FOR_KIND = {"image": "vit", "text": "causal_lm", "sequence": "masked_lm", "graph": "node_classifier"}
-CONFIG_NAMES = {
-    "ViT": "vit",
-    "CausalLM": "causal_lm",
-    "MaskedLM": "masked_lm",
-    "NodeClassifier": "node_classifier",
-    "DIFFormer": "difformer",
-}
-MODEL_TARGETS = tuple(f"odeformer.{name}" for name in CONFIG_NAMES)
-"""The ``_target_`` a model node may name: the package's task models."""
 SOLVER_TARGETS = ("odeformer.preset", "odeformer.continuous.continuous")
 """The ``_target_`` a solver node may name: a (discrete) preset, or a continuous-depth solver."""
 
 
-DATA_KINDS = {
-    "digits": "image",
-    "fashion_mnist": "image",
-    "planetoid": "graph",
-    "shakespeare": "text",
-    "sst2": "sequence",
-}
-"""The kind of data each dataset gives (``synthetic``: its ``task`` option), known before any file is read."""
+def model_targets() -> dict[str, TaskSpec]:
+    """The ``_target_`` a model node may name, and its registered task model (:data:`odeformer.tasks.TASK_MODELS`)."""
+    return {spec.target: spec for spec in TASK_MODELS.values()}
 
 
-def _check_kind(model_name: str, data_name: str, kind: str | None) -> None:
-    if kind is not None and KINDS.get(model_name) != kind:
+def model_name(target: Any) -> str | None:
+    """The config name of the task model a model node's ``_target_`` names (None: not a registered one)."""
+    spec = model_targets().get(target)
+    return spec.name if spec else None
+
+
+def default_model(kind: str) -> str | None:
+    """The config name of the task model the commands choose for ``kind`` of data (None: no model trains on it)."""
+    return next((spec.name for spec in TASK_MODELS.values() if spec.data == kind and spec.default), None)
+
+
+def _check_kind(spec: TaskSpec, data_name: str, kind: str | None) -> None:
+    if default_model(kind) is not None and spec.data != kind:  # a kind no model takes: the loader's error says why
         raise UsageError(
-            f"model {model_name} trains on {KINDS.get(model_name)} data but data={data_name} is {kind} data; use "
-            f"model={MODEL_FOR_KIND[kind]}."
+            f"model {spec.model.__name__} trains on {spec.data} data but data={data_name} is {kind} data; use "
+            f"model={default_model(kind)}."
         )
 
 
@@ -75,8 +63,8 @@ def _from(source: Path | None) -> str:
 
 
 def target(node: dict[str, Any], allowed: tuple[str, ...], group: str, source: Path | None = None) -> Any:
-    """The registered callable a config node's ``_target_`` names; any other import path is refused in one line
-    (nothing is imported)."""
+    """What a config node's ``_target_`` names among ``allowed``: a solver builder, or a model's :class:`TaskSpec`; any
+    other import path is refused in one line (nothing is imported)."""
     name = node.get("_target_") if isinstance(node, dict) else None
     if name not in allowed:
         raise UsageError(
@@ -88,10 +76,8 @@ def target(node: dict[str, Any], allowed: tuple[str, ...], group: str, source: P
 
     from . import continuous
 
-    return {**{f"odeformer.{k}": getattr(odeformer, k) for k in CONFIG_NAMES}, **{
-        "odeformer.preset": odeformer.preset,
-        "odeformer.continuous.continuous": continuous.continuous,
-    }}[name]
+    builders = {"odeformer.preset": odeformer.preset, "odeformer.continuous.continuous": continuous.continuous}
+    return {**model_targets(), **builders}[name]
 
 
 def _arguments(node: dict[str, Any]) -> dict[str, Any]:
@@ -127,10 +113,10 @@ def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | No
 
 def describe(config: dict[str, Any]) -> dict[str, Any]:
     """The solver, model, data and depth names :func:`build` gives ``config``'s run, without building it."""
-    model_name = str(config["model"].get("_target_", "")).rsplit(".", 1)[-1]
+    target = config["model"].get("_target_")
     return {
         "solver": config["solver"].get("name"),
-        "model": CONFIG_NAMES.get(model_name, model_name),
+        "model": model_name(target) or str(target or "").rsplit(".", 1)[-1],
         "data": config["data"].get("name"),
         "depth": config["model"].get("depth"),
     }
@@ -146,21 +132,20 @@ def build(
     not positive, and a model that cannot fit in this machine's memory, are one-line errors before it is built."""
     solver, model_node, data_node = config["solver"], config["model"], config["data"]
     solver_target = target(solver, SOLVER_TARGETS, "solver", source)
-    model_class = target(model_node, MODEL_TARGETS, "model", source)
+    spec = target(model_node, tuple(model_targets()), "model", source)
     _check_solver(solver, source, stepper)
-    model_name = model_node["_target_"].rsplit(".", 1)[-1]
     options = data_node.get("options") or {}
     check_sizes(config, source)
-    _check_kind(model_name, data_node["name"], DATA_KINDS.get(data_node["name"]) or options.get("task"))
+    _check_kind(spec, data_node["name"], data_kind(data_node["name"], options))
     preset = solver_target(**_arguments(solver))  # a bad solver option fails before the data is read
     data = load(data_node["name"], data_node.get("root"), **options)
-    _check_kind(model_name, data_node["name"], data.kind)
-    sizes = {key: data.meta[key] for key in SIZES[model_name]}
+    _check_kind(spec, data_node["name"], data.kind)
+    sizes = {key: data.meta[key] for key in spec.sizes}
     check_memory(config, data.meta, source)
-    model = model_class(solver=preset, **_arguments(model_node), **sizes)
+    model = spec.model(solver=preset, **_arguments(model_node), **sizes)
     info = {
         "solver": getattr(preset, "name", None) or solver["name"],
-        "model": CONFIG_NAMES[model_name],
+        "model": spec.name,
         "data": data_node["name"],
         "depth": model_node["depth"],
         "dt": model.backbone.layers[0].dt if model.backbone.layers else preset.T / model_node["depth"],
@@ -220,21 +205,21 @@ def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool
     state, the attention's inputs and the FFN's hidden units; the n x n attention scores only with ``impl=math``,
     which keeps them; the output logits). A lower estimate: it refuses, before building, only what cannot fit."""
     model, solver, data, train = config["model"], config["solver"], config["data"], config.get("train") or {}
-    name = str(model["_target_"]).rsplit(".", 1)[-1]
+    kind = model_targets()[model["_target_"]].data
     d, depth, heads = model["dim"], model["depth"], model.get("heads") or 1
     hidden = model.get("mlp_hidden") or int((model.get("mlp_ratio") or 4.0) * d)
     continuous = solver.get("_target_") == SOLVER_TARGETS[1]
     blocks = 1 if (continuous or model.get("tie_weights")) else depth
     world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
     batch = math.ceil(data.get("batch_size", 1) / world)
-    if name in ("NodeClassifier", "DIFFormer"):
+    if kind == "graph":
         n, batch = meta.get("num_nodes", 1), 1
         per_block = 4 * d * d + 8 * d
         params = meta.get("in_features", 1) * d + blocks * per_block + d * meta.get("num_classes", 1)
         per_layer = n * 6 * d  # fused attention need not keep the n x n scores: a lower estimate leaves them out
         head = n * meta.get("num_classes", 1)
     else:
-        if name == "ViT":
+        if kind == "image":
             patch = model.get("patch_size") or 1
             n = (meta.get("image_size", 1) // patch) ** 2 + 1
             embed = patch * patch * meta.get("in_chans", 1) * d + n * d
@@ -242,18 +227,18 @@ def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool
         else:
             n = model.get("max_len") or meta.get("max_len", 1)
             embed = meta.get("vocab_size", 1) * d + n * d
-            classes = meta.get("vocab_size", 1) if name == "CausalLM" else meta.get("num_classes", 1)
+            classes = meta.get("vocab_size", 1) if kind == "text" else meta.get("num_classes", 1)
         per_block = 4 * d * d + 2 * d * hidden + hidden + 9 * d
-        params = embed + blocks * per_block + (d * classes if name != "CausalLM" else 0)
+        params = embed + blocks * per_block + (d * classes if kind != "text" else 0)
         scores = heads * n * n if model.get("impl") == "math" else 0
         per_layer = batch * (n * (6 * d + 2 * hidden) + 2 * scores)
-        head = batch * n * classes * (2 if name == "CausalLM" else 1)
+        head = batch * n * classes * (2 if kind == "text" else 1)
     cuda = train.get("device") == "cuda" or (train.get("device", "auto") == "auto" and torch.cuda.is_available())
     bf16 = train.get("precision") == "bf16" or (train.get("precision", "auto") == "auto" and cuda)
     width = 2 if bf16 else 4
     if not training:
         layers_kept = depth + 1  # the diagnostics keep every layer's state
-        per_layer = batch * n * d if name not in ("NodeClassifier", "DIFFormer") else n * d
+        per_layer = batch * n * d if kind != "graph" else n * d
     elif model.get("checkpoint") or (continuous and solver.get("adjoint")):
         layers_kept = 1
     else:

@@ -53,7 +53,7 @@ from .checkpoints import (
 )
 from .config import Config, group_options
 from .data import DatasetNotFound
-from .runs import CONFIG_NAMES, UsageError, build
+from .runs import UsageError, build, model_name
 from .stability import max_stable_dt, stable
 from .trainer import Settings, Trainer, TrainingDiverged
 
@@ -423,7 +423,7 @@ def _failed(cfg: DictConfig, out_dir: Path, error: str, code: int, sweep: bool, 
         "status": "failed",
         "error": error,
         "solver": OmegaConf.select(cfg, "solver.name"),
-        "model": CONFIG_NAMES.get(str(OmegaConf.select(cfg, "model._target_")).rsplit(".", 1)[-1]),
+        "model": model_name(OmegaConf.select(cfg, "model._target_")),
         "data": OmegaConf.select(cfg, "data.name"),
         "depth": OmegaConf.select(cfg, "model.depth"),
     }

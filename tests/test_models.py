@@ -31,7 +31,7 @@ def build(task, solver, **kw):
         tokens = torch.randint(1, 11, (2, 6))
         tokens[1, 4:] = 0  # padding
         return model, lambda: model(tokens).logsumexp(-1).sum() + model.classify(tokens).logsumexp(-1).sum(), (tokens,)
-    model = NodeClassifier(5, 3, depth=3, dim=8, heads=2, solver=solver, **kw)
+    model = NodeClassifier(5, 3, depth=3, dim=8, heads=2, solver=solver, **{"dt": None, "dropout": 0.0, **kw})
     features, edges = torch.randn(9, 5), torch.randint(0, 9, (2, 20))
     return model, lambda: model(features, edges).logsumexp(-1).sum(), (features, edges)
 
@@ -146,7 +146,7 @@ def test_encoder_is_permutation_equivariant(solver):
 @pytest.mark.parametrize("solver", ["diffusion", "full_wave", "light_wave"])
 def test_node_classifier_is_permutation_equivariant(attention, solver):
     torch.manual_seed(0)
-    model = NodeClassifier(5, 3, depth=3, dim=8, heads=2, solver=solver, attention=attention).double()
+    model = NodeClassifier(5, 3, depth=3, dim=8, heads=2, solver=solver, attention=attention, dropout=0.0).double()
     features, edges = torch.randn(9, 5, dtype=torch.float64), torch.randint(0, 9, (2, 20))
     perm = torch.randperm(9)
     inverse = torch.empty_like(perm)

@@ -16,7 +16,7 @@ def _models(solver, **kw):
         (CausalLM(11, 6, depth=4, dim=16, heads=2, solver=solver, **kw), (torch.randint(0, 11, (2, 6)),)),
         (MaskedLM(11, 6, depth=4, dim=16, heads=2, solver=solver, **kw), (tokens,)),
         (
-            NodeClassifier(5, 3, depth=4, dim=8, heads=2, solver=solver),
+            NodeClassifier(5, 3, depth=4, dim=8, heads=2, solver=solver, dt=None, dropout=0.0),
             (torch.randn(9, 5), torch.randint(0, 9, (2, 20))),
         ),
     ]

@@ -13,7 +13,7 @@ import torch
 
 import odeformer
 from odeformer.checkpoints import FORMAT, save_checkpoint
-from odeformer.config import CausalLMConfig, DataConfig, SolverConfig, stepper_options
+from odeformer.config import DataConfig, SolverConfig, model_config, stepper_options
 from odeformer.sample import EvalSample, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ ITOS = list("\n !',.:;?ABCDEHILMNORTUaehilmnorstuw")
 def _config(solver="full_wave", **model):
     return {
         "solver": asdict(SolverConfig(name=solver, options=stepper_options(solver))),
-        "model": asdict(CausalLMConfig(depth=2, dim=16, heads=2, max_len=32, **model)),
+        "model": asdict(model_config("causal_lm")(depth=2, dim=16, heads=2, max_len=32, **model)),
         "data": asdict(DataConfig("shakespeare", batch_size=4)),
     }
 

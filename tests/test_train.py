@@ -23,6 +23,7 @@ from odeformer.checkpoints import CheckpointError, load_checkpoint, save_checkpo
 from odeformer.continuous import ContinuousBackbone
 from odeformer.data import load
 from odeformer.joint import JointLayerNorm
+from odeformer.tasks import TASK_MODELS, task_of
 from solvers import STEPPERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,13 +49,7 @@ def _compose(overrides):
     return entry.compose(overrides)
 
 
-DATA_FOR_MODEL = {
-    "vit": "image",
-    "causal_lm": "text",
-    "masked_lm": "sequence",
-    "node_classifier": "graph",
-    "difformer": "graph",
-}
+DATA_FOR_MODEL = {name: spec.data for name, spec in TASK_MODELS.items()}
 
 
 @pytest.mark.parametrize("solver", entry.choices("solver"))
@@ -142,7 +137,7 @@ def _files_read_by(group):
 @pytest.mark.data(only=_files_read_by("data"))
 @pytest.mark.parametrize("data", _fashion_marked(entry.choices("data")))
 def test_every_data_option_composes_and_loads(data):
-    cfg = _compose([f"data={data}", f"model={runs.MODEL_FOR_KIND['image']}"])
+    cfg = _compose([f"data={data}", f"model={runs.default_model('image')}"])
     loaded = load(cfg.data.name, cfg.data.root, **OmegaConf.to_container(cfg.data.options, resolve=True))
     assert set(loaded.splits) == {"train", "val", "test"}
 
@@ -152,7 +147,7 @@ def test_every_data_option_composes_and_loads(data):
 def test_every_experiment_composes_and_builds(experiment):
     cfg = _compose([f"experiment={experiment}"])
     data, model, info = runs.build(OmegaConf.to_container(cfg, resolve=True))
-    assert info["depth"] == cfg.model.depth and data.kind == runs.KINDS[type(model).__name__]
+    assert info["depth"] == cfg.model.depth and data.kind == task_of(model).data
 
 
 @pytest.mark.parametrize("train", entry.choices("train"))

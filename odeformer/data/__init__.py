@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._common import ENV_VAR, DatasetNotFound, TaskData
 from .digits import digits
@@ -30,14 +30,30 @@ from .shakespeare import shakespeare
 from .sst2 import sst2
 from .synthetic import synthetic
 
-DATASETS: dict[str, Callable[..., TaskData]] = {
-    "digits": digits,
-    "fashion_mnist": fashion_mnist,
-    "planetoid": planetoid,
-    "shakespeare": shakespeare,
-    "sst2": sst2,
-    "synthetic": synthetic,
+
+class Dataset(NamedTuple):
+    """A registered dataset: its loader and the kind of data it gives, known before any file is read."""
+
+    loader: Callable[..., TaskData]
+    kind: str | None  # None: the loader's ``task`` option says (synthetic)
+
+
+DATASETS: dict[str, Dataset] = {
+    "digits": Dataset(digits, "image"),
+    "fashion_mnist": Dataset(fashion_mnist, "image"),
+    "planetoid": Dataset(planetoid, "graph"),
+    "shakespeare": Dataset(shakespeare, "text"),
+    "sst2": Dataset(sst2, "sequence"),
+    "synthetic": Dataset(synthetic, None),
 }
+
+
+def data_kind(name: str, options: dict[str, Any] | None = None) -> str | None:
+    """The kind of data ``load(name, **options)`` gives, without loading it (None: an unknown dataset)."""
+    dataset = DATASETS.get(name)
+    if dataset is None:
+        return None
+    return dataset.kind or (options or {}).get("task") or inspect.signature(dataset.loader).parameters["task"].default
 
 
 def load(name: str, root: str | os.PathLike | None = None, /, **options: Any) -> TaskData:
@@ -48,13 +64,14 @@ def load(name: str, root: str | os.PathLike | None = None, /, **options: Any) ->
     ``synthetic`` ignore it. ``name`` is positional only, so that ``load("planetoid", name="citeseer")`` reaches the
     loader's own ``name`` option.
     """
-    loader = DATASETS.get(name) if isinstance(name, str) else None
-    if loader is None:
+    dataset = DATASETS.get(name) if isinstance(name, str) else None
+    if dataset is None:
         raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}.")
     if "root" in options:
         if root is not None:
             raise TypeError("load() got root twice (positionally and as root=); pass it once.")
         root = options.pop("root")
+    loader = dataset.loader
     parameters = inspect.signature(loader).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         allowed = [p for p in parameters if p != "root"]
@@ -71,8 +88,10 @@ def load(name: str, root: str | os.PathLike | None = None, /, **options: Any) ->
 __all__ = [
     "DATASETS",
     "ENV_VAR",
+    "Dataset",
     "DatasetNotFound",
     "TaskData",
+    "data_kind",
     "digits",
     "fashion_mnist",
     "load",

@@ -1,4 +1,12 @@
+"""What the task models share: the :class:`TaskModel` base class, and the registry of :class:`TaskSpec` records that
+says what each model trains on, what it reads from the data, how it is trained and diagnosed, and (through its
+constructor's signature) its config's defaults."""
+
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -27,3 +35,74 @@ def check_tokens(tokens: Tensor, vocab_size: int, max_len: int, name: str) -> No
         raise ValueError(f"{name}: sequence length {tokens.shape[1]} exceeds max_len={max_len}.")
     if not torch.compiler.is_compiling() and tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
         raise ValueError(f"{name}: token ids must lie in [0, {vocab_size}), got [{tokens.min()}, {tokens.max()}].")
+
+
+DiagnosticBatch = Callable[[Any, nn.Module, int], tuple[tuple[Any, ...], dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task model, as the training, diagnosis and reproduction commands know it; registered (:func:`register`)
+    beside its class. Its config node (``model=<name>``) is generated from the constructor's signature
+    (:func:`odeformer.config.model_config`), so the Python defaults and the command line's are one set.
+
+    - ``name``: the config's name for it (``model=vit``).
+    - ``model``: the class. Its keyword arguments with defaults are the config's keys and defaults, except
+      ``solver`` (the ``solver`` group's) and ``sizes``.
+    - ``data``: the kind of data it trains on (a :class:`~odeformer.data.TaskData` ``kind``: image, text, sequence
+      or graph).
+    - ``sizes``: the constructor's arguments read from the dataset's ``meta`` (never config keys).
+    - ``objective``: the name of its training objective (loss, sampler and metric) among
+      :data:`odeformer.objectives.OBJECTIVES`.
+    - ``diagnostic_batch``: ``(data, model, size) -> (inputs, options)``: the first ``size`` validation items as the
+      model's inputs and the options :func:`~odeformer.diagnostics.layer_measures` needs for them.
+    - ``first_token``: what token 0 of its state is, in words (the diagnostics' phase portrait follows it).
+    - ``options_to``: the callable the constructor passes its remaining keyword arguments (``**options``) on to; its
+      keyword arguments with defaults are config keys too, except the constructor's own and ``set_by_model``.
+    - ``set_by_model``: arguments of ``options_to`` the model always sets itself (e.g. the attention mask).
+    - ``default``: the model the commands choose for its kind of data (one per kind).
+    """
+
+    name: str
+    model: type[nn.Module]
+    data: str
+    sizes: tuple[str, ...]
+    objective: str
+    diagnostic_batch: DiagnosticBatch
+    first_token: str = "the first token"
+    options_to: Callable[..., Any] | None = None
+    set_by_model: tuple[str, ...] = ()
+    default: bool = False
+
+    @property
+    def target(self) -> str:
+        """The config's ``_target_``: ``odeformer.<Class>``, an identifier this registry resolves (a config never
+        chooses what is imported)."""
+        return f"odeformer.{self.model.__name__}"
+
+
+TASK_MODELS: dict[str, TaskSpec] = {}
+"""Every registered task model by its config name, in registration order."""
+
+
+def register(spec: TaskSpec) -> TaskSpec:
+    """Add ``spec`` to :data:`TASK_MODELS`; a name or a class already registered is refused."""
+    taken = [s.name for s in TASK_MODELS.values() if s.name == spec.name or s.target == spec.target]
+    if taken:
+        raise ValueError(f"task model {spec.name!r} ({spec.target}) is already registered as {taken[0]!r}.")
+    TASK_MODELS[spec.name] = spec
+    return spec
+
+
+def task_of(model: nn.Module | type[nn.Module]) -> TaskSpec:
+    """The registered record of ``model`` (an instance or a class; a subclass of a registered model has its parent's
+    record)."""
+    cls = model if isinstance(model, type) else type(model)
+    for base in cls.__mro__:
+        for spec in TASK_MODELS.values():
+            if spec.model is base:
+                return spec
+    raise ValueError(
+        f"{cls.__name__} is not a registered task model; registered: "
+        f"{', '.join(s.model.__name__ for s in TASK_MODELS.values())}."
+    )

@@ -26,7 +26,7 @@ from ..continuous import ContinuousPreset
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
 from ..joint import JointLayerNorm, JointSequential, vjp_with_graph
 from ..layer import JointDropout
-from ._common import TaskModel
+from ._common import TaskModel, TaskSpec, register
 
 
 def check_edges(edge_index: Tensor, num_nodes: int) -> None:
@@ -101,22 +101,23 @@ class NodeClassifier(TaskModel):
 
     ``forward(features (N, F), edge_index (2, E)) -> logits (N, num_classes)``. The attention field is in laplacian
     form by default (``h <- h + dt ((1 - w) A h + w P h - h)`` for the diffusion preset, DIFFormer's update), and the
-    mix preset gates the wave against that same diffusion step.
+    mix preset gates the wave against that same diffusion step. The defaults: 8 steps of ``dt=0.2``, width 64, one
+    head, dropout 0.5 on the encoder's input and output and before the classifier.
     """
 
     def __init__(
         self,
         in_features: int,
         num_classes: int,
-        depth: int = 4,
+        depth: int = 8,
         dim: int = 64,
         heads: int = 1,
-        dt: float | None = None,
+        dt: float | None = 0.2,
         solver: Solver = "diffusion",
         graph_weight: float = 0.5,
         attention: str = "simple",
         form: str = "laplacian",
-        dropout: float = 0.0,
+        dropout: float = 0.5,
     ):
         super().__init__()
         if not isinstance(dim, int) or heads < 1 or dim % heads:
@@ -452,3 +453,34 @@ class DIFFormer(TaskModel):
         context = {"propagation": self.propagation(edge_index, n, features.dtype)}
         h = self.backbone(self._encode(features).unsqueeze(0), record=record, **context)  # (1, N, D)
         return self.classifier(h[0])
+
+
+def _graph_batch(data, model: nn.Module, size: int):
+    """The whole graph (``size`` does not apply: node classification is transductive)."""
+    features, edges, _ = data.graph
+    return (features, edges), {"edge_index": edges}
+
+
+register(
+    TaskSpec(
+        "node_classifier",
+        NodeClassifier,
+        data="graph",
+        sizes=("in_features", "num_classes"),
+        objective="node_classification",
+        diagnostic_batch=_graph_batch,
+        first_token="node 0 of the graph",
+        default=True,
+    )
+)
+register(
+    TaskSpec(
+        "difformer",
+        DIFFormer,
+        data="graph",
+        sizes=("in_features", "num_classes"),
+        objective="node_classification",
+        diagnostic_batch=_graph_batch,
+        first_token="node 0 of the graph",
+    )
+)

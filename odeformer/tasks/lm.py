@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..backbone import Solver, transformer
 from ..generate import generate
-from ._common import TaskModel, check_tokens
+from ._common import TaskModel, TaskSpec, check_tokens, register
 
 if TYPE_CHECKING:
     from ..generate import KVCache
@@ -34,16 +34,17 @@ class _Embedding(nn.Module):
 class CausalLM(TaskModel):
     """Token + position embedding -> causal backbone -> next-token logits ``(B, T, vocab_size)`` (tied weights).
 
-    ``CausalLM(vocab_size=65, max_len=64, depth=4, dim=64, heads=4, solver="full_wave")(tokens)``;
+    ``CausalLM(vocab_size=65, max_len=64, depth=4, dim=64, heads=4, solver="full_wave")(tokens)``; ``max_len`` is the
+    context length in tokens;
     :meth:`generate` continues prompts, with a key/value cache (``cache=`` of :meth:`forward`: new positions only).
     """
 
     def __init__(
         self,
         vocab_size: int,
-        max_len: int,
+        max_len: int = 128,
         depth: int = 4,
-        dim: int = 64,
+        dim: int = 128,
         heads: int = 4,
         dt: float | None = None,
         solver: Solver = "diffusion",
@@ -153,3 +154,47 @@ class MaskedLM(TaskModel):
             if other.numel():
                 raise ValueError(f"{allowed}; got {padding_mask.dtype} values such as {other[0].item()}.")
         return padding_mask.bool()
+
+
+def _text_batch(data, model: CausalLM, size: int):
+    """``size`` consecutive windows of ``max_len`` tokens from the start of the validation stream."""
+    stream, length = data.splits["val"][0], model.max_len
+    starts = torch.arange(size) * length
+    return (stream[starts[:, None] + torch.arange(length)],), {}
+
+
+def _sequence_batch(data, model: MaskedLM, size: int):
+    """The first ``size`` validation sentences; attention reads their real tokens only."""
+    tokens = data.splits["val"][0][:size]
+    keys = (tokens != data.meta["pad_id"])[:, None, None, :]
+    return (tokens,), {"attn_mask": keys}
+
+
+register(
+    TaskSpec(
+        "causal_lm",
+        CausalLM,
+        data="text",
+        sizes=("vocab_size",),
+        objective="next_token",
+        diagnostic_batch=_text_batch,
+        first_token="the first position",
+        options_to=transformer,
+        set_by_model=("mask",),
+        default=True,
+    )
+)
+register(
+    TaskSpec(
+        "masked_lm",
+        MaskedLM,
+        data="sequence",
+        sizes=("vocab_size", "max_len", "num_classes", "pad_id"),
+        objective="sequence_classification",
+        diagnostic_batch=_sequence_batch,
+        first_token="the first position",
+        options_to=transformer,
+        set_by_model=("mask",),
+        default=True,
+    )
+)

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from ..backbone import Solver, transformer
-from ._common import TaskModel
+from ._common import TaskModel, TaskSpec, register
 
 
 class ViT(TaskModel):
@@ -60,3 +60,24 @@ class ViT(TaskModel):
     def forward(self, images: Tensor, *, record: list | None = None) -> Tensor:
         x = self.encode(images, record=record)  # (B, P + 1, D)
         return self.head(x[:, 0] if self.pool == "cls" else x[:, 1:].mean(1))
+
+
+def _diagnostic_batch(data, model: ViT, size: int):
+    """The first ``size`` validation images; the [CLS] token is left out of the token measures."""
+    return (data.splits["val"][0][:size],), {"drop_first": True}
+
+
+register(
+    TaskSpec(
+        "vit",
+        ViT,
+        data="image",
+        sizes=("image_size", "in_chans", "num_classes"),
+        objective="classification",
+        diagnostic_batch=_diagnostic_batch,
+        first_token="the [CLS] token",
+        options_to=transformer,
+        set_by_model=("mask",),
+        default=True,
+    )
+)
