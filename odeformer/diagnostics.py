@@ -177,15 +177,6 @@ def gap_from_eigenvalues(eigenvalues: Tensor) -> Tensor:
     return 1 - moduli[..., 1]
 
 
-MEASURES = (
-    "cosine",
-    "dirichlet",
-    "dirichlet_normalised",
-    "feature_variance",
-    "rank_collapse",
-    "spectral_gap",
-    "wave_energy",
-)
 PHASE_CHANNELS = 4  # the phase portrait follows channels 0 .. PHASE_CHANNELS - 1 of sample 0, token 0
 
 

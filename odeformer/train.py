@@ -58,7 +58,6 @@ from .stability import max_stable_dt, stable
 from .trainer import Settings, Trainer, TrainingDiverged
 
 CONFIG_MODULE = "odeformer.configs"
-GROUPS = ("solver", "model", "data", "train", "experiment")
 
 store = ConfigStore.instance()
 store.store(name="config_schema", node=Config)
