@@ -12,7 +12,8 @@ The anchors (``benchmarks/anchors.py``) are what users run instead: Hugging Face
 ``GPT2LMHeadModel`` and a ViT on ``nn.TransformerEncoder(norm_first=True)``, each of the same shape as the diffusion
 model it is compared with, timed in one interleaved run (training step and no-grad inference). Without
 ``transformers`` installed the Hugging Face rows are skipped. Text generation (``benchmarks/generation.py``): the
-cached ``CausalLM.generate`` against recomputing every token and against GPT-2's cached ``generate``.
+cached ``CausalLM.generate`` against recomputing every token and against GPT-2's cached ``generate``. The tableau
+engine's RK4 against the hand-written RK4 it replaced (``benchmarks/tableau.py``), on one CPU thread.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import odeformer
 import solvers
 from benchmarks.generation import GEN, generation_times
 from benchmarks.generation import ratios as generation_ratios
+from benchmarks.tableau import ratios as tableau_ratios
+from benchmarks.tableau import tableau_times
 from odeformer.reproduce import write_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +72,12 @@ GOALS = {
         "cached greedy generate of the from_hf GPT-2 copy (diffusion) / transformers' cached generate, same tokens",
     ),
     "generate_full_vs_diffusion_time": ("<=", 1.7, "cached generate, full_wave / diffusion (the same weights)"),
+    "tableau_rk4_model_time": (
+        "<=",
+        1.03,
+        "RK4 from the tableau engine / the hand-written RK4 it replaced: depth-6 whole-block ViT, forward + backward",
+    ),
+    "tableau_rk4_step_time": ("<=", 1.03, "RK4 from the tableau engine / the hand-written RK4: bare step, tanh field"),
 }
 HF_KEYS = {k for k in GOALS if "hf" in k or "gpt2" in k}
 
@@ -316,6 +325,7 @@ def run(mode: str, device: str) -> dict:
     }
     anchors, used = anchor_times(rounds, device)
     generation, agree = generation_times(GENERATE[mode][0], device, tokens)
+    rk4 = tableau_times(rounds, device)
     for name in ("torch", "hf") if "hf_train" in anchors else ("torch",):
         mem[f"{name}_d6"] = memory(name, 6, device, batch)
     results = {
@@ -333,6 +343,7 @@ def run(mode: str, device: str) -> dict:
         "diffusion_vs_torch_memory": mem["diffusion_d6"]["peak_mb"] / mem["torch_d6"]["peak_mb"],
     }
     results |= generation_ratios(generation)
+    results |= tableau_ratios(rk4)
     if "hf_train" in anchors:
         results |= {
             "diffusion_vs_hf_time": anchors["diffusion_train"] / anchors["hf_train"],
@@ -349,6 +360,7 @@ def run(mode: str, device: str) -> dict:
         "anchor_s": anchors,
         "generate_s": generation,
         "generate_agree": agree,
+        "tableau_rk4_s": rk4,
         "attention": used,
         "memory_mb": mem,
         "sizes": {"vit": VIT, "memory": MEMORY | {"batch": batch}, "lm": LM, "generate": GEN | {"new": tokens}},

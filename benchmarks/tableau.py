@@ -3,7 +3,8 @@
 ``python -m benchmarks.tableau [--rounds N]`` times, alternating the two in every round (this machine is shared and
 noisy: only the ratio of medians is read), a whole-block RK4 ViT layer stack's forward and backward on digits-sized
 input, and the bare step on a cheap field (where the engine's bookkeeping would show). Prints a table and writes
-``benchmarks/results/tableau.json``.
+``benchmarks/results/tableau.json``. ``python -m benchmarks.run`` (``make bench``) reports both ratios against their
+goal (the engine's RK4 within 3 % of the hand-written one) through :func:`tableau_times`.
 """
 
 from __future__ import annotations
@@ -40,18 +41,20 @@ class HandWrittenRK4(AbstractStepper):
         return x + (dt / 6) * (k1 + 2 * (k2 + k3) + k4), state
 
 
-def _time(fn, repeats: int) -> float:
+def _time(fn, repeats: int, sync) -> float:
     fn()  # warm
+    sync()
     start = time.perf_counter()
     for _ in range(repeats):
         fn()
+    sync()
     return (time.perf_counter() - start) / repeats
 
 
-def _model_case(stepper: type[AbstractStepper]):
+def _model_case(stepper: type[AbstractStepper], device: str):
     torch.manual_seed(0)
-    model = odeformer.ViT(depth=6, dim=64, heads=4, solver=stepper)
-    images = torch.randn(64, 1, 8, 8)
+    model = odeformer.ViT(depth=6, dim=64, heads=4, solver=stepper).to(device)
+    images = torch.randn(64, 1, 8, 8, device=device)
 
     def run():
         model.zero_grad(set_to_none=True)
@@ -60,9 +63,9 @@ def _model_case(stepper: type[AbstractStepper]):
     return run
 
 
-def _step_case(stepper: type[AbstractStepper]):
+def _step_case(stepper: type[AbstractStepper], device: str):
     s = stepper()
-    x = torch.randn(64, 64)
+    x = torch.randn(64, 64, device=device)
     field = lambda t, x: torch.tanh(x)  # noqa: E731 - a cheap field: the step's own overhead shows
 
     def run():
@@ -73,28 +76,54 @@ def _step_case(stepper: type[AbstractStepper]):
     return run
 
 
+CASES = {
+    "model": ("ViT depth 6, whole-block RK4, fwd+bwd", _model_case, 3),
+    "step": ("bare step, tanh field", _step_case, 50),
+}
+"""Each case: its label, how it is built for a stepper class, and calls per timed sample."""
+
+
+def tableau_times(rounds: int, device: str = "cpu", threads: int = 1) -> dict[str, dict[str, float]]:
+    """Median seconds per call of each case (:data:`CASES`) under the hand-written RK4 and the engine's, the two
+    alternating which goes first in every round; on the CPU with ``threads`` threads (0: torch's default). What
+    ``python -m benchmarks.run`` (``make bench``) reports as ``tableau_rk4_*``."""
+    previous = torch.get_num_threads()
+    if device == "cpu" and threads:
+        torch.set_num_threads(threads)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    try:
+        medians = {}
+        for case, (_, make, repeats) in CASES.items():
+            runs = {"hand-written": make(HandWrittenRK4, device), "engine": make(RK4, device)}
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            for r in range(rounds):
+                order = list(runs) if r % 2 == 0 else list(reversed(runs))  # alternate which goes first
+                for name in order:
+                    times[name].append(_time(runs[name], repeats, sync))
+            medians[case] = {name: statistics.median(values) for name, values in times.items()}
+        return medians
+    finally:
+        torch.set_num_threads(previous)
+
+
+def ratios(medians: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The reported measures: engine / hand-written time per case."""
+    return {f"tableau_rk4_{case}_time": m["engine"] / m["hand-written"] for case, m in medians.items()}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out", default=str(Path(__file__).with_name("results") / "tableau.json"))
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    results = {}
-    for case, make, repeats in (
-        ("ViT depth 6, whole-block RK4, fwd+bwd", _model_case, 3),
-        ("bare step, tanh field", _step_case, 50),
-    ):
-        runs = {"hand-written": make(HandWrittenRK4), "engine": make(RK4)}
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for r in range(args.rounds):
-            order = list(runs) if r % 2 == 0 else list(reversed(runs))  # alternate which goes first
-            for name in order:
-                times[name].append(_time(runs[name], repeats))
-        medians = {name: statistics.median(values) for name, values in times.items()}
-        results[case] = {
-            **{f"{k}_ms": 1e3 * v for k, v in medians.items()},
-            "engine/hand-written": medians["engine"] / medians["hand-written"],
+    medians = tableau_times(args.rounds)
+    results = {
+        CASES[case][0]: {
+            **{f"{k}_ms": 1e3 * v for k, v in m.items()},
+            "engine/hand-written": m["engine"] / m["hand-written"],
         }
+        for case, m in medians.items()
+    }
     print(f"{'case':40} {'hand-written ms':>16} {'engine ms':>10} {'ratio':>7}")
     for case, row in results.items():
         print(f"{case:40} {row['hand-written_ms']:16.3f} {row['engine_ms']:10.3f} {row['engine/hand-written']:7.3f}")

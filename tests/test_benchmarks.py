@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import solvers
+
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {
     "euler_vs_reference",
@@ -29,6 +31,8 @@ KEYS = {
     "generate_cache_speedup",
     "generate_vs_gpt2_time",
     "generate_full_vs_diffusion_time",
+    "tableau_rk4_model_time",
+    "tableau_rk4_step_time",
 }
 
 
@@ -417,3 +421,19 @@ def test_the_gpu_commands_without_a_gpu_or_its_files_are_one_line(tmp_path):
     )
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "gpu.json does not exist" in done.stderr
+
+
+def test_the_hand_written_rk4_of_the_tableau_benchmark_takes_the_engines_step():
+    """benchmarks/tableau.py (make bench) times the engine's RK4 against a hand-written one: the same maths."""
+    from benchmarks.tableau import HandWrittenRK4
+
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(6, 6, generator=g, dtype=torch.float64)
+    x = torch.randn(4, 6, generator=g, dtype=torch.float64)
+
+    def field(t, y):
+        return torch.tanh(y @ W) * (1 + t)
+
+    engine, _ = solvers.RK4().step(field, 0.3, x, 0.1, None)
+    hand, _ = HandWrittenRK4().step(field, 0.3, x, 0.1, None)
+    assert float((engine - hand).abs().max()) < 1e-14
