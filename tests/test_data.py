@@ -24,7 +24,7 @@ import torch
 
 from odeformer.data import DATASETS, DatasetNotFound, TaskData, load
 from odeformer.data.fashion_mnist import DEFAULT_DIR, FILES
-from odeformer.data.synthetic import SIZES
+from odeformer.data.synthetic import SIZE_OPTIONS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEBIAN_FASHION = all((DEFAULT_DIR / name).is_file() for pair in FILES.values() for name in pair)
@@ -137,7 +137,7 @@ def test_unknown_option_names_the_allowed_ones():
     _one_line(info, "seeed", "seed", "val_fraction", "test_fraction")
     with pytest.raises(TypeError) as info:
         load("synthetic", task="graph", image_size=8)
-    _one_line(info, "image_size", *SIZES["graph"])
+    _one_line(info, "image_size", *SIZE_OPTIONS["graph"])
 
 
 @pytest.mark.parametrize(

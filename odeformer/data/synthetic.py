@@ -62,7 +62,7 @@ def stochastic_block_graph(
 
 
 ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # itos of the synthetic text task
-SIZES: dict[str, dict[str, int | float]] = {  # the size options of each synthetic task, with their defaults
+SIZE_OPTIONS: dict[str, dict[str, int | float]] = {  # the size options of each synthetic task, with their defaults
     "image": {"image_size": 8},
     "text": {"length": 32, "vocab_size": 11},
     "sequence": {"length": 16, "vocab_size": 20},
@@ -72,11 +72,11 @@ SIZES: dict[str, dict[str, int | float]] = {  # the size options of each synthet
 
 def _check_sizes(task: str, sizes: dict) -> dict:
     """``sizes`` completed with the defaults of ``task``; unknown names and out-of-range values are refused."""
-    unknown = sorted(set(sizes) - set(SIZES[task]))
+    unknown = sorted(set(sizes) - set(SIZE_OPTIONS[task]))
     if unknown:
-        allowed = ", ".join(["n", "seed", *SIZES[task]])
+        allowed = ", ".join(["n", "seed", *SIZE_OPTIONS[task]])
         raise TypeError(f"synthetic task {task!r} got unknown option(s) {', '.join(unknown)}; allowed: {allowed}.")
-    sizes = {**SIZES[task], **sizes}
+    sizes = {**SIZE_OPTIONS[task], **sizes}
     lowest = {"image_size": 2, "length": 2, "vocab_size": 3 if task == "sequence" else 2, "classes": 2, "features": 1}
     for name, value in sizes.items():
         if name in ("p_in", "p_out"):
@@ -114,8 +114,8 @@ def synthetic(task: str = "image", n: int = 512, seed: int = 0, **sizes) -> Task
 
     Examples (runs for ``"text"``) are split 80/10/10 in order; graph nodes 60/20/20 at random by ``seed``.
     """
-    if task not in SIZES:
-        raise ValueError(f"synthetic task must be one of {', '.join(map(repr, SIZES))}, got {task!r}.")
+    if task not in SIZE_OPTIONS:
+        raise ValueError(f"synthetic task must be one of {', '.join(map(repr, SIZE_OPTIONS))}, got {task!r}.")
     n = check_int("n", n, minimum=10)
     seed = check_int("seed", seed, minimum=0)
     sizes = _check_sizes(task, sizes)
