@@ -1,6 +1,7 @@
 """Integrators for depth-as-time: one residual layer is one step of an explicit scheme.
 
-``STEPPERS`` maps a config name to a stepper class; ``iterate`` is the one loop over depth (``integrate`` and
+``STEPPERS`` maps a config name to a stepper class (a scheme registers beside its definition with
+``@register_stepper("name")``, and a taken name is refused); ``iterate`` is the one loop over depth (``integrate`` and
 ``trajectory`` keep its last or every state; ``integrate_reversible`` rebuilds states in the backward pass instead of
 storing them, and the ``checkpointed`` hook recomputes them). ``Split`` and ``Whole`` make a layer of two sublayers
 one step of a block stepper over a ``Block`` of fields. The long explanation of the interface is in
@@ -11,8 +12,12 @@ count) that users run on their own schemes. This package imports only torch.
 from ._base import (
     DECLARATIONS,
     AbstractStepper,
+    Carry,
     Field,
     PhaseState,
+    StepSize,
+    Time,
+    Y,
     adapt,
     axpy,
     integrate,
@@ -33,6 +38,7 @@ from ._learnable_splitting import SymmetricSplitting
 from ._light_wave import LightWave
 from ._mix import Mix
 from ._recompute import checkpointed
+from ._registry import STEPPERS, register_stepper
 from ._reversible import AutocastState, integrate_reversible
 from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
@@ -44,26 +50,13 @@ from ._tableau_library import TABLEAUX, Tableau, tableau
 from ._velocity_mix import VelocityMix
 from ._velocity_verlet import VelocityVerlet
 
-STEPPERS: dict[str, type[AbstractStepper]] = {
-    "euler": Euler,
-    "heun": Heun,
-    "rk4": RK4,
-    "rk4_38": RK4ThreeEighths,
-    "semi_implicit_euler": SemiImplicitEuler,
-    "velocity_verlet": VelocityVerlet,
-    "leapfrog": Leapfrog,
-    "damped": Damped,
-    "light_wave": LightWave,
-    "mix": Mix,
-    "velocity_mix": VelocityMix,
-}
-
 __all__ = [
     "DECLARATIONS",
     "STEPPERS",
     "TABLEAUX",
     "AbstractStepper",
     "AutocastState",
+    "Carry",
     "Block",
     "Composition",
     "Damped",
@@ -79,14 +72,17 @@ __all__ = [
     "RungeKutta",
     "RungeKuttaNystrom",
     "SemiImplicitEuler",
+    "StepSize",
     "Split",
     "SymmetricSplitting",
     "Tableau",
     "TripleJump",
+    "Time",
     "TwoStageRK",
     "VelocityMix",
     "VelocityVerlet",
     "Whole",
+    "Y",
     "adapt",
     "axpy",
     "checkpointed",
@@ -94,6 +90,7 @@ __all__ = [
     "integrate_reversible",
     "iterate",
     "register",
+    "register_stepper",
     "sigmoid_gate",
     "tableau",
     "trajectory",

@@ -103,6 +103,16 @@ class PhaseState(NamedTuple):
 
 
 Y = Union[Tensor, PhaseState]  # noqa: UP007 - a runtime alias, also valid on Python 3.9 tools
+"""The state a step advances: a ``Tensor`` for first-order steppers, a :class:`PhaseState` for second-order ones."""
+
+Time = Union[float, Tensor]  # noqa: UP007
+"""A time: where a step starts (``t``), a number or a scalar tensor."""
+
+StepSize = Union[float, Tensor]  # noqa: UP007
+"""A step ``dt``: a number or a scalar tensor (negative only in a symmetric scheme's inverse)."""
+
+Carry = Any
+"""What a scheme carries from one step to the next besides ``y`` (a history, a cached force, or ``None``)."""
 
 DECLARATIONS = ("order", "second_order", "symplectic", "reversible", "evals_per_step")
 """The class variables every concrete stepper declares (the optional ones have defaults on :class:`AbstractStepper`)."""
@@ -140,20 +150,20 @@ class AbstractStepper(nn.Module):
 
     # -- protocol -------------------------------------------------------------------------------------------------
 
-    def init(self, field: Field, t0: Any, y0: Y) -> Any:
+    def init(self, field: Field, t0: Time, y0: Y) -> Carry:
         """Validate ``y0`` and return the state for the first step (``None`` for one-step schemes)."""
         self._unpack(y0)
         return None
 
-    def step(self, field: Field, t: Any, y: Y, dt: Any, state: Any) -> tuple[Y, Any]:
+    def step(self, field: Field, t: Time, y: Y, dt: StepSize, state: Carry) -> tuple[Y, Carry]:
         """Advance ``y`` from ``t`` to ``t + dt``; return ``(y1, state1)``."""
         raise NotImplementedError(f"{type(self).__name__} does not implement step(field, t, y, dt, state).")
 
-    def forward(self, field: Field, t: Any, y: Y, dt: Any, state: Any) -> tuple[Y, Any]:
+    def forward(self, field: Field, t: Time, y: Y, dt: StepSize, state: Carry) -> tuple[Y, Carry]:
         """Alias of :meth:`step`, so hooks and ``torch.func.functional_call`` see one step."""
         return self.step(field, t, y, dt, state)
 
-    def inverse(self, field: Field, t: Any, y1: Y, dt: Any) -> Y:
+    def inverse(self, field: Field, t: Time, y1: Y, dt: StepSize) -> Y:
         """The ``y`` with ``step(field, t, y, dt, init(field, t, y))[0] == y1`` (schemes that declare ``reversible``).
 
         The default serves ``symmetric`` schemes: one step of ``-dt`` from ``t + dt``, from a fresh ``init``.
@@ -169,7 +179,7 @@ class AbstractStepper(nn.Module):
         layers that each have their own instance)."""
         return type(self) is type(previous)
 
-    def limit_field(self, field: Field) -> Callable[[Any, Y], Y]:
+    def limit_field(self, field: Field) -> Callable[[Time, Y], Y]:
         """The first-order vector field whose flow this stepper approximates to ``order`` as ``dt -> 0``.
 
         For first-order steppers it maps ``(t, x)`` to ``dx/dt``; for second-order ones ``(t, PhaseState)`` to
@@ -293,8 +303,15 @@ def _per_step(stepper: AbstractStepper | Sequence[AbstractStepper], fields: Sequ
     return steppers
 
 
-def _per_step_dt(dt: Any, steps: int) -> list[Any]:
-    """``dt`` for every step: one value for all, or a sequence with one per step; each checked."""
+def _per_step_dt(dt: Any, steppers: Sequence[AbstractStepper]) -> list[Any]:
+    """``dt`` for every step: one value for all, or a sequence with one per step, each checked; or ``None``: every
+    stepper's own ``dt`` (a model's layer, whose step was checked once, where it was set)."""
+    steps = len(steppers)
+    if dt is None:
+        for s in steppers:
+            if not hasattr(s, "dt"):
+                raise ValueError(f"dt=None steps each stepper by its own dt, but {type(s).__name__} has none; pass dt.")
+        return [s.dt for s in steppers]
     if isinstance(dt, (list, tuple)):
         if len(dt) != steps:
             raise ValueError(f"got {len(dt)} step sizes for {steps} steps; pass one dt, or one per step.")
@@ -338,15 +355,16 @@ def iterate(
 ) -> Iterator[Y]:
     """Yield the state after each step; the one loop over depth that every other driver uses.
 
-    ``stepper`` is one stepper or one per step; ``dt`` one step size or one per step; ``hook`` (optional) takes each
-    step in place of ``stepper.step`` (activation checkpointing, timing). Consecutive steps by steppers that
+    ``stepper`` is one stepper or one per step; ``dt`` one step size or one per step, or ``None`` for steppers that
+    own their step (a model's layers: each steps by its ``dt``); ``hook`` (optional) takes each step in place of
+    ``stepper.step`` (activation checkpointing, timing). Consecutive steps by steppers that
     :meth:`~AbstractStepper.continues` the previous one share the scheme's running state (each layer of a model has
     its own stepper instance with its own parameters, but one running history); at any other change the new stepper
     starts afresh from ``init``, and where a schedule switches between first- and second-order steppers the velocity
     starts at zero on entry and is dropped on exit (:func:`adapt`).
     """
     steppers = _per_step(stepper, fields)
-    dts = _per_step_dt(dt, len(steppers))
+    dts = _per_step_dt(dt, steppers)
     take = _take if hook is None else hook
     y, t, state, previous = y0, t0, None, None
     for s, f, h in zip(steppers, fields, dts):

@@ -18,8 +18,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._base import AbstractStepper, PhaseState, axpy
+from ._registry import register_stepper
 
 
+@register_stepper("damped")
 class Damped(AbstractStepper):
     order: ClassVar[int] = 1
     second_order: ClassVar[bool] = True

@@ -8,9 +8,11 @@ Reference: Hairer, Nørsett & Wanner, *Solving Ordinary Differential Equations I
 
 from typing import ClassVar
 
+from ._registry import register_stepper
 from ._tableau import RungeKutta
 
 
+@register_stepper("euler")
 class Euler(RungeKutta):
     A = ((),)
     b = (1,)

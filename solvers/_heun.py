@@ -7,9 +7,11 @@ Wanner, *Solving ODEs I*, §II.1.
 
 from typing import ClassVar
 
+from ._registry import register_stepper
 from ._tableau import RungeKutta
 
 
+@register_stepper("heun")
 class Heun(RungeKutta):
     A = ((), (1,))
     b = (1 / 2, 1 / 2)

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 from torch import Tensor
 
 from ._base import AbstractStepper, PhaseState, axpy
+from ._registry import register_stepper
 
 
 class _History(NamedTuple):
@@ -34,6 +35,7 @@ class _History(NamedTuple):
     dt: Any  # the previous step
 
 
+@register_stepper("leapfrog")
 class Leapfrog(AbstractStepper):
     order: ClassVar[int] = 2
     second_order: ClassVar[bool] = True

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ._base import AbstractStepper, PhaseState, register, sigmoid_gate
 from ._euler import Euler
+from ._registry import register_stepper
 from ._semi_implicit_euler import SemiImplicitEuler
 
 
@@ -48,6 +49,7 @@ class _SharedEvaluation:
         return value
 
 
+@register_stepper("position_mix")
 class Mix(AbstractStepper):
     order: ClassVar[int] = 1
     second_order: ClassVar[bool] = True

@@ -85,7 +85,7 @@ def integrate_reversible(
     ``reversible``; a schedule may not switch between first- and second-order steppers.
     """
     steppers = _per_step(stepper, fields)
-    dts = _per_step_dt(dt, len(steppers))
+    dts = _per_step_dt(dt, steppers)
     for i, s in enumerate(steppers):
         if not s.reversible:
             raise ValueError(

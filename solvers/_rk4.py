@@ -10,9 +10,11 @@ Reference: Hairer, Nørsett & Wanner, *Solving ODEs I*, §II.1, Table 1.2.
 
 from typing import ClassVar
 
+from ._registry import register_stepper
 from ._tableau import RungeKutta
 
 
+@register_stepper("rk4")
 class RK4(RungeKutta):
     A = ((), (1 / 2,), (0, 1 / 2), (0, 0, 1))
     b = (1 / 6, 1 / 3, 1 / 3, 1 / 6)

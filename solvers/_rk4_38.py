@@ -9,9 +9,11 @@ neither symplectic nor reversible (each checked against the tableau, ``_tableau.
 
 from typing import ClassVar
 
+from ._registry import register_stepper
 from ._tableau import RungeKutta
 
 
+@register_stepper("rk4_38")
 class RK4ThreeEighths(RungeKutta):
     A = ((), (1 / 3,), (-1 / 3, 1), (1, -1, 1))
     b = (1 / 8, 3 / 8, 3 / 8, 1 / 8)

@@ -13,8 +13,10 @@ Reference: Hairer, Lubich & Wanner, *Geometric Numerical Integration*, §I.1.2 a
 from typing import ClassVar
 
 from ._base import AbstractStepper, PhaseState, axpy
+from ._registry import register_stepper
 
 
+@register_stepper("semi_implicit_euler")
 class SemiImplicitEuler(AbstractStepper):
     order: ClassVar[int] = 1
     second_order: ClassVar[bool] = True

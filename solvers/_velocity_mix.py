@@ -22,10 +22,12 @@ import torch
 from torch import Tensor
 
 from ._base import AbstractStepper, PhaseState, axpy, register, sigmoid_gate
+from ._registry import register_stepper
 
 GATES = ("channel", "scalar")
 
 
+@register_stepper("velocity_mix")
 class VelocityMix(AbstractStepper):
     order: ClassVar[int] = 0
     second_order: ClassVar[bool] = True

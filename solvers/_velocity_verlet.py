@@ -14,6 +14,7 @@ from typing import Any, ClassVar, NamedTuple
 from torch import Tensor
 
 from ._base import AbstractStepper, PhaseState, axpy
+from ._registry import register_stepper
 
 
 class _Force(NamedTuple):
@@ -27,6 +28,7 @@ def _same_time(a: Any, b: Any) -> bool:
     return a is b or (not isinstance(a, Tensor) and not isinstance(b, Tensor) and a == b)
 
 
+@register_stepper("velocity_verlet")
 class VelocityVerlet(AbstractStepper):
     order: ClassVar[int] = 2
     second_order: ClassVar[bool] = True

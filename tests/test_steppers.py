@@ -96,7 +96,7 @@ def test_registry_is_complete_and_constructible():
         "leapfrog",
         "damped",
         "light_wave",
-        "mix",
+        "position_mix",
     }
     assert expected <= set(STEPPERS)
     for cls in STEPPERS.values():

@@ -1,0 +1,52 @@
+"""The registry of named schemes: ``STEPPERS`` maps a name to a stepper class, and a scheme registers beside its
+definition with ``@register_stepper("name")``. A name means one thing: registering a taken name for another class is
+a one-line error (odeformer's solver namespace builds on this one, so the same name cannot name a second scheme
+there either)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ._base import AbstractStepper
+
+S = TypeVar("S", bound=type[AbstractStepper])
+
+
+class Registry(dict):
+    """``name -> stepper class``; a name is registered once (the same class again is no change)."""
+
+    def __setitem__(self, name: str, cls: type[AbstractStepper]) -> None:
+        if not (isinstance(name, str) and name.isidentifier()):
+            raise ValueError(f"a stepper's name is a Python identifier (a config value), got {name!r}.")
+        if not (isinstance(cls, type) and issubclass(cls, AbstractStepper)):
+            raise TypeError(f"STEPPERS[{name!r}] must be a solvers.AbstractStepper subclass, got {cls!r}.")
+        if name in self and self[name] is not cls:
+            raise ValueError(
+                f"stepper name {name!r} is taken by {self[name].__name__}; register {cls.__name__} under another name."
+            )
+        super().__setitem__(name, cls)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for name, cls in dict(*args, **kwargs).items():
+            self[name] = cls
+
+    def setdefault(self, name: str, cls: Any = None) -> Any:
+        if name not in self:
+            self[name] = cls
+        return self[name]
+
+
+STEPPERS: Registry = Registry()
+"""Every registered scheme by name: the ``solver`` config group, ``solver.ffn`` and ``odeformer.solver_names()`` read
+it."""
+
+
+def register_stepper(name: str) -> Callable[[S], S]:
+    """A class decorator: register the stepper class under ``name`` in :data:`STEPPERS`."""
+
+    def registered(cls: S) -> S:
+        STEPPERS[name] = cls
+        return cls
+
+    return registered
