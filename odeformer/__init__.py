@@ -24,7 +24,7 @@ try:
     from .hf import from_hf
     from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
     from .layer import Layer
-    from .presets import PRESETS, Preset, check_preset, derive, preset, solver_names
+    from .presets import PRESETS, LayerSpec, Preset, check_preset, derive, preset, register_solver, solver_names
     from .tasks import CausalLM, DIFFormer, MaskedLM, NodeClassifier, ViT
 except KeyboardInterrupt:
     _interrupted_while_starting()
@@ -44,6 +44,7 @@ __all__ = [
     "JointMLP",
     "JointSequential",
     "Layer",
+    "LayerSpec",
     "MaskedLM",
     "NodeClassifier",
     "Preset",
@@ -54,6 +55,7 @@ __all__ = [
     "from_hf",
     "graph_mask",
     "preset",
+    "register_solver",
     "schedule",
     "solver_names",
     "transformer",

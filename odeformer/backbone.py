@@ -2,8 +2,10 @@
 
     x (B, N, D) -> [layer 1: one step of dt_1] -> ... -> [layer L] -> LN -> features (B, N, D)
 
-Each layer is a block stepper over its own fields (:class:`~odeformer.layer.Layer`), so the depth loop is the
-``solvers`` loop, with per-layer steps, a hook for activation checkpointing, and
+Each layer is a stepper over its own fields (:class:`~odeformer.layer.Layer`), and the depth loop is the ``solvers``
+loop over the layers themselves (``solvers.iterate(layers, contexts, y0, dt=None)``: each layer steps through its own
+``Layer.init``/``Layer.step`` by its own ``dt``, which its spec checked once), with a hook for activation
+checkpointing, and
 :func:`solvers.integrate_reversible` for schedules whose backward pass rebuilds states by inverting the layers. A
 second-order layer starts its velocity at zero (``v0 = 0``, as in the Wavy Transformer); consecutive layers whose
 steppers share a class share the scheme's running state (a two-step scheme's history, a cached force); where a
@@ -17,6 +19,7 @@ Two layouts: ``norm="pre"`` (the fields normalise their input, a final LayerNorm
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -31,19 +34,19 @@ from .continuous import ContinuousBackbone, ContinuousPreset
 from .fields import AttentionField, FeedForward, JointIdentity
 from .joint import JointLayerNorm
 from .layer import JointDropout, Layer, StateMap
-from .presets import Preset, resolve
+from .presets import LayerSpec, resolve
 
-Solver = str | Preset | Sequence[str | Preset] | Callable[[int], str | Preset]
-"""A solver name or :class:`Preset` for every layer, a sequence with one per layer, or ``layer_index -> preset``."""
+Solver = str | LayerSpec | Sequence[str | LayerSpec] | Callable[[int], str | LayerSpec]
+"""A solver name or :class:`LayerSpec` for every layer, a sequence with one per layer, or ``layer_index -> preset``."""
 
 NORMS = ("pre", "post")
 
 
-def schedule(solver: Solver, depth: int) -> list[Preset]:
-    """One :class:`Preset` per layer from any accepted ``solver`` value."""
+def schedule(solver: Solver, depth: int) -> list[LayerSpec]:
+    """One :class:`LayerSpec` per layer from any accepted ``solver`` value."""
     if not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be a positive int, got {depth!r}.")
-    if isinstance(solver, (str, Preset, type)):
+    if isinstance(solver, (str, LayerSpec, type)):
         return [resolve(solver)] * depth
     if callable(solver):
         return [resolve(solver(i)) for i in range(depth)]
@@ -58,7 +61,8 @@ class Backbone(nn.Module):
 
     ``make_attention(form)`` and ``make_ffn()`` build one layer's fields (``make_ffn=None``: attention only, as in
     DIFFormer); ``make_norm()`` (post-norm layout) builds the map that follows each sublayer, a joint module with
-    ``position(x)`` and ``forward(x, v)``; ``dt=None`` takes each preset's default step, ``form=None`` each preset's
+    ``position(x)`` and ``forward(x, v)``; ``dt=None`` takes each preset's default step (a number replaces every
+layer's, checked once, in its :class:`~odeformer.presets.LayerSpec`), ``form=None`` each preset's
     attention form; ``tie_weights=True`` builds the fields once and shares them across depth, and each map once per
     role (after the attention, after the FFN), so each layer has the maps it has untied;
     ``checkpoint=True`` recomputes each layer in the backward pass instead of storing its activations. A backbone of
@@ -83,6 +87,8 @@ class Backbone(nn.Module):
     ):
         super().__init__()
         presets = schedule(solver, depth)
+        if dt is not None:  # the model's step replaces every layer's (checked here, once: the spec checks it)
+            presets = [replace(p, dt=dt) for p in presets]
         self.checkpoint = checkpoint
         if tie_weights and len({p.form if form is None else form for p in presets}) > 1:
             raise ValueError(
@@ -99,7 +105,7 @@ class Backbone(nn.Module):
                 attention = make_attention(p.form if form is None else form)
                 ffn = None if make_ffn is None else make_ffn()
             maps = _maps(p, ffn is not None, make_norm, shared if tie_weights else None)
-            layers.append(Layer(attention, ffn, p.build(dim), p.dt if dt is None else dt, *maps))
+            layers.append(Layer(p, dim, attention, ffn, *maps))
         self.layers = nn.ModuleList(layers)
         self.norm = nn.LayerNorm(dim, eps=norm_eps) if final_norm else nn.Identity()
         memory = {p.memory for p in presets}
@@ -110,7 +116,7 @@ class Backbone(nn.Module):
         self.reversible = memory == {"rebuild"}
         if self.reversible:
             for i, layer in enumerate(self.layers):
-                if not layer.dynamics.reversible or layer.after_attention is not None or layer.after_ffn is not None:
+                if not layer.reversible:
                     raise ValueError(
                         f"layer {i} ({layer.dynamics!r}) cannot be inverted, so the reversible backward cannot "
                         "rebuild through it; every sub-step must be reversible and no norm may follow a sublayer."
@@ -131,30 +137,29 @@ class Backbone(nn.Module):
         list, the state after every layer is appended to it (the input first): a Tensor, or a ``PhaseState`` for
         second-order layers. With a :class:`~odeformer.generate.KVCache` (causal attention), ``x`` holds new
         positions only, after those the cache holds: each layer's attention reads and extends its own slots."""
-        steppers = [layer.dynamics for layer in self.layers]
+        layers = self.layers
         if cache is None:
-            blocks = [layer.block(context) for layer in self.layers]
+            contexts = [context] * len(layers)
         else:
-            if len(cache.layers) != len(self.layers):
-                raise ValueError(f"the cache has {len(cache.layers)} layers, the backbone {len(self.layers)}.")
+            if len(cache.layers) != len(layers):
+                raise ValueError(f"the cache has {len(cache.layers)} layers, the backbone {len(layers)}.")
             cache.begin(x.shape[1])
-            blocks = [layer.block({**context, "cache": c}) for layer, c in zip(self.layers, cache.layers)]
-        dts = [layer.dt for layer in self.layers]
-        y0 = solvers.adapt(x, steppers[0])
+            contexts = [{**context, "cache": c} for c in cache.layers]
+        y0 = solvers.adapt(x, layers[0])
         if self.reversible and record is None and cache is None and torch.is_grad_enabled():
-            if self.training and any(_drops(m) for m in self.layers.modules()):
+            if self.training and any(_drops(m) for m in layers.modules()):
                 raise ValueError(
                     "the reversible preset needs dropout=0 (it was switched on after construction): its backward "
                     "rebuilds states by inverting each layer, which random dropout masks would break."
                 )
-            y = solvers.integrate_reversible(steppers, blocks, y0, dts, modules=[self.layers])
+            y = solvers.integrate_reversible(layers, contexts, y0, None, modules=[layers])
         else:
             checkpoint = self.checkpoint and torch.is_grad_enabled() and cache is None
-            hook = solvers.checkpointed([self.layers]) if checkpoint else None
+            hook = solvers.checkpointed([layers]) if checkpoint else None
             if record is not None:
                 record.append(x)
             y = y0
-            for y in solvers.iterate(steppers, blocks, y0, dts, hook=hook):
+            for y in solvers.iterate(layers, contexts, y0, None, hook=hook):  # each layer steps by its own dt
                 if record is not None:
                     record.append(y)
             if cache is not None:
@@ -163,14 +168,14 @@ class Backbone(nn.Module):
 
 
 def _maps(
-    p: Preset, has_ffn: bool, make_norm: Callable[[], nn.Module] | None, shared: dict[str, nn.Module] | None
+    p: LayerSpec, has_ffn: bool, make_norm: Callable[[], nn.Module] | None, shared: dict[str, nn.Module] | None
 ) -> tuple[nn.Module | None, nn.Module | None]:
     """A post-norm layer's maps ``(after_attention, after_ffn)``: one after each sublayer, but one after the whole step
     for a whole-block layer (its FFN inside the step). ``shared`` (tied weights) holds one map per role, built where a
     layer first needs it, so a tied layer has the maps its untied twin has."""
     if make_norm is None:
         return None, None
-    whole = p.dynamics is solvers.Whole and has_ffn
+    whole = p.block_stepper is solvers.Whole and has_ffn
     maps = []
     for role, needed in (("after_attention", not whole), ("after_ffn", has_ffn)):
         if not needed:

@@ -60,7 +60,7 @@ import solvers
 
 from .backbone import Solver, schedule
 from .continuous import ContinuousPreset
-from .presets import Preset
+from .presets import LayerSpec
 from .tasks import CausalLM, MaskedLM, ViT
 
 ACTIVATIONS = {
@@ -86,7 +86,7 @@ def from_hf(model: nn.Module, solver: Solver = "diffusion", **options: Any) -> n
     """An odeformer model with ``model``'s weights (copied), integrated by ``solver``; see the module docstring.
 
     ``model``: one of :data:`SUPPORTED` (built from a config or ``from_pretrained``). ``solver``: any discrete solver
-    the task models take (a preset name, a :class:`~odeformer.Preset`, one per layer, ...). ``options``: ``dt``,
+    the task models take (a preset name, a :class:`~odeformer.LayerSpec`, one per layer, ...). ``options``: ``dt``,
     ``ln_mode``, ``impl``, ``dropout``, ``checkpoint`` (and ``pad_id`` for BERT), passed to the task model.
     """
     name = type(model).__name__
@@ -119,8 +119,8 @@ def from_hf(model: nn.Module, solver: Solver = "diffusion", **options: Any) -> n
 def _check_solver(solver: Solver, config, post: bool) -> None:
     if isinstance(solver, ContinuousPreset):
         raise ValueError("from_hf needs a discrete solver: a continuous one ties every layer's weights into one.")
-    presets: list[Preset] = schedule(solver, config.num_hidden_layers)
-    if post and any(p.dynamics is solvers.Whole for p in presets):
+    presets: list[LayerSpec] = schedule(solver, config.num_hidden_layers)
+    if post and any(p.block_stepper is solvers.Whole for p in presets):
         raise ValueError(
             "a post-LN model (BERT) needs a LayerNorm after each sublayer; solvers that step the whole block at once "
             "(heun, rk4) have one place for it. Choose a split preset (diffusion, full_wave, light_wave, mix, ...)."

@@ -10,14 +10,16 @@ its step ``dt``. It is a stepper over its own fields, and the backbone's depth l
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from solvers import AbstractStepper, Block
+from solvers import AbstractStepper, Block, Carry, StepSize, Time, Y
+
+if TYPE_CHECKING:
+    from .presets import LayerSpec
 
 
 class StateMap(nn.Module):
@@ -60,38 +62,46 @@ class JointDropout(nn.Module):
         return x * keep, v * keep
 
 
-class Layer(nn.Module):
+class Layer(AbstractStepper, abstract=True):
     """One layer: its fields (attention, optional FFN), optional maps after each (post-norm), its block stepper
-    (``dynamics``: :class:`solvers.Split` or :class:`solvers.Whole`), and its step ``dt``.
+    (``dynamics``: :class:`solvers.Split` or :class:`solvers.Whole`, built from ``spec``) and its step ``spec.dt``.
 
-    It is a stepper over its own fields: :meth:`init`, :meth:`forward` (one step) and, where the dynamics declares
-    ``reversible``, :meth:`inverse`; ``context`` (e.g. ``attn_mask``) reaches the attention field.
+    It is the stepper the backbone's depth loop drives (:func:`solvers.iterate` with ``dt=None``: each layer steps by
+    its own ``dt``, checked once, where ``spec`` was made). Its field is the call-time context (a dict such as
+    ``{"attn_mask": mask}``, or ``None``), which reaches the attention field: :meth:`init`, :meth:`step` and, where
+    the dynamics is reversible and no map follows a sublayer, :meth:`inverse`. Its claims are its dynamics' on its own
+    block.
     """
 
     def __init__(
         self,
+        spec: LayerSpec,
+        dim: int,
         attention: nn.Module,
         ffn: nn.Module | None,
-        dynamics: AbstractStepper,
-        dt: float,
         after_attention: nn.Module | None = None,
         after_ffn: nn.Module | None = None,
     ):
         super().__init__()
-        if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
-            raise ValueError(f"dt must be positive and finite, got {dt!r}.")
-        self.attention, self.ffn, self.dynamics, self.dt = attention, ffn, dynamics, float(dt)
+        self.spec = spec
+        self.attention, self.ffn, self.dynamics = attention, ffn, spec.build(dim)
         self.after_attention, self.after_ffn = after_attention, after_ffn
+        block, dynamics = self.block(), self.dynamics
+        self.second_order, self.multistep = dynamics.second_order, dynamics.multistep
+        self.symplectic, self.evals_per_step = dynamics.symplectic, dynamics.evals_per_step
+        self.startup_evals = dynamics.startup_evals
+        self.reversible = dynamics.reversible and not block.maps
+        self.order, self.fsal = dynamics.layer_order(block), dynamics.layer_fsal(block)
+
+    @property
+    def dt(self) -> float:
+        """The layer's step: its spec's (one place; checked when the spec was made)."""
+        return self.spec.dt
 
     @property
     def stepper(self) -> AbstractStepper:
         """The layer's scheme (the stepper on the attention field)."""
         return self.dynamics.stepper
-
-    @property
-    def order(self) -> int:
-        """The layer's order of convergence to its small-step limit (0: it has none)."""
-        return self.dynamics.layer_order(self.block())
 
     def block(self, context: dict[str, Any] | None = None) -> Block:
         """The layer's fields as the :class:`solvers.Block` its dynamics steps on (attention bound to ``context``)."""
@@ -100,16 +110,22 @@ class Layer(nn.Module):
             attention = _Bound(self.attention, context)
         return Block(attention, self.ffn, self.after_attention, self.after_ffn)
 
-    def init(self, t, y, **context: Any):
-        return self.dynamics.init(self.block(context), t, y)
+    def init(self, field: dict[str, Any] | None, t0: Time, y0: Y) -> Carry:
+        return self.dynamics.init(self.block(field), t0, y0)
 
-    def forward(self, t, y, state, **context: Any):
-        """One step; ``context`` (e.g. ``attn_mask``) is passed to the attention field."""
-        return self.dynamics.step(self.block(context), t, y, self.dt, state)
+    def step(self, field: dict[str, Any] | None, t: Time, y: Y, dt: StepSize, state: Carry) -> tuple[Y, Carry]:
+        """One step of ``dt`` (the driver passes the layer's own); ``field`` is the context, e.g. ``attn_mask``."""
+        return self.dynamics.step(self.block(field), t, y, dt, state)
 
-    def inverse(self, t, y1, **context: Any):
-        """The input of :meth:`forward` from its output (reversible dynamics only)."""
-        return self.dynamics.inverse(self.block(context), t, y1, self.dt)
+    def inverse(self, field: dict[str, Any] | None, t: Time, y1: Y, dt: StepSize) -> Y:
+        """The input of :meth:`step` from its output (reversible dynamics, no maps)."""
+        return self.dynamics.inverse(self.block(field), t, y1, dt)
+
+    def continues(self, previous: AbstractStepper) -> bool:
+        return isinstance(previous, Layer) and self.dynamics.continues(previous.dynamics)
+
+    def extra_repr(self) -> str:
+        return f"dt={self.dt:g}"
 
 
 class _Bound:

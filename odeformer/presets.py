@@ -43,28 +43,46 @@ MEMORY = ("store", "rebuild")
 
 
 @dataclass(frozen=True)
-class Preset:
+class LayerSpec:
     """A named layer: the stepper each layer gets, how the FFN enters, the attention form, the default step.
 
     ``options`` are passed to the stepper's constructor (with ``dim`` when the stepper takes one, so scheme parameters
-    are learnable per channel and per layer): ``PRESETS["mix"].with_options(theta0=-4.0)``. ``dynamics`` is
+    are learnable per channel and per layer): ``PRESETS["mix"].with_options(theta0=-4.0)``. ``block_stepper`` is
     :class:`solvers.Split` or :class:`solvers.Whole`; ``ffn`` names the FFN sub-step's scheme in
     :data:`solvers.STEPPERS` (``None``: ``euler`` under Lie, ``heun`` under Strang; a second-order scheme makes the FFN
     a force of it); ``ffn_dt`` fixes the FFN sub-step (``None``: the layer's ``dt``). ``memory="rebuild"``: the
     backward pass rebuilds states by inverting every layer instead of storing them (layers must be reversible).
+    Every value is checked here, once, when the layer is specified (a step ``dt`` that is not positive and finite,
+    an unknown form, splitting or memory is a one-line error); the layer built from it takes them as they are.
     """
 
     equation: str
     stepper: type[AbstractStepper]
     form: str
     dt: float
-    dynamics: type[AbstractStepper] = Split
+    block_stepper: type[AbstractStepper] = Split
     options: dict[str, Any] = field(default_factory=dict)
     splitting: str = "lie"
     ffn: str | None = None
     ffn_dt: float | None = None
     memory: str = "store"
     name: str = ""
+    doc: str = field(default="", compare=False)  # the layer's update in Markdown: its row of the solver table
+
+    def __post_init__(self) -> None:
+        # the one place a layer's step is checked: a Layer takes its dt from here, and no forward checks it again
+        for label in ("dt", "ffn_dt"):
+            value = getattr(self, label)
+            if label == "ffn_dt" and value is None:
+                continue
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{label} must be positive and finite, got {value!r}.")
+            object.__setattr__(self, label, float(value))
+        for label, allowed in (("form", FORMS), ("splitting", SPLITTINGS), ("memory", MEMORY)):
+            if getattr(self, label) not in allowed:
+                raise ValueError(f"{label} must be one of {', '.join(allowed)}; got {getattr(self, label)!r}.")
+        if self.block_stepper not in (Split, Whole):
+            raise ValueError(f"block_stepper must be solvers.Split or solvers.Whole, got {self.block_stepper!r}.")
 
     @property
     def scheme(self) -> dict[str, Any] | None:
@@ -73,16 +91,19 @@ class Preset:
         describe = getattr(self.stepper, "describe", None)
         return describe() if inspect.ismethod(describe) else None  # a classmethod: the class holds its coefficients
 
-    def with_options(self, **options: Any) -> Preset:
+    def with_options(self, **options: Any) -> LayerSpec:
         return replace(self, options={**self.options, **options})
 
     def build(self, dim: int) -> AbstractStepper:
         """The block stepper for one layer of width ``dim``."""
         stepper = make_stepper(self.stepper, self.options, dim)
-        if self.dynamics is Whole:
+        if self.block_stepper is Whole:
             return Whole(stepper)
         ffn = None if self.ffn is None else make_stepper(solvers.STEPPERS[self.ffn], {}, dim)
         return Split(stepper, ffn=ffn, splitting=self.splitting, ffn_dt=self.ffn_dt)
+
+
+Preset = LayerSpec  # the name the README and the examples use (``odeformer.Preset``); LayerSpec says what it holds
 
 
 def stepper_parameters(cls: type) -> dict[str, inspect.Parameter]:
@@ -131,37 +152,47 @@ def _takes_stepper(parameter: inspect.Parameter, value: Any) -> bool:
     return True
 
 
-PRESETS: dict[str, Preset] = {
-    "diffusion": Preset(
+_NAMED: dict[str, LayerSpec] = {
+    "diffusion": LayerSpec(
         "x <- x + dt Attn(LN x); x <- x + dt MLP(LN x)   (Euler; residual form, dt = 1: the pre-LN transformer)",
         solvers.Euler,
         "residual",
         1.0,
+        doc="`x ← x + dt F_a(x)`, then `x ← x + dt F_f(x)`; with dt = 1 exactly the pre-LN transformer",
     ),
-    "full_wave": Preset(
+    "full_wave": LayerSpec(
         "v <- v + τ (Attn(LN x) - x); x <- x + τ v; (x, v) <- (x + τ MLP(LN x), v + τ J_MLP∘LN(x) v)   "
         "(semi-implicit Euler on X'' = (A - I) X, v0 = 0, τ = 0.5)",
         solvers.SemiImplicitEuler,
         "laplacian",
         0.5,
+        doc=(
+            "`v ← v + τ F_a(x)`, `x ← x + τ v`, then `(x, v) ← (x + τ F_f(x), v + τ J_{F_f}(x) v)`, `v₀ = 0`: "
+            "semi-implicit Euler on the continuous Full Wave (order 1)"
+        ),
     ),
-    "full_wave_official": Preset(
+    "full_wave_official": LayerSpec(
         "v <- v + τ (Attn(LN x) - x); x <- x + τ v; (x, v) <- (x + MLP(LN x), v + J_MLP∘LN(x) v)   (the official "
         "code's Full Wave: the wave step on attention, the FFN at unit step as in a transformer; no small-step limit)",
         solvers.SemiImplicitEuler,
         "laplacian",
         0.5,
         ffn_dt=1.0,
+        doc=(
+            "the official code's Full Wave: as `full_wave`, but the FFN at unit step, `(x, v) ← (x + F_f(x), v + "
+            "J_{F_f}(x) v)`, as in a transformer (no small-step limit)"
+        ),
     ),
-    "light_wave": Preset(
+    "light_wave": LayerSpec(
         "x_{n+1} = x_n + dt Attn(LN x_n) + λ ⊙ (x_n - x_{n-1}), λ = sigmoid(θ) per channel (θ0 = -2); then the FFN "
         "sub-step   (heavy-ball momentum)",
         solvers.LightWave,
         "residual",
         1.0,
         options={"theta0": -2.0},
+        doc="`x ← x + dt F_a(x) + λ ⊙ (x_n − x_{n−1})`, `λ = sigmoid(θ)` per channel (θ₀ = −2), then FFN",
     ),
-    "mix": Preset(
+    "mix": LayerSpec(
         "v <- v + τ (Attn(LN x) - x); x <- x_d + λ ⊙ (x_w - x_d) with x_w = x + τ v and x_d = x + Attn(LN x); then "
         "(x, v) <- (x + MLP(LN x), v + J v)   (the official code's gated mix: λ = sigmoid(θ) per channel, θ0 = -8, "
         "the diffusion half and the FFN at unit step)",
@@ -170,8 +201,14 @@ PRESETS: dict[str, Preset] = {
         0.5,
         options={"theta0": -8.0, "diffusion_dt": 1.0, "diffusion_shift": 1.0},
         ffn_dt=1.0,
+        doc=(
+            "the official ViT code's gated mix (`WavyBlockParallel`, its FeatScale left out: equal at FeatScale's "
+            "start): `x ← x_d + λ ⊙ (x_w − x_d)` with `x_w` the wave step and `x_d = x + Attn(LN x)`, λ per channel "
+            "from sigmoid(−8), then the FFN at unit step (order 0; `position_mix` is its scheme with both halves at "
+            "step τ, order 1)"
+        ),
     ),
-    "mix_bert": Preset(
+    "mix_bert": LayerSpec(
         "v <- λ (v + τ a) + (1 - λ) a with a = Attn(LN x) - x; x <- x + τ v; then (x, v) <- (x + MLP(LN x), "
         "v + J_MLP∘LN(x) v)   (the official BERT code's mix: λ = sigmoid(β), one learnable scalar per layer, β0 = 0; "
         "the FFN at unit step; BERT's own layout is norm=post)",
@@ -180,43 +217,57 @@ PRESETS: dict[str, Preset] = {
         0.5,
         options={"theta0": 0.0, "gate": "scalar"},
         ffn_dt=1.0,
+        doc=(
+            "the official BERT code's mix: `v ← λ (v + τ F_a(x)) + (1 − λ) F_a(x)`, `x ← x + τ v`, one learnable "
+            'scalar λ per layer from sigmoid(0), then the FFN at unit step by the chain rule; with `norm="post"` it'
+            " is BERT's mix layer (checked against the official code)"
+        ),
     ),
-    "damped": Preset(
+    "damped": LayerSpec(
         "v <- exp(-γ τ) v + τ (Attn(LN x) - x); x <- x + τ v; FFN by the chain rule   (γ = softplus(ρ) per channel, "
         "γ0 = 1)",
         solvers.Damped,
         "laplacian",
         0.5,
         options={"gamma": 1.0},
+        doc="`v ← e^{−γτ} v + τ F_a(x)`, `x ← x + τ v`, γ per channel, then FFN by the chain rule",
     ),
-    "velocity_verlet": Preset(
+    "velocity_verlet": LayerSpec(
         "kick-drift-kick on X'' = (A - I) X with step τ; FFN by the chain rule",
         solvers.VelocityVerlet,
         "laplacian",
         0.5,
+        doc="kick-drift-kick on `F_a`, then FFN by the chain rule",
     ),
-    "leapfrog": Preset(
+    "leapfrog": LayerSpec(
         "x_{n+1} = 2 x_n - x_{n-1} + τ² (Attn(LN x_n) - x_n) (Störmer, Taylor start; the history carried in v); FFN "
         "by the chain rule",
         solvers.Leapfrog,
         "laplacian",
         0.5,
+        doc=(
+            "`x_{n+1} = 2x_n − x_{n−1} + τ² F_a(x_n)` with the history `x_n − x_{n−1}` kept in a velocity, then FFN "
+            "by the chain rule, which carries that velocity (so with an FFN the positions are not the bare "
+            "recurrence's; `solvers/_leapfrog.py`)"
+        ),
     ),
-    "heun": Preset(
+    "heun": LayerSpec(
         "Heun on x' = Attn(LN x) + MLP(LN x) (the whole block as the field)",
         solvers.Heun,
         "residual",
         1.0,
-        dynamics=Whole,
+        block_stepper=Whole,
+        doc="Heun's scheme (explicit trapezoid) on the whole block's field `F_a(x) + F_f(x)`",
     ),
-    "rk4": Preset(
+    "rk4": LayerSpec(
         "classic RK4 on x' = Attn(LN x) + MLP(LN x) (the whole block as the field)",
         solvers.RK4,
         "residual",
         1.0,
-        dynamics=Whole,
+        block_stepper=Whole,
+        doc="classic RK4 on the whole block's field `F_a(x) + F_f(x)`",
     ),
-    "reversible": Preset(
+    "reversible": LayerSpec(
         "v <- v + τ (Attn(LN x) - x); x <- x + τ v; v <- v + τ MLP(LN x); x <- x + τ v   (every sublayer a force of "
         "an invertible kick-drift; the backward pass rebuilds states instead of storing them)",
         solvers.SemiImplicitEuler,
@@ -224,8 +275,12 @@ PRESETS: dict[str, Preset] = {
         0.5,
         ffn="semi_implicit_euler",
         memory="rebuild",
+        doc=(
+            "`v ← v + τ F_a(x)`, `x ← x + τ v`, `v ← v + τ F_f(x)`, `x ← x + τ v` (each sublayer a force of an "
+            "invertible kick-drift); training stores only the final state and rebuilds the rest backwards"
+        ),
     ),
-    "tableau": Preset(
+    "tableau": LayerSpec(
         "a scheme from coefficients or a name (solver.options: name; A, b[, c]; A, bbar, b, c; drifts, kicks), its "
         "order, symplecticity, symmetry and evaluations derived from them; its layer follows from those (a "
         "first-order tableau on the whole block, a second-order one on X'' = Attn(LN x) - x with the FFN by the chain "
@@ -233,13 +288,89 @@ PRESETS: dict[str, Preset] = {
         solvers.Tableau,
         "laplacian",
         0.5,
+        doc=(
+            "a scheme from `solver.options` (a name, or `A`/`b`/`c`, `A`/`bbar`/`b`/`c`, `drifts`/`kicks`): a "
+            "first-order tableau on the whole block (residual, 1), a second-order one on the laplacian force with the"
+            " FFN by the chain rule (0.5); velocity Verlet when none is given"
+        ),
     ),
 }
-for _name, _preset in PRESETS.items():
-    PRESETS[_name] = replace(_preset, name=_name)
 
 
-def derive(cls: type[AbstractStepper], name: str | None = None) -> Preset:
+PRESETS: dict[str, LayerSpec] = {}
+"""The named layers: the presets, and the registered schemes' layers where they have an entry of their own (a
+description). With :data:`solvers.STEPPERS` and :data:`odeformer.continuous.CONTINUOUS` it makes one namespace of
+solver names (:func:`solver_names`), in which a name means one thing: :func:`register_solver` refuses a taken name."""
+
+
+def _layer_of(spec: LayerSpec) -> tuple:
+    """What a layer is built from, with the options written out over the stepper's defaults (so ``{"gamma": 1.0}`` and
+    ``{}`` are the same layer of a scheme whose ``gamma`` defaults to 1.0)."""
+    defaults = {
+        key: p.default
+        for key, p in stepper_parameters(spec.stepper).items()
+        if p.default is not inspect.Parameter.empty
+    }
+    options = {**defaults, **spec.options}
+    return (
+        spec.stepper,
+        spec.form,
+        spec.dt,
+        spec.block_stepper,
+        options,
+        spec.splitting,
+        spec.ffn,
+        spec.ffn_dt,
+        spec.memory,
+    )
+
+
+def _taken(name: str, spec: LayerSpec | None = None) -> str | None:
+    """What ``name`` already names in the solver namespace, if anything but ``spec``'s own scheme's layer."""
+    from .continuous import CONTINUOUS
+
+    if name in PRESETS:
+        return f"the preset {PRESETS[name].equation!r}"
+    if name in CONTINUOUS:
+        return "a continuous-depth solver"
+    cls = solvers.STEPPERS.get(name)
+    if cls is not None and (spec is None or _layer_of(spec) != _layer_of(derive(cls, name))):
+        return f"the registered scheme {cls.__name__}, whose layer this is not"
+    return None
+
+
+def register_solver(spec: LayerSpec) -> LayerSpec:
+    """Register a named layer under ``spec.name``. A name that is taken (a preset, a continuous-depth solver, or a
+    registered scheme whose own layer ``spec`` is not) is a one-line error: a name means one thing on the command line,
+    in ``solver.ffn``, in :data:`solvers.STEPPERS` and here. A registered scheme's name may describe that scheme's
+    own layer (:func:`derive`), so one entry serves both."""
+    if not (isinstance(spec.name, str) and spec.name.isidentifier()):
+        raise ValueError(f"a solver's name is a Python identifier (a config value), got {spec.name!r}.")
+    taken = _taken(spec.name, spec)
+    if taken is not None:
+        raise ValueError(f"solver name {spec.name!r} is taken by {taken}; register this layer under another name.")
+    PRESETS[spec.name] = spec
+    return spec
+
+
+def check_namespace() -> None:
+    """Every solver name means one thing: a scheme registered in :data:`solvers.STEPPERS` after the presets (a user's)
+    under a preset's or a continuous solver's name, whose layer that is not, is a one-line error naming both."""
+    from .continuous import CONTINUOUS
+
+    for name, cls in solvers.STEPPERS.items():
+        if name in CONTINUOUS or (name in PRESETS and _layer_of(PRESETS[name]) != _layer_of(derive(cls, name))):
+            raise ValueError(
+                f"solver name {name!r} names two things: solvers.STEPPERS[{name!r}] = {cls.__name__} and "
+                f"{'a continuous-depth solver' if name in CONTINUOUS else 'the preset of the same name'}; register the "
+                "scheme under another name."
+            )
+    clash = sorted(set(PRESETS) & set(CONTINUOUS))
+    if clash:
+        raise ValueError(f"solver names {', '.join(clash)} name both a preset and a continuous-depth solver.")
+
+
+def derive(cls: type[AbstractStepper], name: str | None = None) -> LayerSpec:
     """The layer a bare stepper class gets, from its declarations.
 
     A ``second_order`` scheme gets the laplacian force ``Attn(LN x) - x`` as its acceleration, step 0.5, and the FFN
@@ -256,19 +387,37 @@ def derive(cls: type[AbstractStepper], name: str | None = None) -> Preset:
         )
     label = name or cls.__name__
     if cls.second_order:
-        return Preset(
-            f"{label} on X'' = Attn(LN x) - x with step τ; FFN by the chain rule", cls, "laplacian", 0.5, name=label
+        return LayerSpec(
+            f"{label} on X'' = Attn(LN x) - x with step τ; FFN by the chain rule",
+            cls,
+            "laplacian",
+            0.5,
+            name=label,
+            doc=f"`{cls.__name__}` on the force `F_a(x)`, then the FFN by the chain rule",
         )
     if cls.evals_per_step > 1:
-        return Preset(
+        return LayerSpec(
             f"{label} on x' = Attn(LN x) + MLP(LN x) (the whole block as the field)",
             cls,
             "residual",
             1.0,
-            dynamics=Whole,
+            block_stepper=Whole,
             name=label,
+            doc=f"`{cls.__name__}` on the whole block's field `F_a(x) + F_f(x)`",
         )
-    return Preset(f"{label} on x' = Attn(LN x), then the FFN as an Euler sub-step", cls, "residual", 1.0, name=label)
+    return LayerSpec(
+        f"{label} on x' = Attn(LN x), then the FFN as an Euler sub-step",
+        cls,
+        "residual",
+        1.0,
+        name=label,
+        doc=f"`{cls.__name__}` on `F_a(x)`, then the FFN as an Euler sub-step",
+    )
+
+
+for _name, _spec in _NAMED.items():
+    register_solver(replace(_spec, name=_name))
+del _name, _spec
 
 
 def import_stepper(path: str) -> type[AbstractStepper]:
@@ -299,18 +448,39 @@ def import_stepper(path: str) -> type[AbstractStepper]:
 
 
 def solver_names() -> list[str]:
-    """Every name a solver may be given by: the presets, then the registered schemes that are not presets."""
+    """Every name a discrete solver may be given by: the presets, then the registered schemes that have no entry of
+    their own (the continuous-depth solvers are :data:`odeformer.continuous.CONTINUOUS`); checks that no name means
+    two things (:func:`check_namespace`)."""
+    check_namespace()
     return [*PRESETS, *(name for name in solvers.STEPPERS if name not in PRESETS)]
 
 
-def resolve(solver: str | Preset | type) -> Preset:
-    """A ``Preset`` from a preset name, a registered scheme's name, a dotted ``module.Class`` path, a stepper class
-    or a ``Preset``; an unknown name lists the known ones."""
-    if isinstance(solver, Preset):
+FORM_LABELS = {"residual": "residual `Attn(LN x)`", "laplacian": "laplacian `Attn(LN x) − x`"}
+
+
+def solver_table() -> str:
+    """The README's table of discrete solvers, generated from the registry: name, layer update, attention form and
+    default step of every name :func:`solver_names` lists."""
+    rows = ["| solver | layer update (attention field `F_a`, FFN field `F_f(x) = MLP(LN x)`) | form | default dt |"]
+    rows.append("|---|---|---|---|")
+    for name in solver_names():
+        spec = resolve(name)
+        form, dt = FORM_LABELS[spec.form], f"{spec.dt:g}"
+        if spec.stepper is solvers.Tableau:
+            form, dt = "by its kind", "by its kind"
+        rows.append(f"| `{name}` | {spec.doc or spec.equation} | {form} | {dt} |")
+    return "\n".join(rows)
+
+
+def resolve(solver: str | LayerSpec | type) -> LayerSpec:
+    """A ``LayerSpec`` from a preset name, a registered scheme's name, a dotted ``module.Class`` path, a stepper class
+    or a ``LayerSpec``; an unknown name lists the known ones."""
+    if isinstance(solver, LayerSpec):
         return solver
     if isinstance(solver, type):
         return derive(solver)
     if isinstance(solver, str):
+        check_namespace()
         if solver in PRESETS:
             return PRESETS[solver]
         if solver in solvers.STEPPERS:
@@ -329,7 +499,7 @@ def preset(
     stepper: str | type | None = None,
     ffn: str | None = None,
     ffn_dt: float | None = None,
-) -> Preset:
+) -> LayerSpec:
     """The preset ``name`` with its step, attention form, splitting, FFN scheme or stepper options changed (what a
     solver config builds). Each change is checked against what the layer uses: a splitting or FFN scheme for a
     whole-block scheme, an option the stepper does not take, an unknown name, a non-positive ``dt`` are one-line
@@ -348,14 +518,7 @@ def preset(
         takes = set(stepper_parameters(chosen.stepper))
         options = {k: v for k, v in (options or {}).items() if k in takes or not _solver_default(name, k, v)}
         chosen = replace(chosen, name=name if name not in solver_names() else chosen.name)
-    for label, value in (("dt", dt), ("ffn_dt", ffn_dt)):
-        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise ValueError(f"{label} must be positive and finite, got {value!r}.")
-    if form is not None and form not in FORMS:
-        raise ValueError(f"form must be one of {', '.join(FORMS)}; got {form!r}.")
-    if splitting is not None and splitting not in SPLITTINGS:
-        raise ValueError(f"splitting must be one of {', '.join(SPLITTINGS)}; got {splitting!r}.")
-    if chosen.dynamics is Whole:
+    if chosen.block_stepper is Whole:
         for label, value in (("splitting", splitting), ("ffn", ffn), ("ffn_dt", ffn_dt)):
             if value is not None:
                 raise ValueError(
@@ -367,12 +530,12 @@ def preset(
     merged = {**chosen.options, **(options or {})}
     made = replace(
         chosen,
-        dt=chosen.dt if dt is None else float(dt),
+        dt=chosen.dt if dt is None else dt,
         form=chosen.form if form is None else form,
         splitting=chosen.splitting if splitting is None else splitting,
         options=merged,
         ffn=chosen.ffn if ffn is None else ffn,
-        ffn_dt=chosen.ffn_dt if ffn_dt is None else float(ffn_dt),
+        ffn_dt=chosen.ffn_dt if ffn_dt is None else ffn_dt,
     )
     made.build(2)  # every option is checked now, not at the first forward
     changed = {
@@ -387,7 +550,7 @@ def preset(
     return made
 
 
-def _tableau_layer(named: Preset, options: dict[str, Any]) -> Preset:
+def _tableau_layer(named: LayerSpec, options: dict[str, Any]) -> LayerSpec:
     """The layer of a ``tableau`` solver: the class its options make (:func:`solvers.tableau`), laid out as its
     derived declarations call for (:func:`derive`), with the coefficients and claims in its equation."""
     allowed = [key for key in stepper_parameters(solvers.Tableau)]
@@ -415,7 +578,7 @@ def _stepper_class(stepper: str | type) -> type[AbstractStepper]:
     raise ValueError(f"stepper must be a solvers.AbstractStepper subclass or 'module.Class', got {stepper!r}.")
 
 
-def _with_stepper(name: str, cls: type[AbstractStepper]) -> Preset:
+def _with_stepper(name: str, cls: type[AbstractStepper]) -> LayerSpec:
     """Solver ``name``'s layer with ``cls`` as its scheme if ``cls`` is of the kind that layer steps, else
     ``derive(cls)`` (also for a name that is no solver's); the named scheme's options are dropped (see
     :func:`preset`)."""
@@ -426,7 +589,7 @@ def _with_stepper(name: str, cls: type[AbstractStepper]) -> Preset:
         return derived
     if cls is named.stepper:
         return named
-    if (cls.second_order, derived.dynamics) != (named.stepper.second_order, named.dynamics):
+    if (cls.second_order, derived.block_stepper) != (named.stepper.second_order, named.block_stepper):
         return derived
     equation = f"{named.name}'s layer with {cls.__name__} as its scheme: {named.equation}"
     return replace(named, stepper=cls, options={}, equation=equation, name=derived.name)
@@ -445,7 +608,7 @@ def _solver_default(name: str, key: str, value: Any) -> bool:
 
 
 def check_preset(
-    solver: str | Preset | type, dim: int = 4, heads: int = 2, tokens: int = 3, seed: int = 0
+    solver: str | LayerSpec | type, dim: int = 4, heads: int = 2, tokens: int = 3, seed: int = 0
 ) -> dict[str, Any]:
     """Measure the order of the layer a solver builds, on a small weight-tied block of this library's own fields.
 

@@ -6,12 +6,12 @@ import torch.nn.functional as F
 
 import odeformer
 import solvers
-from odeformer import PRESETS, ViT
+from odeformer import PRESETS, Layer, ViT
 from odeformer.fields import FeedForward
 from solvers import Block, Euler, Heun, PhaseState, SemiImplicitEuler, Split, Whole
 
 CHAIN_RULE = sorted(
-    name for name, p in PRESETS.items() if p.stepper.second_order and p.dynamics is Split and p.ffn is None
+    name for name, p in PRESETS.items() if p.stepper.second_order and p.block_stepper is Split and p.ffn is None
 )
 
 
@@ -62,10 +62,39 @@ def test_layer_is_a_stepper_over_its_own_fields():
     layer = model.backbone.layers[0]
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     y = PhaseState(x, torch.randn_like(x))
-    y1, _ = layer(0.0, y, layer.init(0.0, y))
-    back = layer.inverse(0.0, y1)
+    y1, _ = layer.step(None, 0.0, y, layer.dt, layer.init(None, 0.0, y))
+    back = layer.inverse(None, 0.0, y1, layer.dt)
     torch.testing.assert_close(back.x, y.x, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(back.v, y.v, rtol=1e-12, atol=1e-12)
+    assert (layer.reversible, layer.second_order, layer.order) == (True, True, 1)
+
+
+@pytest.mark.parametrize("solver", ["diffusion", "full_wave", "rk4"])
+def test_the_backbone_steps_each_layer_through_its_own_step_by_its_own_dt(solver, monkeypatch):
+    """The depth loop drives ``Layer.step`` with the layer's ``dt``, which was checked when it was set: a forward pass
+    checks no step size again."""
+    torch.manual_seed(0)
+    model = ViT(depth=3, dim=16, heads=2, solver=solver, dt=0.25, impl="math").double().eval()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    taken = []
+    step = Layer.step
+
+    def spy(layer, field, t, y, dt, state):
+        taken.append((layer, t, dt))
+        return step(layer, field, t, y, dt, state)
+
+    def refuse(dt):
+        raise AssertionError("a forward pass checked a step size again")
+
+    monkeypatch.setattr(Layer, "step", spy)
+    monkeypatch.setattr(solvers._base, "_check_dt", refuse)
+    out = model.backbone(x)
+    layers = list(model.backbone.layers)
+    assert taken == [(layer, 0.25 * i, 0.25) for i, layer in enumerate(layers)]
+    y = solvers.adapt(x, layers[0])
+    for layer in layers:  # the same steps, taken by hand
+        y, _ = step(layer, None, 0.0, y, layer.dt, layer.init(None, 0.0, y))
+    torch.testing.assert_close(out, model.backbone.norm(y.x if isinstance(y, PhaseState) else y), rtol=0, atol=0)
 
 
 def test_block_steppers_declare_from_their_parts():
@@ -237,9 +266,9 @@ def test_a_bare_stepper_gets_the_layer_its_declarations_call_for():
     from odeformer import derive
 
     wave, one_stage, multi_stage = derive(solvers.VelocityVerlet), derive(solvers.Euler), derive(solvers.RK4)
-    assert (wave.dynamics, wave.form, wave.dt) == (Split, "laplacian", 0.5)  # the force, FFN by the chain rule
-    assert (one_stage.dynamics, one_stage.form, one_stage.dt) == (Split, "residual", 1.0)
-    assert (multi_stage.dynamics, multi_stage.form, multi_stage.dt) == (Whole, "residual", 1.0)  # every stage: both
+    assert (wave.block_stepper, wave.form, wave.dt) == (Split, "laplacian", 0.5)  # the force, FFN by the chain rule
+    assert (one_stage.block_stepper, one_stage.form, one_stage.dt) == (Split, "residual", 1.0)
+    assert (multi_stage.block_stepper, multi_stage.form, multi_stage.dt) == (Whole, "residual", 1.0)  # both
     assert odeformer.presets.resolve("rk4_38") == derive(solvers.RK4ThreeEighths, "rk4_38")
     with pytest.raises(ValueError, match="unknown solver 'wave'; choose one of diffusion, .*, rk4_38, .*module.Class"):
         odeformer.presets.resolve("wave")

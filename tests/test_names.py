@@ -40,3 +40,62 @@ def test_the_check_finds_a_private_import(tmp_path):
     for package in ("solvers", "benchmarks", "examples"):
         (tmp_path / package).mkdir()
     assert len(_cross_package_private_imports(tmp_path)) == 2
+
+
+# -- one solver namespace ---------------------------------------------------------------------------------------------
+
+
+def test_the_readme_solver_table_is_the_generated_one():
+    from odeformer.presets import solver_table
+
+    text = (ROOT / "README.md").read_text()
+    start = text.index("<!-- solver table:")
+    start = text.index("\n", start) + 1
+    assert text[start : text.index("\n<!-- end of the solver table -->", start)] == solver_table()
+
+
+def test_a_solver_name_means_one_thing():
+    import solvers
+    from odeformer.continuous import CONTINUOUS
+    from odeformer.presets import PRESETS, derive, resolve, solver_names
+
+    names = solver_names()
+    assert len(names) == len(set(names)) and not set(names) & set(CONTINUOUS)
+    for name in set(PRESETS) & set(solvers.STEPPERS):  # one entry serves both: the scheme's own layer
+        preset, derived = resolve(name), derive(solvers.STEPPERS[name], name)
+        built, own = preset.build(4), derived.build(4)
+        assert repr(built) == repr(own) and preset.form == derived.form and preset.dt == derived.dt
+        assert {k: v.tolist() for k, v in built.state_dict().items()} == {
+            k: v.tolist() for k, v in own.state_dict().items()
+        }
+    # the official mix and the gated-mix scheme: two layers, two names
+    assert resolve("mix").build(4).stepper.order == 0 and resolve("position_mix").build(4).stepper.order == 1
+    assert "mix" not in solvers.STEPPERS
+
+
+def test_a_taken_name_cannot_be_registered_twice(monkeypatch):
+    import pytest
+
+    import solvers
+    from odeformer import presets
+
+    monkeypatch.setattr(presets, "PRESETS", dict(presets.PRESETS))
+    registry = solvers._registry.Registry(solvers.STEPPERS)
+    monkeypatch.setattr(solvers, "STEPPERS", registry)
+
+    class Other(solvers.Euler):
+        pass
+
+    with pytest.raises(ValueError, match="stepper name 'euler' is taken by Euler"):
+        solvers.STEPPERS["euler"] = Other
+    with pytest.raises(ValueError, match="stepper name 'heun' is taken by Heun"):
+        solvers.STEPPERS.update(heun=Other)
+    for name in ("full_wave", "dopri5", "position_mix"):  # a preset, a continuous solver, a scheme's own layer
+        spec = presets.preset("diffusion")
+        with pytest.raises(ValueError, match=f"solver name '{name}' is taken by"):
+            presets.register_solver(presets.replace(spec, name=name))
+    same = presets.replace(presets.derive(solvers.Euler, "euler"), doc="Euler, described")
+    assert presets.register_solver(same) is same  # a scheme's own layer, described: one entry for both
+    registry["diffusion"] = Other  # a scheme of the user's under a preset's name (solvers cannot see presets)
+    with pytest.raises(ValueError, match="solver name 'diffusion' names two things"):
+        presets.solver_names()

@@ -49,7 +49,7 @@ def test_reversible_layers_invert():
     model = model.double()
     states = model.trajectory(images.double())
     for layer, before, after in zip(model.backbone.layers[1:], states[1:], states[2:]):  # states[0]: no velocity
-        rebuilt = layer.inverse(0.0, after)
+        rebuilt = layer.inverse(None, 0.0, after, layer.dt)
         torch.testing.assert_close(rebuilt.x, before.x, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(rebuilt.v, before.v, rtol=1e-12, atol=1e-12)
 

@@ -362,14 +362,14 @@ def test_families_are_learnable_per_layer_and_per_channel_and_keep_their_range()
 
 def test_the_tableau_preset_lays_out_the_layer_its_claims_call_for():
     second = preset("tableau", options={"name": "forest_ruth"})
-    assert (second.stepper, second.form, second.dt, second.dynamics) == (
+    assert (second.stepper, second.form, second.dt, second.block_stepper) == (
         TABLEAUX["forest_ruth"],
         "laplacian",
         0.5,
         solvers.Split,
     )
     first = preset("tableau", options={"A": [[], ["2/3"]], "b": ["1/4", "3/4"]})
-    assert (first.form, first.dt, first.dynamics, first.stepper.order) == ("residual", 1.0, solvers.Whole, 2)
+    assert (first.form, first.dt, first.block_stepper, first.stepper.order) == ("residual", 1.0, solvers.Whole, 2)
     assert first.scheme["A"] == [[], [2 / 3]] and first.scheme["order"] == 2 and not first.scheme["symplectic"]
     model = odeformer.ViT(depth=2, dim=8, heads=2, solver=second)
     model(torch.randn(2, 1, 8, 8)).sum().backward()
