@@ -48,7 +48,7 @@ step 250 gpu_reduce-overhead python3 -m benchmarks.gpu --compile-mode reduce-ove
   --json "$out/gpu_reduce-overhead.json"
 step 120 ratios python3 -m benchmarks.run --quick --device cuda --json "$out/ratios.json"
 run="$(mktemp -d)"
-step 70 train python3 -m odeformer.train experiment=digits_vit train.device=cuda "train.out_dir=$run"
+step 70 train python3 -m odeformer.app.train experiment=digits_vit train.device=cuda "train.out_dir=$run"
 if [ -f "$run/summary.json" ]; then
   cp "$run/summary.json" "$out/train_summary.json"
 fi

@@ -70,9 +70,9 @@ class TanhField(torch.nn.Module):
 
 
 def cli(*args, cwd=None, env=None, timeout=300):
-    """Run ``python -m odeformer.train`` and return the completed process."""
+    """Run ``python -m odeformer.app.train`` and return the completed process."""
     return subprocess.run(
-        [sys.executable, "-m", "odeformer.train", *args],
+        [sys.executable, "-m", "odeformer.app.train", *args],
         cwd=cwd,
         env={**os.environ, **(env or {})},
         capture_output=True,
@@ -87,7 +87,7 @@ def cli_in_process(*args):
     what it printed; the global RNG and Hydra's global state are left as they were."""
     from hydra.core.global_hydra import GlobalHydra
 
-    import odeformer.train as entry
+    import odeformer.app.train as entry
 
     stdout, stderr, code = io.StringIO(), io.StringIO(), 0
     with (

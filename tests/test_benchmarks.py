@@ -342,7 +342,7 @@ case "$2" in
     name=gpu.json; case "$*" in *--compile-mode*) name=gpu_reduce-overhead.json;; esac
     sed "s/COMMIT/$ODEFORMER_COMMIT/" "$FAKE/$name" > "$json";;
   benchmarks.run) echo "ratios failed" >&2; exit 3;;
-  odeformer.train)
+  odeformer.app.train)
     for a in "$@"; do case "$a" in train.out_dir=*) cp "$FAKE/summary.json" "${a#train.out_dir=}/";; esac; done;;
 esac
 """

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from helpers import cli_in_process
-from odeformer import diagnose, reproduce
+from odeformer.app import diagnose, reproduce
 
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2", "train.eval_batches=1"]
 
@@ -27,7 +27,7 @@ def _line(done, code):
 
 def _signal_at(monkeypatch, step, signum):
     """Deliver ``signum`` to this process during training step ``step`` (as Ctrl-C or ``kill`` would)."""
-    import odeformer.trainer as trainer
+    import odeformer.app.trainer as trainer
 
     original = trainer.Trainer.fit
 
@@ -166,7 +166,7 @@ def test_one_signal_to_the_process_group_stops_a_reproduction_sweep_and_leaves_n
     # main's reporting, around _run's sweep of four long jobs in two workers
     script = (
         "import pathlib, sys\n"
-        "import odeformer.reproduce as r\n"
+        "import odeformer.app.reproduce as r\n"
         f"jobs = {_jobs(4, 100000)!r}\n"
         f"r._main = lambda argv: r._run(jobs, pathlib.Path({str(runs)!r}), 2) and 0\n"
         "sys.exit(r.main([]))\n"

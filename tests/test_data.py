@@ -575,17 +575,17 @@ def test_files_that_differ_from_the_published_ones_are_read_with_one_warning(tmp
     import hashlib
     import warnings
 
-    from odeformer.data import fetch
+    from odeformer.data import sources
 
     tiny = write_data.planetoid(tmp_path, name="cora")
     published = tuple(
-        fetch.Remote(
+        sources.Remote(
             f"planetoid/{path.name}", "https://example.invalid", hashlib.sha256(path.read_bytes()).hexdigest(),
             path.stat().st_size,
         )
         for path in sorted(tiny.folder.iterdir())
     )
-    monkeypatch.setitem(fetch.SOURCES, "cora", published)
+    monkeypatch.setitem(sources.SOURCES, "cora", published)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load("planetoid", tmp_path)  # the published files: no warning

@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 
-import odeformer.train as entry
+import odeformer.app.train as entry
 from helpers import cli
-from odeformer.diagnose import TITLES, _readable_log_ticks, _tick_label, batch_of, fresh_config, main
+from odeformer.app.diagnose import TITLES, _readable_log_ticks, _tick_label, batch_of, fresh_config, main
+from odeformer.app.runs import build
 from odeformer.diagnostics import layer_measures
-from odeformer.runs import build
 
 SMALL = ["train=debug", "data=digits", "model.depth=3", "model.dim=16", "model.heads=2"]
 

@@ -58,7 +58,7 @@ def test_odeformer_train_runs_from_the_installed_wheel_outside_the_repository(wh
     out = tmp_path / "run"
     args = ["train=debug", "train.max_steps=3", "data=synthetic", "model.depth=1", "model.dim=16", "model.heads=2"]
     run = subprocess.run(
-        [sys.executable, "-m", "odeformer.train", *args, f"train.out_dir={out}"],
+        [sys.executable, "-m", "odeformer.app.train", *args, f"train.out_dir={out}"],
         cwd=work,
         env=env,
         capture_output=True,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import odeformer.train as entry
+import odeformer.app.train as entry
 from helpers import cli_in_process
-from odeformer.checkpoints import (
+from odeformer.app.checkpoints import (
     CheckpointError,
     CheckpointWriteError,
     RunDirectoryBusy,
@@ -26,7 +26,7 @@ from odeformer.checkpoints import (
     lock_run_directory,
     save_checkpoint,
 )
-from odeformer.runs import build, estimate_memory
+from odeformer.app.runs import build, estimate_memory
 
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2", "train.eval_batches=1"]
 
@@ -167,7 +167,7 @@ def test_the_parameter_estimate_is_the_models_count_within_a_few_percent(overrid
 
 def _diverge_from(monkeypatch, step):
     """Make the loss NaN from training step ``step`` on, as a blow-up of the dynamics does."""
-    import odeformer.trainer as trainer
+    import odeformer.app.trainer as trainer
 
     original = trainer.Trainer.fit
 
@@ -242,7 +242,7 @@ def test_a_checkpoint_with_non_finite_optimiser_state_is_not_offered_as_good(fin
 def test_a_non_finite_state_is_never_saved_as_last_pt(tmp_path, monkeypatch):
     """The optimiser's moments overflow while the loss is still finite: the save that would write them stops the run
     as diverged and keeps the last good last.pt."""
-    import odeformer.trainer as trainer
+    import odeformer.app.trainer as trainer
 
     out = tmp_path / "run"
     original = trainer.Trainer._save_last
@@ -282,7 +282,7 @@ def test_the_resume_command_survives_spaces_quotes_and_non_ascii(tmp_path):
     ],
 )
 def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_is_intact(tmp_path, monkeypatch, error):
-    import odeformer.checkpoints as checkpoints
+    import odeformer.app.checkpoints as checkpoints
 
     path = tmp_path / "last.pt"
     save_checkpoint(path, {"format": checkpoints.FORMAT, "step": 1})
@@ -304,7 +304,7 @@ def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_is_int
 
 @pytest.mark.slow  # a resumed training run (the message itself is checked above, without training)
 def test_a_full_disk_during_training_stops_with_one_line(finished, tmp_path, monkeypatch):
-    import odeformer.checkpoints as checkpoints
+    import odeformer.app.checkpoints as checkpoints
 
     out = _copy(finished, tmp_path / "run")
     before = (out / "last.pt").read_bytes()
@@ -367,7 +367,7 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, monkeypatch):
 def test_a_divergence_stays_in_force_until_a_checkpoint_is_written_after_it(tmp_path):
     """A resume after a divergence that is itself stopped before its first save may be resumed again with the lower
     learning rate: the last.pt is still the one from before the divergence."""
-    from odeformer.checkpoints import diverged_after, record
+    from odeformer.app.checkpoints import diverged_after, record
 
     record(tmp_path, {"event": "diverged", "step": 13, "checkpoint_step": 10})
     record(tmp_path, {"event": "resumed", "step": 10, "changes": {"train.lr": [0.003, 0.0003]}})

@@ -12,9 +12,9 @@ import tomllib
 import torch
 
 import odeformer
-from odeformer.checkpoints import FORMAT, save_checkpoint
-from odeformer.config import DataConfig, SolverConfig, model_config, stepper_options
-from odeformer.sample import EvalSample, main
+from odeformer.app.checkpoints import FORMAT, save_checkpoint
+from odeformer.app.config import DataConfig, SolverConfig, model_config, stepper_options
+from odeformer.app.sample import EvalSample, main
 
 ROOT = Path(__file__).resolve().parents[1]
 ITOS = list("\n !',.:;?ABCDEHILMNORTUaehilmnorstuw")
@@ -116,7 +116,7 @@ def test_a_run_without_a_stored_vocabulary_reads_its_dataset(tmp_path, capsys):
 
 def test_the_console_script_is_declared():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["odeformer-sample"] == "odeformer.sample:main"
+    assert scripts["odeformer-sample"] == "odeformer.app.sample:main"
 
 
 def test_the_evaluation_sample_leaves_the_training_rng_alone():
@@ -134,7 +134,7 @@ def test_a_character_level_run_logs_samples_and_odeformer_sample_reads_it(tmp_pa
     summary, stores its vocabulary, and the console script prints from it."""
     run = tmp_path / "run"
     command = [
-        sys.executable, "-m", "odeformer.train", "model=causal_lm", "data=synthetic", "data.options.task=text",
+        sys.executable, "-m", "odeformer.app.train", "model=causal_lm", "data=synthetic", "data.options.task=text",
         "train=debug", "model.depth=1", "model.dim=16", "model.max_len=16", f"train.out_dir={run}",
     ]  # fmt: skip
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -144,7 +144,7 @@ def test_a_character_level_run_logs_samples_and_odeformer_sample_reads_it(tmp_pa
     assert len(samples) == 2 and all(s.startswith("0") or s.startswith("\n") for s in samples)
     assert json.loads((run / "summary.json").read_text())["sample"] == samples[-1]
     done = subprocess.run(
-        [sys.executable, "-m", "odeformer.sample", str(run), "--prompt", "012", "--tokens", "10"],
+        [sys.executable, "-m", "odeformer.app.sample", str(run), "--prompt", "012", "--tokens", "10"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.startswith("012") and len(done.stdout) == 14, done.stderr
@@ -179,8 +179,8 @@ def test_the_shakespeare_example_skips_cleanly_without_the_data(tmp_path, monkey
 def test_a_character_level_run_logs_a_sample_at_each_evaluation(tmp_path):
     """The trainer's hook, without the command line: a sample in each evaluation's metrics row, the last in the
     summary, the vocabulary in best.pt; a run on other data logs none."""
+    from odeformer.app.trainer import Settings, Trainer
     from odeformer.data import load
-    from odeformer.trainer import Settings, Trainer
 
     data = load("synthetic", task="text", n=64)
     torch.manual_seed(0)

@@ -8,13 +8,13 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-import odeformer.train as entry
-from odeformer.config import model_config
+import odeformer.app.train as entry
+from odeformer.app.config import model_config
+from odeformer.app.objectives import OBJECTIVES, make_objective
+from odeformer.app.runs import build, default_model
 from odeformer.data import DATASETS, data_kind, load
 from odeformer.data._common import KINDS
 from odeformer.diagnostics import layer_measures
-from odeformer.objectives import OBJECTIVES, make_objective
-from odeformer.runs import build, default_model
 from odeformer.tasks import TASK_MODELS, TaskModel, TaskSpec, register, task_of
 
 IMAGES = TASK_MODELS["vit"].diagnostic_batch

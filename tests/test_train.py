@@ -14,12 +14,12 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import odeformer.runs as runs
-import odeformer.train as entry
+import odeformer.app.runs as runs
+import odeformer.app.train as entry
 from helpers import cli, cli_in_process
 from odeformer import PRESETS
-from odeformer.batches import EpochSampler, WindowSampler
-from odeformer.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from odeformer.app.batches import EpochSampler, WindowSampler
+from odeformer.app.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from odeformer.continuous import ContinuousBackbone
 from odeformer.data import load
 from odeformer.joint import JointLayerNorm
@@ -123,7 +123,7 @@ def test_model_norm_post_puts_a_layernorm_after_every_sublayer(model):
 def _files_read_by(group):
     """``{choice: dataset}`` for the choices of a config group that read one of the file datasets (Cora, Tiny
     Shakespeare, SST-2), from what each choice composes to, so a new experiment or data config is marked by itself."""
-    from odeformer.data.fetch import SOURCES
+    from odeformer.data.sources import SOURCES
 
     reads = {}
     for choice in entry.choices(group):
@@ -206,7 +206,7 @@ def test_resume_after_kill_is_bit_identical(tmp_path):
     assert cli(*common, f"train.out_dir={reference}").returncode == 0
     killed = tmp_path / "killed"
     process = subprocess.Popen(
-        [sys.executable, "-m", "odeformer.train", *common, f"train.out_dir={killed}"],
+        [sys.executable, "-m", "odeformer.app.train", *common, f"train.out_dir={killed}"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -261,7 +261,7 @@ def test_resume_with_another_config_is_refused_naming_the_keys_and_the_command(t
 
 
 def test_a_resume_refusal_of_an_older_checkpoint_names_the_first_snapshots_overrides(tmp_path):
-    from odeformer.checkpoints import RunDirectoryError, check_resume_config
+    from odeformer.app.checkpoints import RunDirectoryError, check_resume_config
 
     snapshots = {"2024-01-01_10-00-00": "- solver=mix\n- model.depth=3\n", "2024-01-02_10-00-00": "- x=1\n"}
     for name, overrides in snapshots.items():
@@ -357,7 +357,7 @@ def test_resume_survives_a_blank_or_half_written_last_metrics_line_and_names_a_c
 
 
 def test_last_pt_is_saved_every_checkpoint_every_steps_whatever_eval_every_is(tmp_path, monkeypatch):
-    from odeformer import trainer
+    from odeformer.app import trainer
 
     saved, real = [], trainer.save_checkpoint
 
@@ -395,7 +395,7 @@ class _Recorder(torch.nn.Module):
 
 
 def test_eval_batches_0_reads_a_text_stream_whole_and_n_reads_n_batches():
-    from odeformer.objectives import TextObjective
+    from odeformer.app.objectives import TextObjective
 
     data = load("synthetic", task="text", n=40)  # val: 4 runs of 32 tokens
     objective = TextObjective(data, 4, 0, torch.device("cpu"), context=8)
@@ -409,7 +409,7 @@ def test_eval_batches_0_reads_a_text_stream_whole_and_n_reads_n_batches():
 
 
 def test_an_empty_evaluation_raises():
-    from odeformer.objectives import ImageObjective
+    from odeformer.app.objectives import ImageObjective
 
     data = load("synthetic", n=40)
     objective = ImageObjective(data, 4, 0, torch.device("cpu"))
@@ -424,7 +424,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     out = tmp_path / "run"
     args = [*DEBUG, "train.max_steps=5000", "train.eval_every=1000", f"train.out_dir={out}"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "odeformer.train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "odeformer.app.train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     deadline = time.time() + 120
     while not (out / "metrics.jsonl").exists() and time.time() < deadline:
@@ -532,7 +532,7 @@ def test_existing_run_and_corrupt_checkpoint_are_refused_without_writing(tmp_pat
 def test_checkpoints_never_unpickle_code(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"format": "odeformer-checkpoint-1", "payload": EpochSampler(3, 2, 0)}, path)
-    with pytest.raises(CheckpointError, match="refused to load odeformer.batches.EpochSampler"):
+    with pytest.raises(CheckpointError, match="refused to load odeformer.app.batches.EpochSampler"):
         load_checkpoint(path)
     save_checkpoint(tmp_path / "ok.pt", {"format": "something-else"})
     with pytest.raises(CheckpointError, match="is not an odeformer-checkpoint-1 file"):
@@ -643,7 +643,7 @@ def test_torchrun_two_cpu_processes_stay_in_sync(tmp_path):
             "--standalone",
             "--nproc_per_node=2",
             "-m",
-            "odeformer.train",
+            "odeformer.app.train",
             *DEBUG,
             "train.max_steps=6",
             "train.eval_every=3",

@@ -180,9 +180,9 @@ _PUBLISHED: dict[tuple[str, int, int], bool] = {}  # (file, size, mtime) -> whet
 def _check_published(name: str, folder: Path, paths: dict[str, Path]) -> None:
     """Warn once (per file as it is on disk) when a file differs from the published one (its SHA-256, as
     ``odeformer-data --list`` checks): it is read all the same."""
-    from . import fetch
+    from . import sources
 
-    published = {Path(remote.path).name: remote for remote in fetch.SOURCES.get(name, ())}
+    published = {Path(remote.path).name: remote for remote in sources.SOURCES.get(name, ())}
     differ = []
     for path in paths.values():
         remote = published.get(path.name)

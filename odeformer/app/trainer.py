@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..data import TaskData
 from .checkpoints import (
     FORMAT,
     HISTORY,
@@ -43,7 +44,6 @@ from .checkpoints import (
     save_checkpoint,
 )
 from .config import TrainConfig
-from .data import TaskData
 from .objectives import TextObjective, make_objective
 from .sample import EvalSample
 
@@ -62,7 +62,7 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 @dataclass
 class Settings(TrainConfig):
-    """What the loop needs: the ``train`` config group (``odeformer/config.py``) plus the data's batch size."""
+    """What the loop needs: the ``train`` config group (``odeformer/app/config.py``) plus the data's batch size."""
 
     batch_size: int = 64
 
@@ -208,7 +208,7 @@ class Trainer:
         }
 
     def best_state(self) -> dict[str, Any]:
-        """``best.pt``: the weights at ``best_step`` and the run's description (what :func:`odeformer.runs.load_run`
+        """``best.pt``: the weights at ``best_step`` and the run's description (what :func:`odeformer.app.runs.load_run`
         and the summary's test evaluation read)."""
         return {
             "format": FORMAT,

@@ -734,7 +734,8 @@ def run_section(section: Section, runs_dir: Path, workers: int) -> tuple[list[Re
 HEADER = (
     "Each section below is its own generated block, rewritten by the command at its top: `odeformer-reproduce` "
     "rewrites them all, `odeformer-reproduce --sections <name> ...` only the sections named (the others keep what "
-    "they hold). Each run is `odeformer-train` with the overrides in the section's config (`odeformer/reproduce.py`), "
+    "they hold). Each run is `odeformer-train` with the overrides in the section's config "
+    "(`odeformer/app/reproduce.py`), "
     "trained in a single-thread worker process; finished runs are reused, after checking that their saved "
     "configuration is what their overrides compose to now, so a rerun only redraws the tables and figures; test "
     'metrics are taken at the best validation step. "step cost vs diffusion" is the time of a row\'s training step '
@@ -759,8 +760,8 @@ def _write_section(args: argparse.Namespace, key: str, parts: list[str]) -> None
 
 def main(argv: list[str] | None = None) -> int:
     """The command: bad input, a damaged or refused checkpoint and missing data are one line and exit 2."""
+    from ..data import DatasetNotFound
     from .checkpoints import CheckpointError, RunDirectoryError
-    from .data import DatasetNotFound
 
     try:
         return _main(argv)

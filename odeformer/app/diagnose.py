@@ -25,11 +25,11 @@ from typing import Any, NamedTuple
 import torch
 from omegaconf import OmegaConf
 
+from ..data import DatasetNotFound, TaskData, load
+from ..diagnostics import layer_measures
+from ..tasks import task_of
 from .checkpoints import CheckpointError
-from .data import DatasetNotFound, TaskData, load
-from .diagnostics import layer_measures
 from .runs import UsageError, build, default_model, load_run
-from .tasks import task_of
 
 
 class Measure(NamedTuple):

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..data import TaskData
+from ..tasks import task_of
 from .batches import EpochSampler, WindowSampler
-from .data import TaskData
-from .tasks import task_of
 
 
 class Objective:

@@ -1,4 +1,4 @@
-"""``odeformer-sample`` (= ``python -m odeformer.sample``): text from a character-level language-model run.
+"""``odeformer-sample`` (= ``python -m odeformer.app.sample``): text from a character-level language-model run.
 
     odeformer-sample outputs/2026-01-01/12-00-00 --prompt "ROMEO:" --tokens 200 --temperature 0.8 --top-k 40
 
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..generate import sample_text
 from .checkpoints import load_checkpoint
-from .generate import sample_text
 
 MODEL_TARGET = "odeformer.CausalLM"
 SOLVER_TARGETS = ("odeformer.preset", "odeformer.continuous.continuous")
@@ -82,16 +82,16 @@ def _stepper_class(path: str | None, allowed: str | None) -> type | None:
             f"the run's config names a scheme of your own, solver.stepper={path!r}{named}; a path stored in a file is "
             f"not imported (a file could name any code). If you trust it, name it: --stepper {path}"
         )
-    from .presets import import_stepper
+    from ..presets import import_stepper
 
     return import_stepper(path)
 
 
 def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = None) -> nn.Module:
     """The run's ``CausalLM`` from its stored config, through the package's registered builders only."""
-    from . import CausalLM
-    from .continuous import CONTINUOUS, continuous
-    from .presets import preset, solver_names
+    from .. import CausalLM
+    from ..continuous import CONTINUOUS, continuous
+    from ..presets import preset, solver_names
 
     solver, model = config.get("solver"), config.get("model")
     if not isinstance(solver, dict) or not isinstance(model, dict):
@@ -154,7 +154,7 @@ def load(run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None =
 
 def _dataset_vocabulary(config: dict[str, Any]) -> list[str]:
     """The vocabulary of a run that did not store one: its dataset's, read through the registered loaders."""
-    from .data import DATASETS, load
+    from ..data import DATASETS, load
 
     data = config.get("data") or {}
     name = data.get("name")

@@ -1,13 +1,13 @@
-"""``odeformer-train`` (= ``python -m odeformer.train``): the one entry point, and the only module importing Hydra.
+"""``odeformer-train`` (= ``python -m odeformer.app.train``): the one entry point, and the only module importing Hydra.
 
     odeformer-train                                     # the default experiment (configs/train.yaml)
     odeformer-train solver=full_wave model.depth=12 data=fashion_mnist
     odeformer-train solver.stepper=my_schemes.Yoshida4   # a scheme of your own, importable from the working directory
     odeformer-train experiment=cora_deep model.depth=32
     odeformer-train -m solver=diffusion,full_wave model.depth=4,8,16      # a sweep, summarised in one table
-    torchrun --nproc_per_node=2 -m odeformer.train train.device=cpu       # DistributedDataParallel
+    torchrun --nproc_per_node=2 -m odeformer.app.train train.device=cpu   # DistributedDataParallel
 
-Config groups are generated from the registries (:func:`odeformer.config.group_options`) and stored in Hydra's
+Config groups are generated from the registries (:func:`odeformer.app.config.group_options`) and stored in Hydra's
 ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds ``train.yaml``, the experiments
 and their training settings. Bad input — an unknown option or key, a value of the wrong type, ``dt <= 0``, heads not
 dividing dim, a missing data root, a corrupt checkpoint, a size that is not positive or a model that cannot fit in
@@ -42,6 +42,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ..data import DatasetNotFound
 from .checkpoints import (
     CheckpointError,
     CheckpointWriteError,
@@ -52,7 +53,6 @@ from .checkpoints import (
     lock_run_directory,
 )
 from .config import Config, group_options
-from .data import DatasetNotFound
 from .runs import UsageError, build, model_name
 from .stability import max_stable_dt, stable
 from .trainer import Settings, Trainer, TrainingDiverged
