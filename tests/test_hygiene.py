@@ -31,6 +31,52 @@ def test_importing_solvers_pulls_in_nothing_else():
     assert out == "[]"
 
 
+def _application_imports(root):
+    """``module:line: import`` for every import of ``odeformer.app`` in the library (``odeformer`` outside
+    ``odeformer/app``): absolute or relative, at the top of a module or inside a function."""
+    found = []
+    for path in sorted((root / "odeformer").rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[:2] == ("odeformer", "app"):
+            continue
+        package = list(relative.parent.parts)  # the package a relative import starts from
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                module = ".".join(base + (node.module.split(".") if node.module else []))
+                names = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            if any(name == "odeformer.app" or name.startswith("odeformer.app.") for name in names):
+                found.append(f"{relative}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_library_does_not_import_the_application():
+    found = _application_imports(ROOT)
+    assert not found, f"the library may not import odeformer.app (the commands and what only they use): {found}"
+
+
+def test_the_check_finds_an_application_import(tmp_path):
+    (tmp_path / "odeformer" / "tasks").mkdir(parents=True)
+    (tmp_path / "odeformer" / "app").mkdir()
+    (tmp_path / "odeformer" / "app" / "train.py").write_text("from ..presets import preset\n")  # app -> library: fine
+    (tmp_path / "odeformer" / "tasks" / "x.py").write_text(
+        "import odeformer.app.train\nfrom ..app import runs\nfrom .. import app\nfrom ..presets import preset\n"
+        "def f():\n    from ..app.checkpoints import load_checkpoint\n"
+    )
+    (tmp_path / "odeformer" / "y.py").write_text("from .app.config import Config\nfrom .application import z\n")
+    assert [line.split(": ", 1)[0] for line in _application_imports(tmp_path)] == [
+        "odeformer/tasks/x.py:1",
+        "odeformer/tasks/x.py:2",
+        "odeformer/tasks/x.py:3",
+        "odeformer/tasks/x.py:6",
+        "odeformer/y.py:1",
+    ]
+
+
 def test_one_scheme_per_file():
     import solvers
 
