@@ -446,3 +446,33 @@ def test_the_design_example_proves_measures_and_trains(capsys):
     )
     assert all(abs(s - 2) < 0.3 for s in results["order"]) and results["layer"]["declared"] == 1
     assert 0 <= results["accuracy"] <= 1 and "test accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_learned_integrators_sections_compose_and_build():
+    """``odeformer-reproduce --sections learned_integrators learned_integrators_text learned_integrators_order4``:
+    every row composes, and builds on digits with the scheme it names; the learned rows' coefficients are learnable
+    and are what the section's coefficient table reads."""
+    from omegaconf import OmegaConf
+
+    import odeformer.app.runs as runs
+    import odeformer.app.train as entry
+    from odeformer.app.reproduce import SECTIONS, coefficients
+
+    keys = ("learned_integrators", "learned_integrators_text", "learned_integrators_order4")
+    sections = [SECTIONS[key] for key in keys]
+    assert set(sections[1].rows) < set(sections[0].rows)
+    for _, row, _, _, overrides in sections[1].runs()[:: len(sections[1].seeds)]:
+        entry.compose(overrides)
+    kinds = set()
+    for section in (sections[0], sections[2]):
+        assert section.learned, section.title
+        for _, row, _, _, overrides in section.runs()[:: len(section.seeds)]:
+            cfg = entry.compose([*overrides, "model.depth=2", "model.dim=16", "model.heads=2"])
+            _, model, _ = runs.build(OmegaConf.to_container(cfg, resolve=True))
+            kinds.add(type(model.backbone.layers[1].stepper).__name__)
+            found = coefficients(model)
+            assert bool(found) == ("learned" in row), row  # a learned row has one coefficient per layer, a fixed none
+            assert len(found) in (0, 2) and all(symbol in section.learned for symbol, _ in found)
+    expected = {"SymmetricSplitting", "TwoStageRK", "TripleJump", "Omelyan2", "Ralston", "Midpoint", "Heun"}
+    assert expected | {"ForestRuth", "Yoshida4", "VelocityVerlet", "PositionVerlet"} <= kinds

@@ -223,6 +223,69 @@ SECTIONS = {
         diagnose=("depth 12",),
     ),
 }
+LEARNED = {  # each learnable family beside the fixed members it passes through
+    "splitting λ learned per channel (from Omelyan's 0.1932)": [
+        "solver=full_wave",
+        "solver.stepper=solvers.SymmetricSplitting",
+    ],
+    "omelyan2 (λ fixed at 0.1932)": ["solver=tableau", "solver.options.name=omelyan2"],
+    "velocity_verlet (λ → 0)": ["solver=velocity_verlet"],
+    "position_verlet (λ → ½)": ["solver=tableau", "solver.options.name=position_verlet"],
+    "two-stage RK, c₂ = α learned per layer (from Ralston's 2/3)": ["solver=heun", "solver.stepper=solvers.TwoStageRK"],
+    "ralston (α = 2/3)": ["solver=tableau", "solver.options.name=ralston"],
+    "midpoint (α = ½)": ["solver=tableau", "solver.options.name=midpoint"],
+    "heun (α = 1)": ["solver=heun"],
+}
+LEARNED_ORDER4 = {  # the fourth-order family beside its two ends (λ → ½ is Forest–Ruth, λ → 0 Yoshida's triple jump)
+    "triple jump of the λ-splitting, λ learned per channel (from Omelyan's), order 4, 6 evaluations": [
+        "solver=full_wave",
+        "solver.stepper=solvers.TripleJump",
+    ],
+    "forest_ruth (λ → ½), 3 evaluations": ["solver=tableau", "solver.options.name=forest_ruth"],
+    "yoshida4 (λ → 0), 3 evaluations": ["solver=tableau", "solver.options.name=yoshida4"],
+}
+LEARNED_TEXT = {  # the two second-order families, each beside its starting member
+    row: LEARNED[row] for row in list(LEARNED)[:2] + list(LEARNED)[4:6]
+}
+MEMBERS = {
+    "λ": {"velocity Verlet": 0.0, "Omelyan": 0.1931833275037836, "position Verlet": 0.5},
+    "α": {"midpoint": 0.5, "Ralston": 2 / 3, "Heun": 1.0},
+}
+MEMBERS_ORDER4 = {"λ": {"Yoshida-4": 0.0, "Omelyan inside": 0.1931833275037836, "Forest–Ruth": 0.5}}
+LEARNED_NOTE = (
+    "Each learnable family keeps its guarantee at every value of its parameter (the λ-splitting symplectic, symmetric "
+    "and of order 2; the two-stage family of order 2; the triple jump of the λ-splitting symplectic, symmetric and of "
+    "order 4) and the second-order families cost what their fixed members cost per layer (two evaluations), so those "
+    "rows compare at equal compute. The second-order rows integrate the laplacian force with the FFN by the chain rule "
+    "(Full Wave's layer), the first-order ones the whole block. Trainable coefficients get no weight decay."
+)
+SECTIONS["learned_integrators"] = Section(
+    "Learned integrators on digits: the learnable families beside their fixed members (depth 6)",
+    ["experiment=digits_vit", "train.max_steps=600", "model.depth=6"],
+    LEARNED,
+    seeds=[0, 1],
+    note=LEARNED_NOTE,
+    matched=False,
+    learned=MEMBERS,
+)
+SECTIONS["learned_integrators_text"] = Section(
+    "Learned integrators on Tiny Shakespeare: the learnable families beside their fixed members (depth 4, dim 64)",
+    SECTIONS["shakespeare"].fixed,
+    LEARNED_TEXT,
+    seeds=[0, 1],
+    note=LEARNED_NOTE,
+    matched=False,
+    learned=MEMBERS,
+)
+SECTIONS["learned_integrators_order4"] = Section(
+    "Learned integrators on digits, fourth order: the learnable triple jump beside its fixed ends (depth 6)",
+    ["experiment=digits_vit", "train.max_steps=600", "model.depth=6"],
+    LEARNED_ORDER4,
+    seeds=[0, 1],
+    note="The triple jump costs six evaluations per layer against its fixed ends' three; rows compare at equal steps.",
+    matched=False,
+    learned=MEMBERS_ORDER4,
+)
 SMOKE = Section(
     "smoke",
     ["experiment=difformer_cora", "model.depth=2", "train.max_steps=3", "train.eval_every=3"],
@@ -662,6 +725,7 @@ def _coefficient_plot(section: Section, found: dict[str, dict[str, Any]], path: 
                 ax.axhline(value, ls="--", lw=0.8, color="grey")
                 ax.annotate(label, (1, value), fontsize=6, color="grey", va="bottom")
         ax.set(xlabel="layer", ylabel=f"learned {symbol}")
+        ax.set_xticks(range(1, _depth(found) + 1))
         ax.legend(fontsize=6)
     fig.suptitle(section.title.split(":")[0], fontsize=9)
     fig.tight_layout()
