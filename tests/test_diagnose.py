@@ -23,6 +23,7 @@ def two_runs(tmp_path_factory):
     return base
 
 
+@pytest.mark.slow  # two CLI trainings in its fixture: kept out of the default suite's 10 minutes
 def test_diagnose_trained_runs_one_curve_per_solver(two_runs, tmp_path):
     out = tmp_path / "diag"
     assert main([str(two_runs / "diffusion"), str(two_runs / "full_wave"), "--out", str(out), "--batch", "8"]) == 0
@@ -78,6 +79,7 @@ def test_log_axes_label_only_readable_major_ticks(low, high, labels):
     assert _tick_label(2e-5) == "$2\\times 10^{-5}$" and _tick_label(250.0) == "250"
 
 
+@pytest.mark.slow  # two CLI trainings in its fixture: kept out of the default suite's 10 minutes
 def test_diagnose_defaults_to_the_run_directory(two_runs):
     assert main([str(two_runs / "full_wave")]) == 0
     assert (two_runs / "full_wave" / "diagnostics" / "cosine.json").exists()
