@@ -10,9 +10,11 @@ count) that users run on their own schemes. This package imports only torch.
 """
 
 from ._base import (
+    CLAIMS,
     DECLARATIONS,
     AbstractStepper,
     Carry,
+    Claims,
     Field,
     PhaseState,
     StepSize,
@@ -20,6 +22,7 @@ from ._base import (
     Y,
     adapt,
     axpy,
+    claimed_class,
     integrate,
     iterate,
     register,
@@ -51,12 +54,14 @@ from ._velocity_mix import VelocityMix
 from ._velocity_verlet import VelocityVerlet
 
 __all__ = [
+    "CLAIMS",
     "DECLARATIONS",
     "STEPPERS",
     "TABLEAUX",
     "AbstractStepper",
     "AutocastState",
     "Carry",
+    "Claims",
     "Block",
     "Composition",
     "Damped",
@@ -85,6 +90,7 @@ __all__ = [
     "Y",
     "adapt",
     "axpy",
+    "claimed_class",
     "checkpointed",
     "integrate",
     "integrate_reversible",

@@ -43,7 +43,8 @@ declarations follow from its parts (a fourth-order stepper under Lie splitting m
 
 Declarations
 ------------
-Every concrete stepper declares, as class variables, what it claims; :mod:`solvers.testing` proves each claim:
+Every concrete stepper declares, as class variables, what it claims, and the class is checked when it is created;
+:mod:`solvers.testing` proves each claim:
 
 ``order``           global order of convergence to the limit dynamics (``limit_field``) as ``dt -> 0``; ``0`` declares
                     that there is none (a part of the step that does not shrink with ``dt``).
@@ -64,6 +65,13 @@ Every concrete stepper declares, as class variables, what it claims; :mod:`solve
 ``symmetric``       (optional, default ``False``) time-symmetric: ``step(-dt)`` undoes ``step(dt)`` (Hairer, Lubich &
                     Wanner, §V.1). A symmetric scheme is reversible, and its inverse is that backward step, so it
                     need not write ``inverse``; any other reversible scheme writes its own.
+
+That is the one way to declare a claim. A stepper made of parts whose claims follow from them (the gated mix from
+its wave and diffusion steppers, a block stepper from its stepper, FFN scheme, splitting and the block it steps)
+declares them the same way: the class that declares them is made from a :class:`Claims` record computed from the
+parts (:func:`claimed_class`, once per distinct record, checked at creation like any stepper class), and the
+instance becomes one of it (:meth:`AbstractStepper.claim`). Where the claims depend on the field (a block with or
+without an FFN, with or without maps), :meth:`AbstractStepper.on` gives the stepper as it claims on that field.
 
 The limit dynamics
 ------------------
@@ -86,6 +94,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, NamedTuple, Union
 
 import torch
@@ -118,6 +127,31 @@ DECLARATIONS = ("order", "second_order", "symplectic", "reversible", "evals_per_
 """The class variables every concrete stepper declares (the optional ones have defaults on :class:`AbstractStepper`)."""
 
 
+@dataclass(frozen=True)
+class Claims:
+    """Every claim a stepper makes, as one typed record (the meaning of each: the module docstring)."""
+
+    order: int
+    second_order: bool
+    symplectic: bool
+    reversible: bool
+    evals_per_step: int
+    fsal: bool = False
+    multistep: bool = False
+    symmetric: bool = False
+    startup_evals: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, stepper: AbstractStepper | type[AbstractStepper]) -> Claims:
+        """The claims a stepper (or stepper class) declares."""
+        claims = {name: getattr(stepper, name) for name in CLAIMS}
+        return cls(**{**claims, "startup_evals": tuple(claims["startup_evals"])})
+
+
+CLAIMS = tuple(f.name for f in fields(Claims))
+"""The names of every claim: the required :data:`DECLARATIONS`, then the optional ones."""
+
+
 class AbstractStepper(nn.Module):
     """Base class of every integrator; subclass it for your own scheme (see ``docs/extending.md``).
 
@@ -135,12 +169,17 @@ class AbstractStepper(nn.Module):
     multistep: ClassVar[bool] = False
     symmetric: ClassVar[bool] = False
     startup_evals: ClassVar[tuple[int, ...]] = ()
+    claims_from_parts: ClassVar[bool] = False
+    """``True`` on a class whose instances' claims follow from their parts: each instance becomes one of the class
+    its parts' :class:`Claims` make (:meth:`claim`); the class itself need not declare every claim."""
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if abstract:
             return
         missing = [name for name in DECLARATIONS if not hasattr(cls, name)]
+        if missing and cls.claims_from_parts and not _is_claimed(cls):
+            return  # its instances declare them (claim)
         if missing:
             raise TypeError(
                 f"{cls.__name__} must declare the class variable(s) {', '.join(missing)}; "
@@ -176,8 +215,18 @@ class AbstractStepper(nn.Module):
     def continues(self, previous: AbstractStepper) -> bool:
         """Whether this stepper takes over the running ``state`` that ``previous`` returned (in a schedule, the
         stepper of the step before). The default: the same class (a two-step scheme's history carries across
-        layers that each have their own instance)."""
-        return type(self) is type(previous)
+        layers that each have their own instance; a stepper made of parts counts as the class it was made as)."""
+        return made_as(type(self)) is made_as(type(previous))
+
+    def on(self, field: Field) -> AbstractStepper:
+        """This stepper as it claims on ``field``: itself, for a stepper whose claims do not depend on its field.
+        A block stepper's do (whether its block has an FFN and maps): it returns itself, the same parts, as an
+        instance of the class that declares its claims on that block."""
+        return self
+
+    def claim(self, claims: Claims) -> None:
+        """Declare ``claims`` for this instance, made of parts: it becomes an instance of :func:`claimed_class`."""
+        self.__class__ = claimed_class(type(self), claims)
 
     def limit_field(self, field: Field) -> Callable[[Time, Y], Y]:
         """The first-order vector field whose flow this stepper approximates to ``order`` as ``dt -> 0``.
@@ -216,6 +265,37 @@ class AbstractStepper(nn.Module):
         if not isinstance(y, Tensor):
             raise TypeError(f"{name}: y must be a Tensor, got {type(y).__name__}.")
         return y
+
+
+_CLAIMED: dict[tuple[type, Claims], type] = {}
+
+
+def _is_claimed(cls: type) -> bool:
+    return "_made_as" in cls.__dict__
+
+
+def made_as(cls: type) -> type:
+    """The class a stepper was constructed as (a class :func:`claimed_class` made stands for its base)."""
+    return cls.__dict__.get("_made_as", cls)
+
+
+def claimed_class(cls: type[AbstractStepper], claims: Claims) -> type[AbstractStepper]:
+    """The subclass of ``cls`` whose class variables declare ``claims``: how a stepper made of parts declares what
+    follows from them, as a scheme declares its own. Made once per ``(cls, claims)``, with ``cls``'s name, and checked
+    at creation as every stepper class is. A claim that a subclass of the parts' class states in its own body (one
+    written to claim something else) is kept: the property kit then proves or refutes it, as any scheme's."""
+    cls = made_as(cls)
+    key = (cls, claims)
+    if key not in _CLAIMED:
+        stated: set[str] = set()
+        for c in cls.__mro__:
+            if "claims_from_parts" in c.__dict__:
+                break
+            stated.update(name for name in CLAIMS if name in c.__dict__)
+        declared = {name: getattr(claims, name) for name in CLAIMS if name not in stated}
+        namespace = {**declared, "_made_as": cls, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        _CLAIMED[key] = type(cls.__name__, (cls,), namespace)
+    return _CLAIMED[key]
 
 
 def transformed() -> bool:

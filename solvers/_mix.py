@@ -13,7 +13,8 @@ rather than a small step of the wave's force ``a(x) = Attn(LN x) - x``: ``diffus
 the field ``a(x) + shift x`` (``shift = 1``: the residual field ``Attn(LN x)``) and ``diffusion_dt`` a fixed step
 of its own (``1``: the unit residual step). With ``diffusion_dt`` set the diffusion step no longer shrinks with
 ``dt``, so the scheme has no small-step limit: such an instance declares order 0 (the default,
-``diffusion_dt=None``, order 1). Both parts must be one-step schemes (not ``multistep``).
+``diffusion_dt=None``, order 1): an instance claims what its parts make (:meth:`~solvers.AbstractStepper.claim`).
+Both parts must be one-step schemes (not ``multistep``).
 Both evaluate the field at ``(t, x)``; that evaluation is made once and shared, so the default pair costs one
 evaluation per step and a custom pair one fewer than its two parts together (every registered stepper begins by
 evaluating at ``(t, x)``). Neither symplectic nor reversible. Reference: the Wavy Transformer paper's mixed residual
@@ -21,12 +22,13 @@ and its official code (github.com/noguchisatoshi/Wavy-Transformer, ``WavyBlockPa
 """
 
 import math
+from dataclasses import replace
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from ._base import AbstractStepper, PhaseState, register, sigmoid_gate
+from ._base import AbstractStepper, Claims, PhaseState, register, sigmoid_gate
 from ._euler import Euler
 from ._registry import register_stepper
 from ._semi_implicit_euler import SemiImplicitEuler
@@ -56,6 +58,7 @@ class Mix(AbstractStepper):
     symplectic: ClassVar[bool] = False
     reversible: ClassVar[bool] = False
     evals_per_step: ClassVar[int] = 1
+    claims_from_parts: ClassVar[bool] = True  # the class claims its default parts'; an instance, its own
 
     def __init__(
         self,
@@ -85,9 +88,10 @@ class Mix(AbstractStepper):
                 )
         self.wave, self.diffusion = wave, diffusion
         register(self, "theta", sigmoid_gate(dim, theta0))
-        self.evals_per_step = wave.evals_per_step + diffusion.evals_per_step - 1
-        if diffusion_dt is not None:
-            self.order = 0  # a diffusion step that does not shrink with dt: no small-step limit
+        # one shared evaluation; a diffusion step that does not shrink with dt leaves no small-step limit (order 0)
+        evals = wave.evals_per_step + diffusion.evals_per_step - 1
+        order = type(self).order if diffusion_dt is None else 0
+        self.claim(replace(Claims.of(self), order=order, evals_per_step=evals))
 
     def lam(self) -> Tensor:
         """The gate ``sigmoid(theta)`` (a scalar, or one value per channel)."""

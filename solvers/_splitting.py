@@ -25,13 +25,15 @@ here: it needs symmetric compositions with negative sub-steps (Yoshida), or :cla
 :class:`Whole` — ``stepper`` takes one step on the summed field ``F_a + F_f`` (every stage evaluates both), so the
 layer keeps the stepper's order.
 
-The declarations of a block stepper follow from its parts (instance attributes): ``order`` is the layer's order of
-convergence to :meth:`limit_field` (``0`` when the layer has no small-step limit: a fixed ``ffn_dt``, a post-norm
-map, a stepper with a fixed-size part); ``reversible`` when every sub-step is invertible; ``evals_per_step`` and
-``startup_evals`` count evaluations of the attention field, the stepper's own. Where a declaration depends on the
-block, the instance attribute is the one for a block with an FFN and no maps, and a method gives it for any block:
-``layer_order(block)``, and ``layer_fsal(block)`` — first-same-as-last reuse holds only where nothing acts between two
-of the stepper's steps (no FFN, no map).
+The claims of a block stepper follow from its parts — the stepper, the FFN scheme, the splitting and the block it
+steps (whether it has an FFN and maps) — and are declared as a scheme's are: a :class:`~solvers.Claims` record
+computed from them makes the class the instance belongs to (:meth:`~solvers.AbstractStepper.claim`). ``order`` is
+the layer's order of convergence to :meth:`limit_field` (``0`` when the layer has no small-step limit: a fixed
+``ffn_dt``, a map after a sublayer, a stepper with a fixed-size part); ``reversible`` when every sub-step is
+invertible and no map follows; ``fsal`` (first-same-as-last reuse) only where nothing acts between two of the
+stepper's steps (no FFN, no map); ``evals_per_step`` and ``startup_evals`` count evaluations of the attention field,
+the stepper's own. A block stepper as constructed claims what it does on a block with an FFN and no maps;
+``on(block)`` is the same stepper claiming what it does on ``block``.
 
 The stepper is initialised at the state it first steps from: under Strang, after the first FFN half step (a
 multistep scheme's start, e.g. heavy ball's ``x_{-1} = x_0``, is the attention step's own start).
@@ -44,13 +46,14 @@ previous position, which records the FFN's displacement too, so it converges to 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
 
-from ._base import AbstractStepper, Field, PhaseState, Y, axpy
+from ._base import AbstractStepper, Claims, Field, PhaseState, Y, axpy, made_as
 from ._euler import Euler
 from ._heun import Heun
 
@@ -150,40 +153,35 @@ def _sum(a: Y, b: Y) -> Y:
     return a + b
 
 
-class _BlockStepper(AbstractStepper, abstract=True):
-    """Shared by :class:`Split` and :class:`Whole`: declarations per instance, maps, state hand-over."""
+class _BlockStepper(AbstractStepper):
+    """Shared by :class:`Split` and :class:`Whole`: claims from the parts and the block, maps, state hand-over."""
 
-    # class-level placeholders; every instance sets its own from its parts
-    order: ClassVar[int] = 0
-    second_order: ClassVar[bool] = False
-    symplectic: ClassVar[bool] = False
-    reversible: ClassVar[bool] = False
-    evals_per_step: ClassVar[int] = 1
-    fsal: ClassVar[bool] = False
-    symmetric: ClassVar[bool] = False
+    claims_from_parts: ClassVar[bool] = True
 
     def __init__(self, stepper: AbstractStepper):
         super().__init__()
         if not isinstance(stepper, AbstractStepper):
             raise TypeError(f"a block stepper wraps a solvers.AbstractStepper, got {type(stepper).__name__}.")
         self.stepper = stepper
-        self.second_order = stepper.second_order
-        self.multistep = stepper.multistep
-        self.evals_per_step = stepper.evals_per_step
-        self.startup_evals = tuple(stepper.startup_evals)
-        self.fsal = False  # on a block with an FFN (see layer_fsal)
 
-    def layer_fsal(self, block: Block) -> bool:
-        """Whether consecutive steps on ``block`` reuse one evaluation: the stepper's ``fsal``, where nothing acts
-        on the state between two of its steps (no FFN, no map)."""
-        block = self._check(block)
-        return self.stepper.fsal and block.ffn is None and not block.maps
+    def claims_on(self, ffn: bool, maps: bool) -> Claims:
+        """The claims of this layer on a block with or without an FFN and maps (the rule; see the module doc)."""
+        raise NotImplementedError
+
+    def on(self, field):
+        block = self._check(field)
+        claims = self.claims_on(block.ffn is not None, block.maps)
+        if claims == Claims.of(self):
+            return self
+        view = copy.copy(self)  # the same parts (modules, parameters), another class
+        view.claim(claims)
+        return view
 
     def init(self, field, t0, y0):
         return self.stepper.init(self._check(field).attention, t0, y0)
 
     def continues(self, previous):
-        return type(self) is type(previous) and self.stepper.continues(previous.stepper)
+        return made_as(type(self)) is made_as(type(previous)) and self.stepper.continues(previous.stepper)
 
     @staticmethod
     def _check(block: Any) -> Block:
@@ -233,21 +231,32 @@ class Split(_BlockStepper):
                 f"a multistep stepper ({type(stepper).__name__}) cannot share its layer with the FFN as a force."
             )
         self.ffn, self.splitting, self.ffn_dt = ffn, splitting, ffn_dt
-        # Strang needs one-step parts: a multistep scheme's history is not carried through the FFN's half steps to
-        # second order (checked: leapfrog under Strang converges with order 1)
-        limit = 1 if (splitting == "lie" or stepper.multistep) else 2
-        self.order = 0 if (ffn_dt is not None or stepper.order == 0) else min(limit, stepper.order, ffn.order)
-        self._orders = (stepper.order, min(stepper.order, ffn.order))  # without an FFN / with one
-        self.symplectic = stepper.symplectic and ffn.second_order and ffn.symplectic
-        self.reversible = stepper.reversible and (ffn.second_order and ffn.reversible)
+        self.claim(self.claims_on(ffn=True, maps=False))
 
-    def layer_order(self, block: Block) -> int:
-        """The order of convergence of this layer on ``block`` (0: no small-step limit)."""
-        if block.maps or self.stepper.order == 0:
-            return 0
-        if block.ffn is None:
-            return self._orders[0]
-        return self.order
+    def claims_on(self, ffn: bool, maps: bool) -> Claims:
+        stepper, scheme = self.stepper, self.ffn
+        if maps or stepper.order == 0:
+            order = 0
+        elif not ffn:
+            order = stepper.order
+        elif self.ffn_dt is not None:
+            order = 0  # a fixed-size sub-step: no small-step limit
+        else:
+            # Strang needs one-step parts: a multistep scheme's history is not carried through the FFN's half steps
+            # to second order (checked: leapfrog under Strang converges with order 1)
+            limit = 1 if (self.splitting == "lie" or stepper.multistep) else 2
+            order = min(limit, stepper.order, scheme.order)
+        force = scheme.second_order  # the FFN as a force of a second-order scheme
+        return Claims(
+            order=order,
+            second_order=stepper.second_order,
+            symplectic=stepper.symplectic and force and scheme.symplectic,
+            reversible=stepper.reversible and force and scheme.reversible and not maps,
+            evals_per_step=stepper.evals_per_step,
+            fsal=stepper.fsal and not ffn and not maps,
+            multistep=stepper.multistep,
+            startup_evals=tuple(stepper.startup_evals),
+        )
 
     def init(self, field, t0, y0):
         block = self._check(field)
@@ -298,7 +307,7 @@ class Split(_BlockStepper):
 
     def limit_field(self, field):
         block = self._check(field)
-        if self.layer_order(block) == 0:
+        if self.on(block).order == 0:
             raise self._no_limit()
         if block.ffn is None:
             return self.stepper.limit_field(block.attention)
@@ -327,12 +336,20 @@ class Whole(_BlockStepper):
 
     def __init__(self, stepper: AbstractStepper):
         super().__init__(stepper)
-        self.order = stepper.order
-        self.symplectic = False
-        self.reversible = False
+        self.claim(self.claims_on(ffn=True, maps=False))
 
-    def layer_order(self, block: Block) -> int:
-        return 0 if block.maps else self.order
+    def claims_on(self, ffn: bool, maps: bool) -> Claims:
+        stepper = self.stepper
+        return Claims(
+            order=0 if maps else stepper.order,
+            second_order=stepper.second_order,
+            symplectic=False,
+            reversible=False,
+            evals_per_step=stepper.evals_per_step,
+            fsal=stepper.fsal and not ffn and not maps,
+            multistep=stepper.multistep,
+            startup_evals=tuple(stepper.startup_evals),
+        )
 
     def step(self, field, t, y, dt, state):
         block = self._check(field)
@@ -349,7 +366,7 @@ class Whole(_BlockStepper):
 
     def limit_field(self, field):
         block = self._check(field)
-        if self.layer_order(block) == 0:
+        if self.on(block).order == 0:
             raise self._no_limit()
         return self.stepper.limit_field(self._summed(block))
 

@@ -862,18 +862,17 @@ def test_an_error_that_stalls_at_a_small_level_hints_at_an_inexact_coefficient()
 
 def test_evaluations_of_a_layer_are_counted_on_its_block():
     """On a block problem the attention's evaluations are counted; velocity Verlet's force is reused between layers
-    only where nothing acts between its steps (no FFN), as the layer's ``layer_fsal`` says."""
+    only where nothing acts between its steps (no FFN), as the layer claims on that block (``on(block)``)."""
     from solvers.testing import block_problem
 
     layer = Split(VelocityVerlet())
-    assert layer.layer_fsal(block_problem(second_order=True, ffn=False).field)
-    assert not layer.layer_fsal(block_problem(second_order=True).field)
+    assert layer.on(block_problem(second_order=True, ffn=False).field).fsal
+    assert not layer.on(block_problem(second_order=True).field).fsal
     for ffn in (True, False):
         check_evals(layer, block_problem(second_order=True, ffn=ffn))
 
     class ClaimsReuse(Split):  # reuse claimed on every block: wrong where the FFN acts between steps
-        def layer_fsal(self, block):
-            return True
+        fsal: ClassVar[bool] = True
 
     with pytest.raises(AssertionError, match=r"ClaimsReuse evaluated the field 2 times in step 1 .* and fsal"):
         check_evals(ClaimsReuse(VelocityVerlet()), block_problem(second_order=True))

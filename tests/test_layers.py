@@ -1,5 +1,7 @@
 """Layers as block steppers: what reaches the output, what the reversible path refuses, one loop for every driver."""
 
+from typing import ClassVar
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -179,16 +181,14 @@ def test_every_layer_converges_with_its_declared_order(solver):
 class FourthOrderLie(Split):
     """A Lie layer that claims the order of its fourth-order stepper."""
 
-    def layer_order(self, block):
-        return 4
+    order: ClassVar[int] = 4
 
 
 class SecondOrderLeapfrogStrang(Split):
     """Leapfrog (two-step) under Strang, claiming Strang's order 2: its history is not carried through the FFN's
     half steps to second order."""
 
-    def layer_order(self, block):
-        return 2
+    order: ClassVar[int] = 2
 
 
 @pytest.mark.parametrize(

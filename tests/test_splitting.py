@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import solvers
-from solvers import AbstractStepper, Block, Euler, Heun, LightWave, PhaseState, SemiImplicitEuler, Split, Whole
+from solvers import AbstractStepper, Block, Claims, Euler, Heun, LightWave, PhaseState, SemiImplicitEuler, Split, Whole
 from solvers.testing import block_problem, check_evals, check_layer, check_reversible
 
 
@@ -100,9 +100,7 @@ class OnAttention(AbstractStepper, abstract=True):
     def __init__(self, layer: AbstractStepper, block: Block):
         super().__init__()
         self.layer, self.rest = layer, block
-        self.second_order, self.multistep = layer.second_order, layer.multistep
-        self.evals_per_step, self.startup_evals = layer.evals_per_step, layer.startup_evals
-        self.fsal = layer.layer_fsal(block)
+        self.claim(Claims.of(layer.on(block)))
 
     def init(self, field, t0, y0):
         return self.layer.init(self.rest._replace(attention=field), t0, y0)

@@ -35,7 +35,7 @@ def _counted_run(
     y, base = problem.initial(first), problem.field_for(first)
     block = base if isinstance(base, Block) else None
     counted = base if block is None else block.attention
-    fsal = first.layer_fsal(block) if block is not None and hasattr(first, "layer_fsal") else first.fsal
+    fsal = first.on(base).fsal  # a block stepper's reuse depends on its block
     name, declared, startup = _name(first), first.evals_per_step, tuple(first.startup_evals)
     shared = RecordingField(counted)
     t, state, previous, out = t0, None, None, []
@@ -97,7 +97,7 @@ def check_evals(
     the learnable parameters moved, compared with the same run at another ``dt``.
 
     On a :class:`~solvers.Block` problem (a block stepper's, e.g. :func:`block_problem`) the attention field's
-    evaluations are counted, and first-same-as-last is what the stepper's ``layer_fsal(block)`` says for that block,
+    evaluations are counted, and first-same-as-last is what the stepper's ``on(block)`` claims for that block,
     where it has the method."""
     stepper = _instance(stepper)
     name = _name(stepper)

@@ -67,8 +67,8 @@ def check_layer(
     """Assert a block stepper (:class:`~solvers.Split`, :class:`~solvers.Whole` or one of your own, stepping on a
     :class:`~solvers.Block`) converges to its block's ODE with the order it declares for that block.
 
-    The declared order is ``stepper.layer_order(block)`` if the stepper has that method (a split layer's order depends
-    on the block: with no FFN it is the stepper's, with maps after the sublayers 0), else ``stepper.order``. It is
+    The declared order is ``stepper.on(block).order`` (a split layer's order depends on the block: with no FFN it is
+    the stepper's, with maps after the sublayers 0). It is
     measured as :func:`check_order` measures a scheme, against ``stepper.limit_field(block)``, on ``problem`` (default:
     :func:`block_problem` of the stepper's kind and per-channel width, weight-tied: the same block every step). Unless
     ``problem`` is given, the layer's protocol is checked too on ``examples`` drawn blocks (seed, batches of 2 or 3, 1
@@ -82,7 +82,7 @@ def check_layer(
     width = stepper_width(stepper) or 2
     problem = problem or block_problem(second_order=stepper.second_order, dim=width)
     block = problem.field
-    declared = stepper.layer_order(block) if hasattr(stepper, "layer_order") else stepper.order
+    declared = stepper.on(block).order
     if drawn and examples > 0:
         _drawn_layer_protocol(stepper, width, examples)
     if declared == 0:
