@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from solvers import AbstractStepper, Block, Carry, StepSize, Time, Y
+from solvers import AbstractStepper, Block, Carry, Claims, StepSize, Time, Y
 
 if TYPE_CHECKING:
     from .presets import LayerSpec
@@ -86,12 +86,7 @@ class Layer(AbstractStepper, abstract=True):
         self.spec = spec
         self.attention, self.ffn, self.dynamics = attention, ffn, spec.build(dim)
         self.after_attention, self.after_ffn = after_attention, after_ffn
-        block, dynamics = self.block(), self.dynamics
-        self.second_order, self.multistep = dynamics.second_order, dynamics.multistep
-        self.symplectic, self.evals_per_step = dynamics.symplectic, dynamics.evals_per_step
-        self.startup_evals = dynamics.startup_evals
-        self.reversible = dynamics.reversible and not block.maps
-        self.order, self.fsal = dynamics.layer_order(block), dynamics.layer_fsal(block)
+        self.claim(Claims.of(self.dynamics.on(self.block())))  # its dynamics' claims on its own block
 
     @property
     def dt(self) -> float:
