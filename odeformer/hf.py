@@ -63,7 +63,7 @@ from .continuous import ContinuousPreset
 from .presets import LayerSpec
 from .tasks import CausalLM, MaskedLM, ViT
 
-ACTIVATIONS = {
+HF_ACTIVATION_TO_OURS = {
     "gelu": "gelu",
     "gelu_python": "gelu",  # the same erf GELU, written out in Python
     "gelu_new": "gelu_tanh",
@@ -74,7 +74,8 @@ ACTIVATIONS = {
     "silu": "silu",
     "swish": "silu",
 }
-"""HF activation name -> odeformer's (the same function; only these have an exact velocity rule here)."""
+"""A Hugging Face config's activation name -> the name of the same function in :data:`odeformer.joint.ACTIVATIONS`
+(only these have an exact velocity rule here)."""
 
 OPTIONS = ("dt", "ln_mode", "impl", "dropout", "checkpoint")
 """Options :func:`from_hf` passes on to the task model; the rest of its shape comes from the HF config."""
@@ -144,12 +145,12 @@ def _refuse(config, field: str, allowed: Callable[[Any], bool], why: str) -> Non
 
 def _activation(config, field: str) -> str:
     value = getattr(config, field)
-    if not isinstance(value, str) or value not in ACTIVATIONS:
+    if not isinstance(value, str) or value not in HF_ACTIVATION_TO_OURS:
         raise ValueError(
-            f"from_hf: config.{field}={value!r} is not supported: use one of {', '.join(ACTIVATIONS)} "
+            f"from_hf: config.{field}={value!r} is not supported: use one of {', '.join(HF_ACTIVATION_TO_OURS)} "
             "(the activations with an exact velocity rule)."
         )
-    return ACTIVATIONS[value]
+    return HF_ACTIVATION_TO_OURS[value]
 
 
 def _width(config, field: str, default: int | None = None) -> int:

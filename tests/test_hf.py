@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import odeformer
-from odeformer.hf import ACTIVATIONS
+from odeformer.hf import HF_ACTIVATION_TO_OURS
 from odeformer.joint import JointLayerNorm, activation
 
 transformers = pytest.importorskip("transformers")
@@ -186,7 +186,7 @@ def test_bert_under_diffusion_computes_the_hf_model(seed, heads, head_dim, depth
 def test_every_supported_activation_name_is_hfs_function(act):
     """Each HF name from_hf accepts is odeformer's function of the same name in its table, to round-off."""
     x = torch.linspace(-8.0, 8.0, 1001, dtype=torch.float64)
-    ours = activation(ACTIVATIONS[act]).phi(x)
+    ours = activation(HF_ACTIVATION_TO_OURS[act]).phi(x)
     torch.testing.assert_close(ours, transformers.activations.ACT2FN[act](x), rtol=1e-14, atol=1e-15)
     hf = _built(transformers.GPT2Model, _gpt2_config(activation_function=act), 0)
     tokens = torch.randint(0, 37, (2, 12), generator=torch.Generator().manual_seed(0))
@@ -195,7 +195,9 @@ def test_every_supported_activation_name_is_hfs_function(act):
 
 
 def test_acts_are_every_supported_activation():
-    assert set(ACTS) == set(ACTIVATIONS)
+    """The table maps HF's names to ours: every key a name HF's configs use, every value a joint activation."""
+    assert set(ACTS) == set(HF_ACTIVATION_TO_OURS)
+    assert set(HF_ACTIVATION_TO_OURS.values()) <= set(odeformer.joint.ACTIVATIONS)
 
 
 def test_bert_takes_hfs_attention_mask_as_it_is():
