@@ -105,6 +105,31 @@ CONTINUOUS: dict[str, dict[str, Any]] = {
 """The named continuous-depth solvers (the ``solver`` config group's continuous options): settings over the
 :class:`ContinuousPreset` defaults."""
 
+METHODS = {
+    "dopri5": "Dormand–Prince 5(4)",
+    "bosh3": "Bogacki–Shampine 3(2)",
+    "tsit5": "Tsitouras 5(4)",
+    "rk4": "fixed-grid `rk4` (Kutta's 3/8 rule = `solvers.RK4ThreeEighths`)",
+}
+"""What each method of :data:`LIBRARIES` is, in Markdown (the README's table); ``rk4`` is the one fixed grid."""
+
+
+def continuous_table() -> str:
+    """The README's table of continuous-depth solvers, generated from :data:`CONTINUOUS`: each name's library,
+    method and what its settings make of it."""
+    rows = ["| solver config | library | method | notes |", "|---|---|---|---|"]
+    for name, settings in CONTINUOUS.items():
+        p = ContinuousPreset(name=name, **settings)
+        notes = ["`steps` over `[0, T]`" if p.method == "rk4" else "adaptive; `rtol`, `atol`, `T`"]
+        if p.library == "torchode":
+            notes.append("per-sample step-size control")
+        if p.adjoint:
+            notes.append("`odeint_adjoint`: memory independent of the number of steps")
+        if p.dynamics == "wave":
+            notes.append("on the continuous Full Wave `x' = v + F_f(x)`, `v' = F_a(x) + J_{F_f}(x) v`")
+        rows.append(f"| `{name}` | {p.library} | {METHODS[p.method]} | {'; '.join(notes)} |")
+    return "\n".join(rows)
+
 
 def continuous(name: str = "dopri5", **options: Any) -> ContinuousPreset:
     """A :class:`ContinuousPreset` (what a continuous solver config builds); bad options are a one-line error."""

@@ -41,7 +41,7 @@ from ._learnable_splitting import SymmetricSplitting
 from ._light_wave import LightWave
 from ._mix import Mix
 from ._recompute import checkpointed
-from ._registry import STEPPERS, register_stepper
+from ._registry import STEPPERS, register_stepper, stepper_table
 from ._reversible import AutocastState, integrate_reversible
 from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
@@ -98,6 +98,7 @@ __all__ = [
     "register",
     "register_stepper",
     "sigmoid_gate",
+    "stepper_table",
     "tableau",
     "trajectory",
     "transformed",

@@ -21,7 +21,7 @@ from ._base import AbstractStepper, PhaseState, axpy
 from ._registry import register_stepper
 
 
-@register_stepper("damped")
+@register_stepper("damped", update="`e^{−γ dt} v + dt a(x)`, then `x + dt v`")
 class Damped(AbstractStepper):
     order: ClassVar[int] = 1
     second_order: ClassVar[bool] = True

@@ -12,7 +12,7 @@ from ._registry import register_stepper
 from ._tableau import RungeKutta
 
 
-@register_stepper("euler")
+@register_stepper("euler", update="`x + dt f(x)`")
 class Euler(RungeKutta):
     A = ((),)
     b = (1,)

@@ -11,7 +11,7 @@ from ._registry import register_stepper
 from ._tableau import RungeKutta
 
 
-@register_stepper("heun")
+@register_stepper("heun", update="explicit trapezoid")
 class Heun(RungeKutta):
     A = ((), (1,))
     b = (1 / 2, 1 / 2)

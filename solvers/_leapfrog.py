@@ -35,7 +35,7 @@ class _History(NamedTuple):
     dt: Any  # the previous step
 
 
-@register_stepper("leapfrog")
+@register_stepper("leapfrog", update="two-step Störmer `2x_n − x_{n−1} + dt² a(x_n)`, Taylor start")
 class Leapfrog(AbstractStepper):
     order: ClassVar[int] = 2
     second_order: ClassVar[bool] = True

@@ -26,7 +26,7 @@ from ._base import AbstractStepper, axpy, register, sigmoid_gate
 from ._registry import register_stepper
 
 
-@register_stepper("light_wave")
+@register_stepper("light_wave", update="heavy ball `x + dt f(x) + λ(x_n − x_{n−1})`, `λ = sigmoid(θ)`")
 class LightWave(AbstractStepper):
     order: ClassVar[int] = 1
     second_order: ClassVar[bool] = False

@@ -51,7 +51,13 @@ class _SharedEvaluation:
         return value
 
 
-@register_stepper("position_mix")
+@register_stepper(
+    "position_mix",
+    update=(
+        "`λ x_wave + (1 − λ) x_diffusion`, `λ = sigmoid(θ)` (the `mix` solver is the official layer: unit steps, "
+        "order 0)"
+    ),
+)
 class Mix(AbstractStepper):
     order: ClassVar[int] = 1
     second_order: ClassVar[bool] = True

@@ -41,12 +41,32 @@ STEPPERS: Registry = Registry()
 """Every registered scheme by name: the ``solver`` config group, ``solver.ffn`` and ``odeformer.solver_names()`` read
 it."""
 
+UPDATES: dict[str, str] = {}
+"""A registered scheme's update in one line of Markdown, by name (its row of :func:`stepper_table`)."""
 
-def register_stepper(name: str) -> Callable[[S], S]:
-    """A class decorator: register the stepper class under ``name`` in :data:`STEPPERS`."""
+
+def register_stepper(name: str, update: str = "") -> Callable[[S], S]:
+    """A class decorator: register the stepper class under ``name`` in :data:`STEPPERS`; ``update`` describes its
+    step in one line of Markdown (default: the first line of the class's docstring)."""
 
     def registered(cls: S) -> S:
         STEPPERS[name] = cls
+        if update:
+            UPDATES[name] = update
         return cls
 
     return registered
+
+
+def stepper_table() -> str:
+    """The README's table of registered schemes, generated from :data:`STEPPERS`: each one's update and the claims
+    its class declares (order, evaluations per step, symplectic, reversible); first-order schemes, then second-order
+    ones, each by name."""
+    rows = ["| stepper | update | order | evals/step | symplectic | reversible |", "|---|---|---|---|---|---|"]
+    for name, cls in sorted(STEPPERS.items(), key=lambda item: (item[1].second_order, item[0])):
+        update = UPDATES.get(name) or (cls.__doc__ or "").strip().split("\n")[0]
+        evals = f"{cls.evals_per_step}" + (f" ({cls.evals_per_step - 1} when the field repeats)" if cls.fsal else "")
+        reversible = ("yes (symmetric)" if cls.symmetric else "yes (explicit inverse)") if cls.reversible else ""
+        symplectic = "yes" if cls.symplectic else ""
+        rows.append(f"| `{name}` | {update} | {cls.order} | {evals} | {symplectic} | {reversible} |")
+    return "\n".join(rows)

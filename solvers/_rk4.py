@@ -14,7 +14,7 @@ from ._registry import register_stepper
 from ._tableau import RungeKutta
 
 
-@register_stepper("rk4")
+@register_stepper("rk4", update="classic Runge–Kutta (not torchdiffeq's 3/8 rule)")
 class RK4(RungeKutta):
     A = ((), (1 / 2,), (0, 1 / 2), (0, 0, 1))
     b = (1 / 6, 1 / 3, 1 / 3, 1 / 6)

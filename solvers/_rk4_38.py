@@ -13,7 +13,7 @@ from ._registry import register_stepper
 from ._tableau import RungeKutta
 
 
-@register_stepper("rk4_38")
+@register_stepper("rk4_38", update="Kutta's 3/8 rule (torchdiffeq's `rk4`)")
 class RK4ThreeEighths(RungeKutta):
     A = ((), (1 / 3,), (-1 / 3, 1), (1, -1, 1))
     b = (1 / 8, 3 / 8, 3 / 8, 1 / 8)

@@ -16,7 +16,7 @@ from ._base import AbstractStepper, PhaseState, axpy
 from ._registry import register_stepper
 
 
-@register_stepper("semi_implicit_euler")
+@register_stepper("semi_implicit_euler", update="`v + dt a(x)`, then `x + dt v` (Wavy's Full Wave)")
 class SemiImplicitEuler(AbstractStepper):
     order: ClassVar[int] = 1
     second_order: ClassVar[bool] = True

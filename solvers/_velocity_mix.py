@@ -27,7 +27,13 @@ from ._registry import register_stepper
 GATES = ("channel", "scalar")
 
 
-@register_stepper("velocity_mix")
+@register_stepper(
+    "velocity_mix",
+    update=(
+        "`v ← λ(v + dt a) + (1 − λ) a`, then `x + dt v` (the official BERT mix; order 0: its `x` alone converges "
+        "with order 1 to `x' = a`)"
+    ),
+)
 class VelocityMix(AbstractStepper):
     order: ClassVar[int] = 0
     second_order: ClassVar[bool] = True

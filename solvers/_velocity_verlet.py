@@ -28,7 +28,7 @@ def _same_time(a: Any, b: Any) -> bool:
     return a is b or (not isinstance(a, Tensor) and not isinstance(b, Tensor) and a == b)
 
 
-@register_stepper("velocity_verlet")
+@register_stepper("velocity_verlet", update="kick-drift-kick")
 class VelocityVerlet(AbstractStepper):
     order: ClassVar[int] = 2
     second_order: ClassVar[bool] = True

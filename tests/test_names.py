@@ -45,13 +45,41 @@ def test_the_check_finds_a_private_import(tmp_path):
 # -- one solver namespace ---------------------------------------------------------------------------------------------
 
 
+def _readme_table(name: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"<!-- {name} table:")
+    start = text.index("\n", start) + 1
+    return text[start : text.index(f"\n<!-- end of the {name} table -->", start)]
+
+
 def test_the_readme_solver_table_is_the_generated_one():
     from odeformer.presets import solver_table
 
-    text = (ROOT / "README.md").read_text()
-    start = text.index("<!-- solver table:")
-    start = text.index("\n", start) + 1
-    assert text[start : text.index("\n<!-- end of the solver table -->", start)] == solver_table()
+    assert _readme_table("solver") == solver_table()
+
+
+def test_the_readme_stepper_table_is_the_generated_one():
+    import solvers
+
+    assert _readme_table("stepper") == solvers.stepper_table()
+
+
+def test_the_readme_continuous_table_is_the_generated_one():
+    from odeformer.continuous import continuous_table
+
+    assert _readme_table("continuous") == continuous_table()
+
+
+def test_the_stepper_table_states_each_schemes_claims():
+    """A row's claims are its class's: a scheme registered with other claims shows them."""
+    import solvers
+
+    rows = {line.split(" | ")[0].strip("| `"): line for line in solvers.stepper_table().splitlines()[2:]}
+    assert set(rows) == set(solvers.STEPPERS)
+    for name, cls in solvers.STEPPERS.items():
+        cells = [cell.strip() for cell in rows[name].strip("|").split(" | ")]
+        assert cells[2] == str(cls.order) and cells[3].startswith(str(cls.evals_per_step))
+        assert (cells[4] == "yes") == cls.symplectic and cells[5].startswith("yes") == cls.reversible
 
 
 def test_a_solver_name_means_one_thing():
