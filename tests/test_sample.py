@@ -65,6 +65,28 @@ def test_an_unknown_prompt_character_is_one_line_and_exit_2(tmp_path, capsys):
     assert "'Z'" in err and "vocabulary lacks" in err
 
 
+def test_the_run_s_model_is_looked_up_in_the_task_registry(monkeypatch):
+    """The models odeformer-sample rebuilds are the registry's text models: one registered beside CausalLM is built
+    from its ``_target_`` (never imported), and a CausalLM run is refused once its record is gone."""
+    import dataclasses
+
+    from odeformer.app.sample import SampleError, build_model, text_models
+    from odeformer.tasks import TASK_MODELS, task_of
+
+    class ShortLM(odeformer.CausalLM):
+        pass
+
+    spec = dataclasses.replace(task_of(odeformer.CausalLM), name="short_lm", model=ShortLM, default=False)
+    monkeypatch.setitem(TASK_MODELS, "short_lm", spec)
+    assert {s.model for s in text_models().values()} == {odeformer.CausalLM, ShortLM}
+    config = _config()
+    config["model"]["_target_"] = spec.target
+    assert type(build_model(config, len(ITOS))) is ShortLM
+    monkeypatch.delitem(TASK_MODELS, "causal_lm")
+    with pytest.raises(SampleError, match="continues text with a ShortLM run; this run's model is 'odeformer.Causal"):
+        build_model(_config(), len(ITOS))
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

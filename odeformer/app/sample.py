@@ -3,13 +3,14 @@
     odeformer-sample outputs/2026-01-01/12-00-00 --prompt "ROMEO:" --tokens 200 --temperature 0.8 --top-k 40
 
 It reads the run's ``best.pt`` with ``torch.load(weights_only=True)`` (no code is unpickled), rebuilds its
-``CausalLM`` from the config stored there, and prints the prompt and its continuation. The config reaches only the
-package's own builders: the model must be ``odeformer.CausalLM`` and the solver a registered preset, scheme or
-continuous solver; a scheme of your own that the run names (``solver.stepper``) is imported only if the command line
-names the same class (``--stepper``), never because a file says so. The vocabulary is the one the run stored (runs
-before it did are read from their dataset, under ``data.root`` or ``$ODEFORMER_DATA``). Bad input — a run directory
-without ``best.pt``, a run of another model, a prompt character the vocabulary lacks — is one line on stderr and
-exit code 2.
+model (``CausalLM``) from the config stored there, and prints the prompt and its continuation. The config reaches
+only the package's own builders: the model's ``_target_`` must name a registered task model that continues text
+(:func:`text_models`, looked up in :data:`odeformer.tasks.TASK_MODELS`, never imported) and the solver a registered
+preset, scheme or continuous solver; a scheme of your own that the run names (``solver.stepper``) is imported only
+if the command line names the same class (``--stepper``), never because a file says so. The vocabulary is the one the
+run stored (runs before it did are read from their dataset, under ``data.root`` or ``$ODEFORMER_DATA``). Bad input —
+a run directory without ``best.pt``, a run of another model, a prompt character the vocabulary lacks — is one line on
+stderr and exit code 2.
 
 :class:`EvalSample` is what the training loop calls at each evaluation of a character-level run: a short sample,
 logged to ``metrics.jsonl`` and shown (the last one) in the run's summary.
@@ -26,10 +27,9 @@ import torch
 from torch import nn
 
 from ..generate import sample_text
+from ..tasks import TaskSpec
 from .checkpoints import load_checkpoint
-
-MODEL_TARGET = "odeformer.CausalLM"
-SOLVER_TARGETS = ("odeformer.preset", "odeformer.continuous.continuous")
+from .runs import SOLVER_TARGETS, model_targets
 
 
 class SampleError(ValueError):
@@ -87,18 +87,31 @@ def _stepper_class(path: str | None, allowed: str | None) -> type | None:
     return import_stepper(path)
 
 
+def text_models() -> dict[str, TaskSpec]:
+    """The registered task models (:data:`odeformer.tasks.TASK_MODELS`) that continue text: trained on text, sized
+    by its vocabulary alone, with a ``generate`` method; by their config's ``_target_``."""
+    return {
+        target: spec
+        for target, spec in model_targets().items()
+        if spec.data == "text" and spec.sizes == ("vocab_size",) and callable(getattr(spec.model, "generate", None))
+    }
+
+
 def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = None) -> nn.Module:
-    """The run's ``CausalLM`` from its stored config, through the package's registered builders only."""
-    from .. import CausalLM
+    """The run's model (a registered text model, e.g. ``CausalLM``) from its stored config, through the package's
+    registered builders only: the model's ``_target_`` is looked up in the task registry, never imported."""
     from ..continuous import CONTINUOUS, continuous
     from ..presets import preset, solver_names
 
     solver, model = config.get("solver"), config.get("model")
     if not isinstance(solver, dict) or not isinstance(model, dict):
         raise SampleError("the checkpoint stores no run config (solver, model), so its model cannot be rebuilt.")
-    if model.get("_target_") != MODEL_TARGET:
+    models = text_models()
+    spec = models.get(model.get("_target_"))
+    if spec is None:
+        names = ", ".join(s.model.__name__ for s in models.values())
         raise SampleError(
-            f"odeformer-sample continues text with a CausalLM run; this run's model is {model.get('_target_')!r}."
+            f"odeformer-sample continues text with a {names} run; this run's model is {model.get('_target_')!r}."
         )
     target = solver.get("_target_")
     if target not in SOLVER_TARGETS:
@@ -119,13 +132,13 @@ def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = N
         chosen = preset(**{**options, "stepper": own})
     arguments = {k: v for k, v in model.items() if not k.startswith("_")}
     try:
-        return CausalLM(vocab_size=vocab_size, solver=chosen, **arguments)
+        return spec.model(vocab_size=vocab_size, solver=chosen, **arguments)
     except TypeError as error:
-        raise SampleError(f"the run's model config does not fit CausalLM: {error}.") from None
+        raise SampleError(f"the run's model config does not fit {spec.model.__name__}: {error}.") from None
 
 
 def load(run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None = None) -> tuple[nn.Module, list[str]]:
-    """The run's ``CausalLM`` (the checkpoint's weights, eval mode, on the CPU) and its vocabulary."""
+    """The run's model (the checkpoint's weights, eval mode, on the CPU) and its vocabulary."""
     run = Path(run_dir)
     if not run.is_dir():
         raise SampleError(f"{run} does not exist or is not a folder; give a run directory (one holding {checkpoint}).")
