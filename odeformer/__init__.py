@@ -1,7 +1,7 @@
 """odeformer: transformers whose depth is time.
 
-A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"``) from :data:`PRESETS`, built on the
-``solvers`` package. Fields (:mod:`odeformer.fields`), chain-rule layers (:mod:`odeformer.joint`), the named solvers
+A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"``) from :data:`LAYER_SPECS`, built on
+the ``solvers`` package. Fields (:mod:`odeformer.fields`), chain-rule layers (:mod:`odeformer.joint`), the named solvers
 (:mod:`odeformer.presets`), the layer (:mod:`odeformer.layer`), the backbone (:mod:`odeformer.backbone`) and the
 task models (:class:`ViT`, :class:`CausalLM`, :class:`MaskedLM`, :class:`NodeClassifier`, :class:`DIFFormer`).
 """
@@ -24,7 +24,17 @@ try:
     from .hf import from_hf
     from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
     from .layer import Layer
-    from .presets import PRESETS, LayerSpec, Preset, check_preset, derive, preset, register_solver, solver_names
+    from .presets import (
+        LAYER_SPECS,
+        LayerSpec,
+        Preset,
+        check_preset,
+        layer_spec,
+        register_solver,
+        solver_names,
+        spec_for_stepper,
+        spec_of,
+    )
     from .tasks import CausalLM, DIFFormer, MaskedLM, NodeClassifier, ViT
 except KeyboardInterrupt:
     _interrupted_while_starting()
@@ -32,7 +42,11 @@ except KeyboardInterrupt:
 
 __version__ = "0.1.0"
 
+# old names that the README and the examples use: preset (layer_spec), PRESETS (LAYER_SPECS), Preset (LayerSpec)
+preset, PRESETS = layer_spec, LAYER_SPECS
+
 __all__ = [
+    "LAYER_SPECS",
     "PRESETS",
     "AttentionField",
     "Backbone",
@@ -51,12 +65,14 @@ __all__ = [
     "SimpleAttentionField",
     "ViT",
     "check_preset",
-    "derive",
     "from_hf",
     "graph_mask",
+    "layer_spec",
     "preset",
     "register_solver",
     "schedule",
     "solver_names",
+    "spec_for_stepper",
+    "spec_of",
     "transformer",
 ]

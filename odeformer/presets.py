@@ -17,9 +17,9 @@ them (its field is a :class:`solvers.Block`):
 In the post-norm layout (``norm="post"``) a map follows each sublayer — LayerNorm on the state and, by its Jacobian,
 on the velocity (the paper's BERT), optionally with dropout — and the fields have no LayerNorm of their own.
 
-A *preset* names a block stepper, the attention form and the default step; :data:`PRESETS` holds the named ones, and
-every scheme in :data:`solvers.STEPPERS` (or any :class:`~solvers.AbstractStepper` subclass, by its dotted import
-path) is a solver too: its layer follows from its declarations (:func:`derive`).
+A *preset* names a block stepper, the attention form and the default step; :data:`LAYER_SPECS` holds the named ones,
+and every scheme in :data:`solvers.STEPPERS` (or any :class:`~solvers.AbstractStepper` subclass, by its dotted import
+path) is a solver too: its layer follows from its declarations (:func:`spec_for_stepper`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class LayerSpec:
     """A named layer: the stepper each layer gets, how the FFN enters, the attention form, the default step.
 
     ``options`` are passed to the stepper's constructor (with ``dim`` when the stepper takes one, so scheme parameters
-    are learnable per channel and per layer): ``PRESETS["mix"].with_options(theta0=-4.0)``. ``block_stepper`` is
+    are learnable per channel and per layer): ``LAYER_SPECS["mix"].with_options(theta0=-4.0)``. ``block_stepper`` is
     :class:`solvers.Split` or :class:`solvers.Whole`; ``ffn`` names the FFN sub-step's scheme in
     :data:`solvers.STEPPERS` (``None``: ``euler`` under Lie, ``heun`` under Strang; a second-order scheme makes the FFN
     a force of it); ``ffn_dt`` fixes the FFN sub-step (``None``: the layer's ``dt``). ``memory="rebuild"``: the
@@ -297,10 +297,11 @@ _NAMED: dict[str, LayerSpec] = {
 }
 
 
-PRESETS: dict[str, LayerSpec] = {}
+LAYER_SPECS: dict[str, LayerSpec] = {}
 """The named layers: the presets, and the registered schemes' layers where they have an entry of their own (a
-description). With :data:`solvers.STEPPERS` and :data:`odeformer.continuous.CONTINUOUS` it makes one namespace of
-solver names (:func:`solver_names`), in which a name means one thing: :func:`register_solver` refuses a taken name."""
+description); ``odeformer.PRESETS`` is its old name, kept for the README. With :data:`solvers.STEPPERS` and
+:data:`odeformer.continuous.CONTINUOUS` it makes one namespace of solver names (:func:`solver_names`), in which a name
+means one thing: :func:`register_solver` refuses a taken name."""
 
 
 def _layer_of(spec: LayerSpec) -> tuple:
@@ -329,12 +330,12 @@ def _taken(name: str, spec: LayerSpec | None = None) -> str | None:
     """What ``name`` already names in the solver namespace, if anything but ``spec``'s own scheme's layer."""
     from .continuous import CONTINUOUS
 
-    if name in PRESETS:
-        return f"the preset {PRESETS[name].equation!r}"
+    if name in LAYER_SPECS:
+        return f"the preset {LAYER_SPECS[name].equation!r}"
     if name in CONTINUOUS:
         return "a continuous-depth solver"
     cls = solvers.STEPPERS.get(name)
-    if cls is not None and (spec is None or _layer_of(spec) != _layer_of(derive(cls, name))):
+    if cls is not None and (spec is None or _layer_of(spec) != _layer_of(spec_for_stepper(cls, name))):
         return f"the registered scheme {cls.__name__}, whose layer this is not"
     return None
 
@@ -343,13 +344,13 @@ def register_solver(spec: LayerSpec) -> LayerSpec:
     """Register a named layer under ``spec.name``. A name that is taken (a preset, a continuous-depth solver, or a
     registered scheme whose own layer ``spec`` is not) is a one-line error: a name means one thing on the command line,
     in ``solver.ffn``, in :data:`solvers.STEPPERS` and here. A registered scheme's name may describe that scheme's
-    own layer (:func:`derive`), so one entry serves both."""
+    own layer (:func:`spec_for_stepper`), so one entry serves both."""
     if not (isinstance(spec.name, str) and spec.name.isidentifier()):
         raise ValueError(f"a solver's name is a Python identifier (a config value), got {spec.name!r}.")
     taken = _taken(spec.name, spec)
     if taken is not None:
         raise ValueError(f"solver name {spec.name!r} is taken by {taken}; register this layer under another name.")
-    PRESETS[spec.name] = spec
+    LAYER_SPECS[spec.name] = spec
     return spec
 
 
@@ -359,18 +360,19 @@ def check_namespace() -> None:
     from .continuous import CONTINUOUS
 
     for name, cls in solvers.STEPPERS.items():
-        if name in CONTINUOUS or (name in PRESETS and _layer_of(PRESETS[name]) != _layer_of(derive(cls, name))):
+        own = name in LAYER_SPECS and _layer_of(LAYER_SPECS[name]) != _layer_of(spec_for_stepper(cls, name))
+        if name in CONTINUOUS or own:
             raise ValueError(
                 f"solver name {name!r} names two things: solvers.STEPPERS[{name!r}] = {cls.__name__} and "
                 f"{'a continuous-depth solver' if name in CONTINUOUS else 'the preset of the same name'}; register the "
                 "scheme under another name."
             )
-    clash = sorted(set(PRESETS) & set(CONTINUOUS))
+    clash = sorted(set(LAYER_SPECS) & set(CONTINUOUS))
     if clash:
         raise ValueError(f"solver names {', '.join(clash)} name both a preset and a continuous-depth solver.")
 
 
-def derive(cls: type[AbstractStepper], name: str | None = None) -> LayerSpec:
+def spec_for_stepper(cls: type[AbstractStepper], name: str | None = None) -> LayerSpec:
     """The layer a bare stepper class gets, from its declarations.
 
     A ``second_order`` scheme gets the laplacian force ``Attn(LN x) - x`` as its acceleration, step 0.5, and the FFN
@@ -452,7 +454,7 @@ def solver_names() -> list[str]:
     their own (the continuous-depth solvers are :data:`odeformer.continuous.CONTINUOUS`); checks that no name means
     two things (:func:`check_namespace`)."""
     check_namespace()
-    return [*PRESETS, *(name for name in solvers.STEPPERS if name not in PRESETS)]
+    return [*LAYER_SPECS, *(name for name in solvers.STEPPERS if name not in LAYER_SPECS)]
 
 
 FORM_LABELS = {"residual": "residual `Attn(LN x)`", "laplacian": "laplacian `Attn(LN x) − x`"}
@@ -464,7 +466,7 @@ def solver_table() -> str:
     rows = ["| solver | layer update (attention field `F_a`, FFN field `F_f(x) = MLP(LN x)`) | form | default dt |"]
     rows.append("|---|---|---|---|")
     for name in solver_names():
-        spec = resolve(name)
+        spec = spec_of(name)
         form, dt = FORM_LABELS[spec.form], f"{spec.dt:g}"
         if spec.stepper is solvers.Tableau:
             form, dt = "by its kind", "by its kind"
@@ -472,25 +474,25 @@ def solver_table() -> str:
     return "\n".join(rows)
 
 
-def resolve(solver: str | LayerSpec | type) -> LayerSpec:
-    """A ``LayerSpec`` from a preset name, a registered scheme's name, a dotted ``module.Class`` path, a stepper class
-    or a ``LayerSpec``; an unknown name lists the known ones."""
+def spec_of(solver: str | LayerSpec | type) -> LayerSpec:
+    """The ``LayerSpec`` a solver value names: a preset's name, a registered scheme's name, a dotted ``module.Class``
+    path, a stepper class or a ``LayerSpec`` itself; an unknown name lists the known ones."""
     if isinstance(solver, LayerSpec):
         return solver
     if isinstance(solver, type):
-        return derive(solver)
+        return spec_for_stepper(solver)
     if isinstance(solver, str):
         check_namespace()
-        if solver in PRESETS:
-            return PRESETS[solver]
+        if solver in LAYER_SPECS:
+            return LAYER_SPECS[solver]
         if solver in solvers.STEPPERS:
-            return derive(solvers.STEPPERS[solver], solver)
+            return spec_for_stepper(solvers.STEPPERS[solver], solver)
         if "." in solver:
-            return derive(import_stepper(solver))
+            return spec_for_stepper(import_stepper(solver))
     raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(solver_names())}, or module.Class.")
 
 
-def preset(
+def layer_spec(
     name: str,
     dt: float | None = None,
     form: str | None = None,
@@ -500,18 +502,18 @@ def preset(
     ffn: str | None = None,
     ffn_dt: float | None = None,
 ) -> LayerSpec:
-    """The preset ``name`` with its step, attention form, splitting, FFN scheme or stepper options changed (what a
-    solver config builds). Each change is checked against what the layer uses: a splitting or FFN scheme for a
-    whole-block scheme, an option the stepper does not take, an unknown name, a non-positive ``dt`` are one-line
-    errors.
+    """The ``LayerSpec`` of solver ``name`` with its step, attention form, splitting, FFN scheme or stepper options
+    changed (what a solver config builds; ``odeformer.preset`` is its old name, kept for the README and examples).
+    Each change is checked against what the layer uses: a splitting or FFN scheme for a whole-block scheme, an option
+    the stepper does not take, an unknown name, a non-positive ``dt`` are one-line errors.
 
     ``stepper`` (a class, or ``"module.Class"``) replaces the scheme with a class of the user's. If it is of the kind
     the solver ``name``'s layer steps (first- or second-order, one evaluation or the whole block), the layer keeps
     that solver's layout (form, step, splitting, FFN scheme and step, memory) with the class in it; otherwise the
-    layer follows from the class's declarations (:func:`derive`). Every option the class takes is handed to it, so
-    the run's config says what the scheme got; an option it does not take is dropped if it is the solver ``name``'s
-    default (the config fills those in for the named scheme), and is an error otherwise."""
-    chosen = resolve(name) if not stepper else _with_stepper(name, _stepper_class(stepper))
+    layer follows from the class's declarations (:func:`spec_for_stepper`). Every option the class takes is handed to
+    it, so the run's config says what the scheme got; an option it does not take is dropped if it is the solver
+    ``name``'s default (the config fills those in for the named scheme), and is an error otherwise."""
+    chosen = spec_of(name) if not stepper else _with_stepper(name, _stepper_class(stepper))
     if chosen.stepper is solvers.Tableau:
         chosen, options = _tableau_layer(chosen, options or {}), None
     if stepper:
@@ -552,7 +554,7 @@ def preset(
 
 def _tableau_layer(named: LayerSpec, options: dict[str, Any]) -> LayerSpec:
     """The layer of a ``tableau`` solver: the class its options make (:func:`solvers.tableau`), laid out as its
-    derived declarations call for (:func:`derive`), with the coefficients and claims in its equation."""
+    derived declarations call for (:func:`spec_for_stepper`), with the coefficients and claims in its equation."""
     allowed = [key for key in stepper_parameters(solvers.Tableau)]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -563,7 +565,7 @@ def _tableau_layer(named: LayerSpec, options: dict[str, Any]) -> LayerSpec:
     if not given:  # solvers.Tableau itself: velocity Verlet
         return replace(named, options={})
     cls = solvers.tableau(**given)
-    derived = derive(cls, named.name)
+    derived = spec_for_stepper(cls, named.name)
     claims = cls.describe()
     said = ", ".join(f"{key} {claims[key]}" for key in ("order", "evals_per_step", "symplectic", "reversible"))
     return replace(derived, equation=f"{cls.__name__} ({said}): {derived.equation}")
@@ -580,11 +582,11 @@ def _stepper_class(stepper: str | type) -> type[AbstractStepper]:
 
 def _with_stepper(name: str, cls: type[AbstractStepper]) -> LayerSpec:
     """Solver ``name``'s layer with ``cls`` as its scheme if ``cls`` is of the kind that layer steps, else
-    ``derive(cls)`` (also for a name that is no solver's); the named scheme's options are dropped (see
-    :func:`preset`)."""
-    derived = derive(cls)
+    ``spec_for_stepper(cls)`` (also for a name that is no solver's); the named scheme's options are dropped (see
+    :func:`layer_spec`)."""
+    derived = spec_for_stepper(cls)
     try:
-        named = resolve(name)
+        named = spec_of(name)
     except ValueError:
         return derived
     if cls is named.stepper:
@@ -598,7 +600,7 @@ def _with_stepper(name: str, cls: type[AbstractStepper]) -> LayerSpec:
 def _solver_default(name: str, key: str, value: Any) -> bool:
     """Whether ``value`` is what the config fills in for option ``key`` of solver ``name`` (its default)."""
     try:
-        named = resolve(name)
+        named = spec_of(name)
     except ValueError:
         return False
     if key in named.options:
@@ -624,7 +626,7 @@ def check_preset(
 
     from .fields import AttentionField, FeedForward
 
-    chosen = resolve(solver)
+    chosen = spec_of(solver)
     generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -639,3 +641,9 @@ def check_preset(
     )
     with torch.no_grad():
         return check_layer(stepper, problem)
+
+
+# old names, still used by backbone.py/layer.py until they switch
+# (resolve: backbone.py; preset: tests/test_generate.py and backbone.py's message)
+resolve = spec_of
+preset = layer_spec

@@ -59,10 +59,10 @@ def _expected(layer: solvers.AbstractStepper, ffn: bool, maps: bool) -> Claims:
 
 def _specs():
     for name in odeformer.solver_names():
-        spec = odeformer.presets.resolve(name)
+        spec = odeformer.presets.spec_of(name)
         yield name, spec
         if spec.block_stepper is Split:
-            yield f"{name}/strang", odeformer.preset(name, splitting="strang")
+            yield f"{name}/strang", odeformer.layer_spec(name, splitting="strang")
 
 
 SPECS = dict(_specs())

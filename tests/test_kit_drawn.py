@@ -441,10 +441,10 @@ def test_the_docs_quote_the_thresholds_as_they_are():
 
 @pytest.mark.parametrize("name", __import__("odeformer").solver_names())
 def test_every_preset_layer_keeps_the_protocol_on_drawn_blocks(name):
-    from odeformer.presets import resolve
+    from odeformer.presets import spec_of
     from solvers.testing import check_layer_protocol
 
-    layer = resolve(name).build(4).double()
+    layer = spec_of(name).build(4).double()
     check_layer_protocol(layer, width=4)
 
 

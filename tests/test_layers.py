@@ -8,12 +8,12 @@ import torch.nn.functional as F
 
 import odeformer
 import solvers
-from odeformer import PRESETS, Layer, ViT
+from odeformer import LAYER_SPECS, Layer, ViT
 from odeformer.fields import FeedForward
 from solvers import Block, Euler, Heun, PhaseState, SemiImplicitEuler, Split, Whole
 
 CHAIN_RULE = sorted(
-    name for name, p in PRESETS.items() if p.stepper.second_order and p.block_stepper is Split and p.ffn is None
+    name for name, p in LAYER_SPECS.items() if p.stepper.second_order and p.block_stepper is Split and p.ffn is None
 )
 
 
@@ -140,7 +140,7 @@ def test_tangent_lift_of_any_rk_scheme_is_the_jacobian_of_its_map():
     torch.testing.assert_close(y1.v, jv, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("solver", sorted(set(odeformer.solver_names()) - set(PRESETS)))
+@pytest.mark.parametrize("solver", sorted(set(odeformer.solver_names()) - set(LAYER_SPECS)))
 def test_every_registered_scheme_trains_as_a_solver(solver):
     model = ViT(depth=2, dim=16, heads=2, solver=solver)
     model(torch.randn(2, 1, 8, 8)).square().sum().backward()
@@ -148,9 +148,9 @@ def test_every_registered_scheme_trains_as_a_solver(solver):
 
 
 STRANG = [  # the second-order Strang layers measure slowly (about 15 s each): they run in the slow suite
-    odeformer.preset("diffusion", splitting="strang"),
+    odeformer.layer_spec("diffusion", splitting="strang"),
     *(
-        pytest.param(odeformer.preset(n, splitting="strang"), marks=pytest.mark.slow)
+        pytest.param(odeformer.layer_spec(n, splitting="strang"), marks=pytest.mark.slow)
         for n in ("full_wave", "velocity_verlet")
     ),
 ]
@@ -170,7 +170,7 @@ def test_every_layer_converges_with_its_declared_order(solver):
     """Measured on a weight-tied block of the library's own fields against the block's ODE: Lie 1, Strang 2 with
     second-order parts, whole-block schemes their stepper's order, no small-step limit declared as 0."""
     report = odeformer.check_preset(solver)
-    chosen = odeformer.presets.resolve(solver)
+    chosen = odeformer.presets.spec_of(solver)
     no_limit = ("mix", "full_wave_official", "mix_bert", "velocity_mix")
     expected = {"heun": 2, "rk4": 4, "rk4_38": 4, **dict.fromkeys(no_limit, 0)}.get(chosen.name, 1)
     if chosen.splitting == "strang" and chosen.stepper.order >= 2:
@@ -263,15 +263,16 @@ def test_post_norm_diffusion_at_unit_step_is_the_post_ln_transformer():
 
 
 def test_a_bare_stepper_gets_the_layer_its_declarations_call_for():
-    from odeformer import derive
+    from odeformer import spec_for_stepper
 
-    wave, one_stage, multi_stage = derive(solvers.VelocityVerlet), derive(solvers.Euler), derive(solvers.RK4)
+    wave, one_stage = spec_for_stepper(solvers.VelocityVerlet), spec_for_stepper(solvers.Euler)
+    multi_stage = spec_for_stepper(solvers.RK4)
     assert (wave.block_stepper, wave.form, wave.dt) == (Split, "laplacian", 0.5)  # the force, FFN by the chain rule
     assert (one_stage.block_stepper, one_stage.form, one_stage.dt) == (Split, "residual", 1.0)
     assert (multi_stage.block_stepper, multi_stage.form, multi_stage.dt) == (Whole, "residual", 1.0)  # both
-    assert odeformer.presets.resolve("rk4_38") == derive(solvers.RK4ThreeEighths, "rk4_38")
+    assert odeformer.presets.spec_of("rk4_38") == spec_for_stepper(solvers.RK4ThreeEighths, "rk4_38")
     with pytest.raises(ValueError, match="unknown solver 'wave'; choose one of diffusion, .*, rk4_38, .*module.Class"):
-        odeformer.presets.resolve("wave")
+        odeformer.presets.spec_of("wave")
 
 
 def test_tied_weights_share_every_field_and_map_but_not_the_steppers():

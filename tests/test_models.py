@@ -8,10 +8,10 @@ import torch.nn.functional as F
 
 import odeformer
 import solvers
-from odeformer import PRESETS, CausalLM, MaskedLM, NodeClassifier, ViT
+from odeformer import LAYER_SPECS, CausalLM, MaskedLM, NodeClassifier, ViT
 from solvers import PhaseState
 
-NAMES = sorted(PRESETS)
+NAMES = sorted(LAYER_SPECS)
 TASKS = ["vit", "causal_lm", "masked_lm", "node_classifier"]
 
 
@@ -104,7 +104,7 @@ def _compare(task, a, b, inputs, tolerance):
 def test_mix_at_gate_zero_is_diffusion(task):
     """Equal up to rounding (the FFN runs on the stacked (x, v) in the mix, on x alone in diffusion): the official
     mix's diffusion half is the pre-LN update x + Attn(LN x); on the graph model it is DIFFormer's h + dt a(h)."""
-    mixed, _, inputs = build(task, PRESETS["mix"].with_options(theta0=-math.inf))
+    mixed, _, inputs = build(task, LAYER_SPECS["mix"].with_options(theta0=-math.inf))
     diffusion = "diffusion"
     if task == "node_classifier":  # the graph model's diffusion is laplacian; compare at the mix's step
         diffusion = odeformer.Preset("Euler on the laplacian form", solvers.Euler, "laplacian", 0.5)
@@ -115,7 +115,7 @@ def test_mix_at_gate_zero_is_diffusion(task):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_light_wave_at_zero_momentum_is_diffusion(task):
-    heavy, _, inputs = build(task, PRESETS["light_wave"].with_options(theta0=-math.inf))
+    heavy, _, inputs = build(task, LAYER_SPECS["light_wave"].with_options(theta0=-math.inf))
     plain, _, _ = build(task, "diffusion")
     _same_weights(heavy, plain)
     _compare(task, heavy, plain, inputs, 0.0)
@@ -160,7 +160,7 @@ def test_trajectory_records_every_layer(solver):
     model, _, inputs = build("vit", solver)
     states = model.trajectory(*inputs)
     assert len(states) == 4
-    second = PRESETS[solver].stepper.second_order
+    second = LAYER_SPECS[solver].stepper.second_order
     assert all(isinstance(s, PhaseState) == (second and i > 0) for i, s in enumerate(states))
     if second:
         assert states[1].v.abs().sum() > 0
@@ -181,7 +181,7 @@ def test_schedules_and_callables():
 def test_strang_splitting_differs_from_lie_and_both_run():
     torch.manual_seed(0)
     lie = ViT(depth=2, dim=16, heads=2, solver="full_wave")
-    strang = ViT(depth=2, dim=16, heads=2, solver=odeformer.presets.preset("full_wave", splitting="strang"))
+    strang = ViT(depth=2, dim=16, heads=2, solver=odeformer.presets.layer_spec("full_wave", splitting="strang"))
     strang.load_state_dict(lie.state_dict())
     images = torch.randn(2, 1, 8, 8)
     assert not torch.allclose(lie(images), strang(images))
@@ -203,10 +203,10 @@ def test_per_layer_parameters_are_separate():
         (lambda: ViT(solver=["diffusion"] * 2, depth=3), "one entry per layer: got 2 for depth 3"),
         (lambda: ViT(dt=-0.5), "dt must be positive and finite"),
         (lambda: ViT(image_size=9, patch_size=2), "image_size must be divisible by patch_size"),
-        (lambda: odeformer.presets.preset("full_wave", splitting="yoshida"), "splitting must be one of lie, strang"),
-        (lambda: odeformer.presets.preset("full_wave", dt=0.0), "dt must be positive and finite"),
-        (lambda: odeformer.presets.preset("wave"), "unknown solver 'wave'; choose one of diffusion"),
-        (lambda: CausalLM(11, 8, solver=PRESETS["mix"].with_options(thetaa=1.0)), "bad options"),
+        (lambda: odeformer.presets.layer_spec("full_wave", splitting="yoshida"), "splitting must be one of lie, strang"),
+        (lambda: odeformer.presets.layer_spec("full_wave", dt=0.0), "dt must be positive and finite"),
+        (lambda: odeformer.presets.layer_spec("wave"), "unknown solver 'wave'; choose one of diffusion"),
+        (lambda: CausalLM(11, 8, solver=LAYER_SPECS["mix"].with_options(thetaa=1.0)), "bad options"),
         (lambda: NodeClassifier(5, 3, dim=10, heads=3), "dim must be divisible by heads"),
         (lambda: NodeClassifier(5, 3, attention="gat"), "attention must be 'simple', 'softmax' or 'graph_softmax'"),
     ],
@@ -293,7 +293,7 @@ def test_padding_leaves_a_sentences_features_and_class_as_they_are_under_every_p
     g = torch.Generator().manual_seed(5)
     sentence = torch.randint(1, 11, (2, 7), generator=g)
     padded = torch.cat([sentence, torch.zeros(2, 9, dtype=torch.long)], dim=1)
-    for name in PRESETS:
+    for name in LAYER_SPECS:
         if name == "reversible" and norm == "post":
             continue
         torch.manual_seed(0)

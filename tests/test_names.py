@@ -82,22 +82,33 @@ def test_the_stepper_table_states_each_schemes_claims():
         assert (cells[4] == "yes") == cls.symplectic and cells[5].startswith("yes") == cls.reversible
 
 
+def test_the_layer_spec_registry_s_old_names_are_its_new_ones():
+    """The README's and the examples' old public names stay, as the same objects; the library's are the new ones."""
+    import odeformer
+    from odeformer import presets
+
+    assert odeformer.preset is presets.layer_spec and odeformer.PRESETS is presets.LAYER_SPECS
+    assert odeformer.Preset is presets.LayerSpec
+    assert not hasattr(odeformer, "derive") and odeformer.spec_for_stepper is presets.spec_for_stepper
+    assert odeformer.spec_of("full_wave") is presets.LAYER_SPECS["full_wave"]
+
+
 def test_a_solver_name_means_one_thing():
     import solvers
     from odeformer.continuous import CONTINUOUS
-    from odeformer.presets import PRESETS, derive, resolve, solver_names
+    from odeformer.presets import LAYER_SPECS, solver_names, spec_for_stepper, spec_of
 
     names = solver_names()
     assert len(names) == len(set(names)) and not set(names) & set(CONTINUOUS)
-    for name in set(PRESETS) & set(solvers.STEPPERS):  # one entry serves both: the scheme's own layer
-        preset, derived = resolve(name), derive(solvers.STEPPERS[name], name)
+    for name in set(LAYER_SPECS) & set(solvers.STEPPERS):  # one entry serves both: the scheme's own layer
+        preset, derived = spec_of(name), spec_for_stepper(solvers.STEPPERS[name], name)
         built, own = preset.build(4), derived.build(4)
         assert repr(built) == repr(own) and preset.form == derived.form and preset.dt == derived.dt
         assert {k: v.tolist() for k, v in built.state_dict().items()} == {
             k: v.tolist() for k, v in own.state_dict().items()
         }
     # the official mix and the gated-mix scheme: two layers, two names
-    assert resolve("mix").build(4).stepper.order == 0 and resolve("position_mix").build(4).stepper.order == 1
+    assert spec_of("mix").build(4).stepper.order == 0 and spec_of("position_mix").build(4).stepper.order == 1
     assert "mix" not in solvers.STEPPERS
 
 
@@ -107,7 +118,7 @@ def test_a_taken_name_cannot_be_registered_twice(monkeypatch):
     import solvers
     from odeformer import presets
 
-    monkeypatch.setattr(presets, "PRESETS", dict(presets.PRESETS))
+    monkeypatch.setattr(presets, "LAYER_SPECS", dict(presets.LAYER_SPECS))
     registry = solvers._registry.Registry(solvers.STEPPERS)
     monkeypatch.setattr(solvers, "STEPPERS", registry)
 
@@ -119,10 +130,10 @@ def test_a_taken_name_cannot_be_registered_twice(monkeypatch):
     with pytest.raises(ValueError, match="stepper name 'heun' is taken by Heun"):
         solvers.STEPPERS.update(heun=Other)
     for name in ("full_wave", "dopri5", "position_mix"):  # a preset, a continuous solver, a scheme's own layer
-        spec = presets.preset("diffusion")
+        spec = presets.layer_spec("diffusion")
         with pytest.raises(ValueError, match=f"solver name '{name}' is taken by"):
             presets.register_solver(presets.replace(spec, name=name))
-    same = presets.replace(presets.derive(solvers.Euler, "euler"), doc="Euler, described")
+    same = presets.replace(presets.spec_for_stepper(solvers.Euler, "euler"), doc="Euler, described")
     assert presets.register_solver(same) is same  # a scheme's own layer, described: one entry for both
     registry["diffusion"] = Other  # a scheme of the user's under a preset's name (solvers cannot see presets)
     with pytest.raises(ValueError, match="solver name 'diffusion' names two things"):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import odeformer
-from odeformer import PRESETS, CausalLM, MaskedLM, NodeClassifier, ViT
+from odeformer import LAYER_SPECS, CausalLM, MaskedLM, NodeClassifier, ViT
 
 
 def _models(solver, **kw):
@@ -61,7 +61,7 @@ def test_reversible_refuses_dropout_and_mixed_schedules():
         ViT(depth=2, dim=16, heads=2, solver=["reversible", "full_wave"])
 
 
-@pytest.mark.parametrize("solver", sorted(set(PRESETS) - {"reversible"}))
+@pytest.mark.parametrize("solver", sorted(set(LAYER_SPECS) - {"reversible"}))
 def test_activation_checkpointing_changes_nothing(solver):
     model, inputs = _models(solver)[0]
     model = model.double()
@@ -95,7 +95,7 @@ def _assert_functional_call_grads_are_the_substituted_weights(model, inputs):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9, msg=lambda m, name=name: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("solver", sorted(PRESETS))
+@pytest.mark.parametrize("solver", sorted(LAYER_SPECS))
 def test_checkpointed_and_rebuilt_backward_under_functional_call_use_the_substituted_weights(solver):
     """``torch.func.functional_call`` binds other weights only for the call; a backward pass that recomputes steps
     (activation checkpointing) or rebuilds them (the reversible preset) runs after it, and must step with those

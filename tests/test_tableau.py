@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import odeformer
 import solvers
 from helpers import cli, cli_in_process
-from odeformer.presets import preset
+from odeformer.presets import layer_spec
 from solvers import TABLEAUX, Composition, PhaseState, RungeKutta, RungeKuttaNystrom, tableau
 from solvers._composition import as_nystrom, merged_sequence
 from solvers._order_conditions import rk_conditions, rk_order, rkn_order, rkn_symplectic_defect, rooted_trees
@@ -361,14 +361,14 @@ def test_families_are_learnable_per_layer_and_per_channel_and_keep_their_range()
 
 
 def test_the_tableau_preset_lays_out_the_layer_its_claims_call_for():
-    second = preset("tableau", options={"name": "forest_ruth"})
+    second = layer_spec("tableau", options={"name": "forest_ruth"})
     assert (second.stepper, second.form, second.dt, second.block_stepper) == (
         TABLEAUX["forest_ruth"],
         "laplacian",
         0.5,
         solvers.Split,
     )
-    first = preset("tableau", options={"A": [[], ["2/3"]], "b": ["1/4", "3/4"]})
+    first = layer_spec("tableau", options={"A": [[], ["2/3"]], "b": ["1/4", "3/4"]})
     assert (first.form, first.dt, first.block_stepper, first.stepper.order) == ("residual", 1.0, solvers.Whole, 2)
     assert first.scheme["A"] == [[], [2 / 3]] and first.scheme["order"] == 2 and not first.scheme["symplectic"]
     model = odeformer.ViT(depth=2, dim=8, heads=2, solver=second)
@@ -378,8 +378,9 @@ def test_the_tableau_preset_lays_out_the_layer_its_claims_call_for():
 
 @pytest.mark.slow  # two layer-order measurements (about 10 s each)
 def test_tableau_layers_measure_their_declared_order():
-    assert odeformer.check_preset(preset("tableau", options={"drifts": [0, 1], "kicks": [0.5, 0.5]}))["declared"] == 1
-    assert odeformer.check_preset(preset("tableau", options={"name": "ralston"}))["declared"] == 2
+    splitting = layer_spec("tableau", options={"drifts": [0, 1], "kicks": [0.5, 0.5]})
+    assert odeformer.check_preset(splitting)["declared"] == 1
+    assert odeformer.check_preset(layer_spec("tableau", options={"name": "ralston"}))["declared"] == 2
 
 
 @pytest.mark.slow  # trains from the command line (about 10 s); bad coefficients are checked in the default suite

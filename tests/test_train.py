@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 import odeformer.app.runs as runs
 import odeformer.app.train as entry
 from helpers import cli, cli_in_process
-from odeformer import PRESETS
+from odeformer import LAYER_SPECS
 from odeformer.app.batches import EpochSampler, WindowSampler
 from odeformer.app.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from odeformer.continuous import ContinuousBackbone
@@ -67,7 +67,7 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
             "model.heads=2",
         ]
     )
-    if model == "difformer" and solver not in PRESETS and solver not in STEPPERS:
+    if model == "difformer" and solver not in LAYER_SPECS and solver not in STEPPERS:
         with pytest.raises(ValueError, match=f"continuous solver '{solver}' has no layers"):
             runs.build(OmegaConf.to_container(cfg, resolve=True))
         return
@@ -76,8 +76,8 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
             runs.build(OmegaConf.to_container(cfg, resolve=True))
         return
     data, net, info = runs.build(OmegaConf.to_container(cfg, resolve=True))
-    if solver in PRESETS or solver in STEPPERS:
-        scheme = PRESETS[solver].stepper if solver in PRESETS else STEPPERS[solver]
+    if solver in LAYER_SPECS or solver in STEPPERS:
+        scheme = LAYER_SPECS[solver].stepper if solver in LAYER_SPECS else STEPPERS[solver]
         assert len(net.backbone.layers) == 2 and info["solver"] == solver
         assert type(net.backbone.layers[0].stepper) is scheme
     else:  # a continuous solver: one weight-tied block, recorded at depth + 1 times

@@ -26,13 +26,15 @@ from typing import Any, Optional  # OmegaConf reads these annotations at runtime
 import solvers
 
 from ..continuous import CONTINUOUS
-from ..presets import resolve, solver_names, stepper_parameters
+from ..presets import solver_names, spec_of, stepper_parameters
 from ..tasks import TASK_MODELS, TaskSpec
 
 
 @dataclass
 class SolverConfig:
-    """The block dynamics: a solver name (a preset or a registered scheme) and its changes (``odeformer.preset``)."""
+    """The block dynamics: a solver name (a preset or a registered scheme) and its changes, which
+    :func:`odeformer.presets.layer_spec` applies. The ``_target_`` is an identifier the runs' table looks up
+    (``odeformer.app.runs.SOLVER_TARGETS``), never imported; it keeps the function's old name, which saved runs hold."""
 
     _target_: str = "odeformer.preset"
     name: str = "diffusion"
@@ -128,7 +130,7 @@ def _default(value: Any) -> Any:
 
 def stepper_options(name: str) -> dict[str, Any]:
     """The options a solver's stepper takes, with the solver's defaults: what ``solver.options`` may set."""
-    chosen = resolve(name)
+    chosen = spec_of(name)
     out = {}
     for key, parameter in stepper_parameters(chosen.stepper).items():
         if key == "dim" or parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):

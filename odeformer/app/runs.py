@@ -76,7 +76,7 @@ def target(node: dict[str, Any], allowed: tuple[str, ...], group: str, source: P
 
     from .. import continuous
 
-    builders = {"odeformer.preset": odeformer.preset, "odeformer.continuous.continuous": continuous.continuous}
+    builders = {"odeformer.preset": odeformer.layer_spec, "odeformer.continuous.continuous": continuous.continuous}
     return {**model_targets(), **builders}[name]
 
 

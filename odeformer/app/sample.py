@@ -101,7 +101,7 @@ def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = N
     """The run's model (a registered text model, e.g. ``CausalLM``) from its stored config, through the package's
     registered builders only: the model's ``_target_`` is looked up in the task registry, never imported."""
     from ..continuous import CONTINUOUS, continuous
-    from ..presets import preset, solver_names
+    from ..presets import layer_spec, solver_names
 
     solver, model = config.get("solver"), config.get("model")
     if not isinstance(solver, dict) or not isinstance(model, dict):
@@ -129,7 +129,7 @@ def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = N
             )
         if options.get("ffn") is not None and options["ffn"] not in solver_names():
             raise SampleError(f"the run's ffn scheme {options['ffn']!r} is not registered; refused.")
-        chosen = preset(**{**options, "stepper": own})
+        chosen = layer_spec(**{**options, "stepper": own})
     arguments = {k: v for k, v in model.items() if not k.startswith("_")}
     try:
         return spec.model(vocab_size=vocab_size, solver=chosen, **arguments)
