@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 import odeformer.app.runs as runs
 import odeformer.app.train as entry
+import solvers
 from helpers import cli, cli_in_process
 from odeformer import LAYER_SPECS
 from odeformer.app.batches import EpochSampler, WindowSampler
@@ -79,7 +80,7 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
     if solver in LAYER_SPECS or solver in STEPPERS:
         scheme = LAYER_SPECS[solver].stepper if solver in LAYER_SPECS else STEPPERS[solver]
         assert len(net.backbone.layers) == 2 and info["solver"] == solver
-        assert type(net.backbone.layers[0].stepper) is scheme
+        assert solvers.made_as(type(net.backbone.layers[0].stepper)) is scheme  # the class it was made as
     else:  # a continuous solver: one weight-tied block, recorded at depth + 1 times
         assert isinstance(net.backbone, ContinuousBackbone) and net.backbone.preset.name == solver
         assert len(net.trajectory(*_inputs(data))) == 3 and net.solver_stats()["nfe"] > 0
