@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 CONSTRAINTS ?= constraints.txt
 PIP_CONSTRAINTS := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 STAMP := $(VENV)/.installed
+# Test processes run side by side (pytest-xdist), one torch thread each; JOBS=0 runs the tests in one process.
+JOBS ?= 2
 
 .PHONY: test test-slow train bench setup clean data
 
@@ -17,10 +19,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(JOBS)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -m slow
+	$(PY) -m pytest -m slow -n $(JOBS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run --results docs/RESULTS.md

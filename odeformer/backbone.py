@@ -34,7 +34,7 @@ from .continuous import ContinuousBackbone, ContinuousPreset
 from .fields import AttentionField, FeedForward, JointIdentity
 from .joint import JointLayerNorm
 from .layer import JointDropout, Layer, StateMap
-from .presets import LayerSpec, resolve
+from .presets import LayerSpec, spec_of
 
 Solver = str | LayerSpec | Sequence[str | LayerSpec] | Callable[[int], str | LayerSpec]
 """A solver name or :class:`LayerSpec` for every layer, a sequence with one per layer, or ``layer_index -> preset``."""
@@ -47,68 +47,33 @@ def schedule(solver: Solver, depth: int) -> list[LayerSpec]:
     if not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be a positive int, got {depth!r}.")
     if isinstance(solver, (str, LayerSpec, type)):
-        return [resolve(solver)] * depth
+        return [spec_of(solver)] * depth
     if callable(solver):
-        return [resolve(solver(i)) for i in range(depth)]
-    presets = [resolve(s) for s in solver]
+        return [spec_of(solver(i)) for i in range(depth)]
+    presets = [spec_of(s) for s in solver]
     if len(presets) != depth:
         raise ValueError(f"a solver schedule needs one entry per layer: got {len(presets)} for depth {depth}.")
     return presets
 
 
 class Backbone(nn.Module):
-    """A stack of :class:`~odeformer.layer.Layer` s integrated in depth; see the module docstring.
+    """A stack of :class:`~odeformer.layer.Layer` s integrated in depth, then ``norm``; see the module docstring.
+    :func:`backbone` builds one (and :func:`transformer` one of standard fields): the layers come built, each with its
+    own step, so nothing here reads ``dt`` or builds a field.
 
-    ``make_attention(form)`` and ``make_ffn()`` build one layer's fields (``make_ffn=None``: attention only, as in
-    DIFFormer); ``make_norm()`` (post-norm layout) builds the map that follows each sublayer, a joint module with
-    ``position(x)`` and ``forward(x, v)``; ``dt=None`` takes each preset's default step (a number replaces every
-layer's, checked once, in its :class:`~odeformer.presets.LayerSpec`), ``form=None`` each preset's
-    attention form; ``tie_weights=True`` builds the fields once and shares them across depth, and each map once per
-    role (after the attention, after the FFN), so each layer has the maps it has untied;
     ``checkpoint=True`` recomputes each layer in the backward pass instead of storing its activations. A backbone of
     ``memory="rebuild"`` layers (the ``reversible`` preset) stores only its final state when training and rebuilds the
     others by inverting the layers.
     """
 
-    def __init__(
-        self,
-        depth: int,
-        dim: int,
-        solver: Solver,
-        make_attention: Callable[[str], nn.Module],
-        make_ffn: Callable[[], nn.Module] | None,
-        dt: float | None = None,
-        final_norm: bool = True,
-        form: str | None = None,
-        tie_weights: bool = False,
-        checkpoint: bool = False,
-        make_norm: Callable[[], nn.Module] | None = None,
-        norm_eps: float = 1e-5,
-    ):
+    def __init__(self, layers: Sequence[Layer], norm: nn.Module | None = None, checkpoint: bool = False):
         super().__init__()
-        presets = schedule(solver, depth)
-        if dt is not None:  # the model's step replaces every layer's (checked here, once: the spec checks it)
-            presets = [replace(p, dt=dt) for p in presets]
-        self.checkpoint = checkpoint
-        if tie_weights and len({p.form if form is None else form for p in presets}) > 1:
-            raise ValueError(
-                "tie_weights shares one attention field, whose form is fixed, but the schedule mixes the residual "
-                "and laplacian forms; give every layer one form: odeformer.preset(name, form='laplacian') in the "
-                "schedule."
-            )
-        layers: list[Layer] = []
-        shared: dict[str, nn.Module] = {}  # tied: one map per role, built where a layer first needs it
-        for p in presets:
-            if tie_weights and layers:  # one set of fields for every layer, each with its own stepper
-                attention, ffn = layers[0].attention, layers[0].ffn
-            else:
-                attention = make_attention(p.form if form is None else form)
-                ffn = None if make_ffn is None else make_ffn()
-            maps = _maps(p, ffn is not None, make_norm, shared if tie_weights else None)
-            layers.append(Layer(p, dim, attention, ffn, *maps))
+        if not layers or not all(isinstance(layer, Layer) for layer in layers):
+            raise ValueError("a Backbone needs at least one layer, each an odeformer.layer.Layer.")
         self.layers = nn.ModuleList(layers)
-        self.norm = nn.LayerNorm(dim, eps=norm_eps) if final_norm else nn.Identity()
-        memory = {p.memory for p in presets}
+        self.norm = nn.Identity() if norm is None else norm
+        self.checkpoint = checkpoint
+        memory = {layer.spec.memory for layer in layers}
         if len(memory) > 1:
             raise ValueError(
                 "a schedule cannot mix the reversible preset with others: its backward rebuilds every layer."
@@ -118,7 +83,7 @@ layer's, checked once, in its :class:`~odeformer.presets.LayerSpec`), ``form=Non
             for i, layer in enumerate(self.layers):
                 if not layer.reversible:
                     raise ValueError(
-                        f"layer {i} ({layer.dynamics!r}) cannot be inverted, so the reversible backward cannot "
+                        f"layer {i} ({layer.block_stepper!r}) cannot be inverted, so the reversible backward cannot "
                         "rebuild through it; every sub-step must be reversible and no norm may follow a sublayer."
                     )
             if any(_drops(m) for m in self.layers.modules()):
@@ -209,24 +174,41 @@ def backbone(
     final_norm: bool = True,
     norm_eps: float = 1e-5,
 ) -> nn.Module:
-    """A discrete :class:`Backbone`, or a :class:`~odeformer.continuous.ContinuousBackbone` when ``solver`` is a
-    :class:`~odeformer.continuous.ContinuousPreset` (adaptive solvers; weights are tied by construction)."""
+    """The one builder of a backbone from its fields: a :class:`Backbone` of ``depth`` layers, or a
+    :class:`~odeformer.continuous.ContinuousBackbone` when ``solver`` is a
+    :class:`~odeformer.continuous.ContinuousPreset` (adaptive solvers; weights are tied by construction).
+
+    ``make_attention(form)`` and ``make_ffn()`` build one layer's fields (``make_ffn=None``: attention only, as in
+    DIFFormer); ``make_norm()`` (post-norm layout) builds the map that follows each sublayer, a joint module with
+    ``position(x)`` and ``forward(x, v)``; ``dt=None`` takes each preset's default step (a number replaces every
+    layer's, checked once, in its :class:`~odeformer.presets.LayerSpec`), ``form=None`` each preset's attention form;
+    ``tie_weights=True`` builds the fields once and shares them across depth, and each map once per role (after the
+    attention, after the FFN), so each layer has the maps it has untied; ``final_norm`` puts a LayerNorm (epsilon
+    ``norm_eps``) after the last layer; ``checkpoint`` as in :class:`Backbone`.
+    """
     if isinstance(solver, ContinuousPreset):
         return ContinuousBackbone(depth, dim, solver, make_attention, make_ffn, form=form)
-    return Backbone(
-        depth,
-        dim,
-        solver,
-        make_attention,
-        make_ffn,
-        dt=dt,
-        form=form,
-        tie_weights=tie_weights,
-        checkpoint=checkpoint,
-        make_norm=make_norm,
-        final_norm=final_norm,
-        norm_eps=norm_eps,
-    )
+    specs = schedule(solver, depth)
+    if dt is not None:  # the model's step replaces every layer's (checked here, once: the spec checks it)
+        specs = [replace(p, dt=dt) for p in specs]
+    if tie_weights and len({p.form if form is None else form for p in specs}) > 1:
+        raise ValueError(
+            "tie_weights shares one attention field, whose form is fixed, but the schedule mixes the residual "
+            "and laplacian forms; give every layer one form: odeformer.layer_spec(name, form='laplacian') in the "
+            "schedule."
+        )
+    layers: list[Layer] = []
+    shared: dict[str, nn.Module] = {}  # tied: one map per role, built where a layer first needs it
+    for p in specs:
+        if tie_weights and layers:  # one set of fields for every layer, each with its own stepper
+            attention, ffn = layers[0].attention, layers[0].ffn
+        else:
+            attention = make_attention(p.form if form is None else form)
+            ffn = None if make_ffn is None else make_ffn()
+        maps = _maps(p, ffn is not None, make_norm, shared if tie_weights else None)
+        layers.append(Layer(p, dim, attention, ffn, *maps))
+    norm = nn.LayerNorm(dim, eps=norm_eps) if final_norm else None
+    return Backbone(layers, norm, checkpoint=checkpoint)
 
 
 def transformer(

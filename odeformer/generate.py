@@ -117,6 +117,8 @@ def _time(t: Any) -> Any:
 
 
 def _same_time(first: Any, t: Any) -> bool:
+    if type(t) is float and type(first) is float:  # the common case, without the ABC checks (per evaluation)
+        return first == t
     if isinstance(t, numbers.Real) and isinstance(first, float):
         return first == float(t)
     return True  # a tensor time (continuous depth) is not read back from the device
@@ -157,7 +159,7 @@ def new_cache(model: nn.Module, capacity: int | None = None) -> KVCache:
     capacity = model.max_len if capacity is None else capacity
     if not layers:  # continuous depth: one field
         return KVCache(1, capacity, [f" ({backbone.preset.name})"])
-    return KVCache(len(layers), capacity, [f" ({layer.dynamics!r})" for layer in layers])
+    return KVCache(len(layers), capacity, [f" ({layer.block_stepper!r})" for layer in layers])
 
 
 def cacheable(model: nn.Module) -> bool:
@@ -305,7 +307,7 @@ def _run(model, tokens, max_new_tokens, temperature, top_k, generator, use_cache
 
 def _signature(model: nn.Module) -> tuple:
     layers = getattr(model.backbone, "layers", [])
-    return tuple((type(layer.dynamics), repr(layer.dynamics), type(layer.stepper)) for layer in layers)
+    return tuple((type(layer.block_stepper), repr(layer.block_stepper), type(layer.stepper)) for layer in layers)
 
 
 def _check_causal(model: nn.Module, sequence: Tensor, cached: Tensor) -> None:

@@ -200,7 +200,7 @@ class _Copier:
         missed = [
             name
             for name, p in self.model.named_parameters()
-            if id(p) not in self.written and ".dynamics." not in name  # a scheme's own parameters (λ, γ) are new
+            if id(p) not in self.written and ".block_stepper." not in name  # a scheme's own parameters (λ, γ) are new
         ]
         if missed:
             raise RuntimeError(f"from_hf left parameters uncopied: {', '.join(missed)}.")

@@ -372,6 +372,8 @@ class JointMLP(nn.Module):
             hidden = self.act.phi(hidden)
         else:  # nothing will differentiate it (inference): φ in place, without a second hidden-size buffer
             hidden = self.act.phi_into(hidden, out=hidden)
+        if not (self.training and self.drop.p > 0):  # no dropout to apply: skip its two calls (a token's pass)
+            return self.fc2(hidden)
         return self.drop(self.fc2(self.drop(hidden)))
 
     def forward(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

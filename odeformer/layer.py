@@ -64,13 +64,17 @@ class JointDropout(nn.Module):
 
 class Layer(AbstractStepper, abstract=True):
     """One layer: its fields (attention, optional FFN), optional maps after each (post-norm), its block stepper
-    (``dynamics``: :class:`solvers.Split` or :class:`solvers.Whole`, built from ``spec``) and its step ``spec.dt``.
+    (``block_stepper``: a :class:`solvers.Split` or :class:`solvers.Whole`, built from ``spec.block_stepper``) and its
+    step ``spec.dt``.
 
     It is the stepper the backbone's depth loop drives (:func:`solvers.iterate` with ``dt=None``: each layer steps by
     its own ``dt``, checked once, where ``spec`` was made). Its field is the call-time context (a dict such as
     ``{"attn_mask": mask}``, or ``None``), which reaches the attention field: :meth:`init`, :meth:`step` and, where
-    the dynamics is reversible and no map follows a sublayer, :meth:`inverse`. Its claims are its dynamics' on its own
-    block.
+    the block stepper is reversible and no map follows a sublayer, :meth:`inverse`. Its claims are its block
+    stepper's on its own block.
+
+    Checkpoints written when the block stepper's attribute was named ``dynamics`` load as they are: their
+    ``….dynamics.…`` parameter names are read as ``….block_stepper.…``.
     """
 
     def __init__(
@@ -84,9 +88,9 @@ class Layer(AbstractStepper, abstract=True):
     ):
         super().__init__()
         self.spec = spec
-        self.attention, self.ffn, self.dynamics = attention, ffn, spec.build(dim)
+        self.attention, self.ffn, self.block_stepper = attention, ffn, spec.build(dim)
         self.after_attention, self.after_ffn = after_attention, after_ffn
-        self.claim(Claims.of(self.dynamics.on(self.block())))  # its dynamics' claims on its own block
+        self.claim(Claims.of(self.block_stepper.on(self.block())))  # its block stepper's claims on its own block
 
     @property
     def dt(self) -> float:
@@ -96,31 +100,38 @@ class Layer(AbstractStepper, abstract=True):
     @property
     def stepper(self) -> AbstractStepper:
         """The layer's scheme (the stepper on the attention field)."""
-        return self.dynamics.stepper
+        return self.block_stepper.stepper
 
     def block(self, context: dict[str, Any] | None = None) -> Block:
-        """The layer's fields as the :class:`solvers.Block` its dynamics steps on (attention bound to ``context``)."""
+        """The layer's fields as the :class:`solvers.Block` its block stepper steps on (attention bound to
+        ``context``)."""
         attention = self.attention
         if context:
             attention = _Bound(self.attention, context)
         return Block(attention, self.ffn, self.after_attention, self.after_ffn)
 
     def init(self, field: dict[str, Any] | None, t0: Time, y0: Y) -> Carry:
-        return self.dynamics.init(self.block(field), t0, y0)
+        return self.block_stepper.init(self.block(field), t0, y0)
 
     def step(self, field: dict[str, Any] | None, t: Time, y: Y, dt: StepSize, state: Carry) -> tuple[Y, Carry]:
         """One step of ``dt`` (the driver passes the layer's own); ``field`` is the context, e.g. ``attn_mask``."""
-        return self.dynamics.step(self.block(field), t, y, dt, state)
+        return self.block_stepper.step(self.block(field), t, y, dt, state)
 
     def inverse(self, field: dict[str, Any] | None, t: Time, y1: Y, dt: StepSize) -> Y:
-        """The input of :meth:`step` from its output (reversible dynamics, no maps)."""
-        return self.dynamics.inverse(self.block(field), t, y1, dt)
+        """The input of :meth:`step` from its output (a reversible block stepper, no maps)."""
+        return self.block_stepper.inverse(self.block(field), t, y1, dt)
 
     def continues(self, previous: AbstractStepper) -> bool:
-        return isinstance(previous, Layer) and self.dynamics.continues(previous.dynamics)
+        return isinstance(previous, Layer) and self.block_stepper.continues(previous.block_stepper)
 
     def extra_repr(self) -> str:
         return f"dt={self.dt:g}"
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        old = prefix + "dynamics."  # the block stepper's earlier name, in checkpoints written before the rename
+        for key in [key for key in state_dict if key.startswith(old)]:
+            state_dict[prefix + "block_stepper." + key[len(old) :]] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 class _Bound:

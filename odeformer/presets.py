@@ -641,9 +641,3 @@ def check_preset(
     )
     with torch.no_grad():
         return check_layer(stepper, problem)
-
-
-# old names, still used by backbone.py/layer.py until they switch
-# (resolve: backbone.py; preset: tests/test_generate.py and backbone.py's message)
-resolve = spec_of
-preset = layer_spec

@@ -20,6 +20,14 @@ settings.register_profile("dev", derandomize=True, deadline=None, max_examples=2
 settings.register_profile("explore", deadline=None, max_examples=20)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# Test processes side by side (pytest-xdist, `make test`): the cores are shared out, so each process runs torch on its
+# share of them instead of every process on all of them.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    torch.set_num_threads(max(1, cores // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
 # Real datasets: CI sets ODEFORMER_DATA (and ODEFORMER_REQUIRE_DATA=1); a checkout beside ../shared/data finds them
 # there too, unless ODEFORMER_NO_SHARED_DATA=1 (how to see what a fresh clone sees).
 _GIVEN = bool(os.environ.get("ODEFORMER_DATA"))

@@ -79,7 +79,7 @@ def test_every_layer_claims_what_its_parts_make(name):
         assert Claims.of(dynamics.on(block)) == _expected(dynamics, ffn, maps), (ffn, maps)
         after = nn.Identity() if maps else None
         layer = Layer(spec, 4, nn.Identity(), nn.Identity() if ffn else None, after, after if ffn else None)
-        assert Claims.of(layer) == _expected(layer.dynamics, ffn, maps), (ffn, maps)
+        assert Claims.of(layer) == _expected(layer.block_stepper, ffn, maps), (ffn, maps)
 
 
 @pytest.mark.parametrize("name", SPECS)
@@ -87,7 +87,7 @@ def test_no_instance_states_a_claim_of_its_own(name):
     """One way to declare: a claim is a class variable, never an instance attribute shadowing one."""
     spec = SPECS[name]
     layer = Layer(spec, 4, nn.Identity(), nn.Identity())
-    for stepper in (layer, layer.dynamics, layer.stepper, getattr(layer.dynamics, "ffn", layer.stepper)):
+    for stepper in (layer, layer.block_stepper, layer.stepper, getattr(layer.block_stepper, "ffn", layer.stepper)):
         assert not set(CLAIMS) & set(vars(stepper)), type(stepper).__name__
         assert Claims.of(stepper) == Claims.of(type(stepper))
 

@@ -13,7 +13,7 @@ import odeformer
 import solvers
 from odeformer.continuous import continuous
 from odeformer.generate import CacheError, new_cache, pick
-from odeformer.presets import preset
+from odeformer.presets import layer_spec
 
 VOCAB, MAX_LEN, PROMPT, NEW = 13, 16, 3, 6
 
@@ -72,10 +72,10 @@ def _moved(model, families):
 
 SCHEDULES = {
     **{name: name for name in odeformer.solver_names()},  # every preset and every registered stepper
-    **{f"tableau_{name}": preset("tableau", options={"name": name}) for name in solvers.TABLEAUX},
-    "full_wave_strang": preset("full_wave", splitting="strang"),
-    "diffusion_strang": preset("diffusion", splitting="strang"),
-    "velocity_verlet_strang": preset("velocity_verlet", splitting="strang"),
+    **{f"tableau_{name}": layer_spec("tableau", options={"name": name}) for name in solvers.TABLEAUX},
+    "full_wave_strang": layer_spec("full_wave", splitting="strang"),
+    "diffusion_strang": layer_spec("diffusion", splitting="strang"),
+    "velocity_verlet_strang": layer_spec("velocity_verlet", splitting="strang"),
     "hybrid": ["diffusion", "full_wave", "light_wave"],
 }
 LEARNABLE = (solvers.TwoStageRK, solvers.SymmetricSplitting, solvers.TripleJump)
@@ -194,7 +194,7 @@ def user_schemes(tmp_path, monkeypatch):
 
 
 def test_a_users_scheme_from_solver_stepper_caches_without_writing_anything(user_schemes):
-    model = _lm(preset("diffusion", stepper=f"{user_schemes}.Ralston"))
+    model = _lm(layer_spec("diffusion", stepper=f"{user_schemes}.Ralston"))
     _cached_equals_recomputed(model)
     cache = new_cache(model)
     with torch.no_grad():
@@ -203,7 +203,7 @@ def test_a_users_scheme_from_solver_stepper_caches_without_writing_anything(user
 
 
 def test_a_scheme_whose_evaluations_vary_is_a_one_line_error(user_schemes):
-    model = _lm(preset("diffusion", stepper=f"{user_schemes}.Restless"))
+    model = _lm(layer_spec("diffusion", stepper=f"{user_schemes}.Restless"))
     with pytest.raises(CacheError, match=r"evaluated its attention .*cache=False") as caught:
         model.generate(_prompt(), 3, temperature=0.0)
     assert "\n" not in str(caught.value)
@@ -213,7 +213,7 @@ def test_a_scheme_whose_evaluations_vary_is_a_one_line_error(user_schemes):
 
 
 def test_a_scheme_that_mixes_tokens_is_caught_by_comparison_with_recomputation(user_schemes):
-    model = _lm(preset("diffusion", stepper=f"{user_schemes}.Centred"))
+    model = _lm(layer_spec("diffusion", stepper=f"{user_schemes}.Centred"))
     with pytest.raises(CacheError, match=r"not causal token by token.*cache=False") as caught:
         model.generate(_prompt(), 3, temperature=0.0)
     assert "\n" not in str(caught.value)

@@ -151,6 +151,25 @@ def test_dropout_uses_one_mask_for_state_and_velocity():
     torch.testing.assert_close((out_plus - out) / eps, dv, rtol=1e-5, atol=1e-5)
 
 
+def test_position_drops_out_in_training_only():
+    """The plain MLP (``position``) applies its dropout on the hidden and the output in training, and none in eval
+    mode or at rate 0 (where it skips the dropout calls)."""
+    x = torch.randn(64, 6, dtype=torch.float64)
+    mlp = JointMLP(6, 12, "gelu", dropout=0.5).double()
+    plain = mlp.fc2(mlp.act.phi(mlp.fc1(x)))
+    torch.testing.assert_close(mlp.eval().position(x), plain, rtol=0, atol=0)
+    mlp.train()
+    torch.manual_seed(0)
+    first = mlp.position(x)
+    torch.manual_seed(0)
+    hidden = torch.nn.functional.dropout(mlp.act.phi(mlp.fc1(x)), 0.5, True)
+    expected = torch.nn.functional.dropout(mlp.fc2(hidden), 0.5, True)
+    torch.testing.assert_close(first, expected, rtol=0, atol=0)
+    assert not torch.equal(first, plain)
+    mlp.drop.p = 0.0
+    torch.testing.assert_close(mlp.position(x), plain, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
 def test_second_derivatives_are_exact(name):
     act = ACTIVATIONS[name]

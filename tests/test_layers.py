@@ -305,7 +305,7 @@ def test_tied_post_norm_layers_are_the_untied_ones_with_shared_weights(schedule)
     for role in ("after_attention", "after_ffn"):
         assert len({id(getattr(layer, role)) for layer in tied.layers if getattr(layer, role) is not None}) == 1
     for i, (a, b) in enumerate(zip(tied.layers, untied.layers)):
-        for role in ("attention", "ffn", "after_attention", "after_ffn", "dynamics"):
+        for role in ("attention", "ffn", "after_attention", "after_ffn", "block_stepper"):
             source, target = getattr(a, role), getattr(b, role)
             assert (source is None) == (target is None), (
                 f"layer {i} ({schedule[i]}): {role} tied {source}, untied {target}"

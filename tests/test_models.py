@@ -39,8 +39,8 @@ def build(task, solver, **kw):
 # Parameters whose gradient is structurally zero: the first layer's momentum/damping acts on a zero velocity (v0 = 0,
 # x_{-1} = x0), so nothing depends on it yet.
 STRUCTURAL_ZEROS = {
-    "light_wave": "backbone.layers.0.dynamics.stepper.",
-    "damped": "backbone.layers.0.dynamics.stepper.",
+    "light_wave": "backbone.layers.0.block_stepper.stepper.",
+    "damped": "backbone.layers.0.block_stepper.stepper.",
 }
 
 
@@ -57,6 +57,27 @@ def test_every_preset_on_every_task(task, solver):
             assert torch.all(p.grad == 0), name
         else:
             assert p.grad.abs().sum() > 0, f"{name} gets no gradient under {solver}"
+
+
+
+@pytest.mark.parametrize("solver", ["light_wave", "damped", "mix"])
+def test_checkpoints_naming_the_block_stepper_dynamics_still_load(solver):
+    """A layer's block stepper was stored under ``dynamics``: such a state dict loads strictly, each scheme
+    parameter into its place, and a model saved now names it ``block_stepper``."""
+    torch.manual_seed(0)
+    saved = CausalLM(vocab_size=11, max_len=6, depth=2, dim=8, heads=2, solver=solver)
+    with torch.no_grad():
+        for name, p in saved.named_parameters():
+            if ".block_stepper." in name:
+                p.add_(torch.randn_like(p))  # moved away from the fresh model's values
+    state = saved.state_dict()
+    scheme_keys = [k for k in state if ".block_stepper." in k]
+    assert scheme_keys and not any(".dynamics." in k for k in state)
+    old = {k.replace(".block_stepper.", ".dynamics."): v for k, v in state.items()}
+    fresh = CausalLM(vocab_size=11, max_len=6, depth=2, dim=8, heads=2, solver=solver)
+    fresh.load_state_dict(old)  # strict: nothing missing, nothing unexpected
+    for key, value in fresh.state_dict().items():
+        torch.testing.assert_close(value, state[key], rtol=0, atol=0)
 
 
 def _reference_pre_ln(model: CausalLM, tokens):

@@ -33,8 +33,10 @@ def check_tokens(tokens: Tensor, vocab_size: int, max_len: int, name: str) -> No
         raise ValueError(f"{name} expects integer tokens of shape (B, T), got {tuple(tokens.shape)} {tokens.dtype}.")
     if tokens.shape[1] > max_len:
         raise ValueError(f"{name}: sequence length {tokens.shape[1]} exceeds max_len={max_len}.")
-    if not torch.compiler.is_compiling() and tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
-        raise ValueError(f"{name}: token ids must lie in [0, {vocab_size}), got [{tokens.min()}, {tokens.max()}].")
+    if not torch.compiler.is_compiling() and tokens.numel():
+        low, high = (int(bound) for bound in torch.aminmax(tokens))  # one reduction (checked on every pass)
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name}: token ids must lie in [0, {vocab_size}), got [{low}, {high}].")
 
 
 DiagnosticBatch = Callable[[Any, nn.Module, int], tuple[tuple[Any, ...], dict[str, Any]]]
