@@ -366,6 +366,15 @@ class JointMLP(nn.Module):
         self.fc2 = nn.Linear(hidden, dim)
         self.drop = nn.Dropout(dropout)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["act"]  # functions made at run time (pickle cannot find them by name): rebuilt from the name
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.act = activation(self.activation_name)
+
     def position(self, x: Tensor) -> Tensor:
         hidden = self.fc1(x)
         if hidden.requires_grad or transformed():

@@ -228,6 +228,15 @@ class AbstractStepper(nn.Module):
         """Declare ``claims`` for this instance, made of parts: it becomes an instance of :func:`claimed_class`."""
         self.__class__ = claimed_class(type(self), claims)
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A stepper made of parts is an instance of a class made at run time, which pickle cannot find by name: it is
+        # pickled as the class it was constructed as and its claims, and unpickled as an instance of the same class.
+        reduced = super().__reduce_ex__(protocol)
+        cls = type(self)
+        if not _is_claimed(cls) or not isinstance(reduced, tuple) or len(reduced) < 3:
+            return reduced
+        return (_claimed_instance, (made_as(cls), cls.__dict__["_claims"]), *reduced[2:])
+
     def limit_field(self, field: Field) -> Callable[[Time, Y], Y]:
         """The first-order vector field whose flow this stepper approximates to ``order`` as ``dt -> 0``.
 
@@ -293,9 +302,21 @@ def claimed_class(cls: type[AbstractStepper], claims: Claims) -> type[AbstractSt
                 break
             stated.update(name for name in CLAIMS if name in c.__dict__)
         declared = {name: getattr(claims, name) for name in CLAIMS if name not in stated}
-        namespace = {**declared, "_made_as": cls, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        namespace = {
+            **declared,
+            "_made_as": cls,
+            "_claims": claims,
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+        }
         _CLAIMED[key] = type(cls.__name__, (cls,), namespace)
     return _CLAIMED[key]
+
+
+def _claimed_instance(cls: type[AbstractStepper], claims: Claims) -> AbstractStepper:
+    """An empty instance of :func:`claimed_class` ``(cls, claims)``, for unpickling (its state is set after)."""
+    made = claimed_class(cls, claims)
+    return made.__new__(made)
 
 
 def transformed() -> bool:

@@ -80,6 +80,29 @@ def test_checkpoints_naming_the_block_stepper_dynamics_still_load(solver):
         torch.testing.assert_close(value, state[key], rtol=0, atol=0)
 
 
+
+@pytest.mark.parametrize("solver", NAMES)
+def test_a_whole_model_pickles_and_copies(solver):
+    """``torch.save(model)`` (the whole module, not only its weights) and ``copy.deepcopy`` give the same model: each
+    module of the same class (a layer made of parts is an instance of a class made at run time, with its claims) and
+    the same logits."""
+    import copy
+    import io
+
+    torch.manual_seed(0)
+    model = CausalLM(vocab_size=11, max_len=6, depth=2, dim=8, heads=2, solver=solver).double().eval()
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    tokens = torch.randint(0, 11, (2, 6))
+    for other in (torch.load(buffer, weights_only=False), copy.deepcopy(model)):
+        for (name, a), (_, b) in zip(model.named_modules(), other.named_modules(), strict=True):
+            assert type(a) is type(b), name
+        for a, b in zip(model.backbone.layers, other.backbone.layers, strict=True):
+            assert solvers.Claims.of(a) == solvers.Claims.of(b)
+        torch.testing.assert_close(other(tokens), model(tokens), rtol=0, atol=0)
+
+
 def _reference_pre_ln(model: CausalLM, tokens):
     """A hand-written nanoGPT-style pre-LN transformer reading the model's weights."""
     x = model.embed.tokens(tokens) + model.embed.positions(torch.arange(tokens.shape[1]))
