@@ -7,8 +7,8 @@ import torch
 
 import odeformer.app.train as entry
 from helpers import cli
+from odeformer.app.builder import build
 from odeformer.app.diagnose import TITLES, _readable_log_ticks, _tick_label, batch_of, fresh_config, main
-from odeformer.app.runs import build
 from odeformer.diagnostics import layer_measures
 
 SMALL = ["train=debug", "data=digits", "model.depth=3", "model.dim=16", "model.heads=2"]

@@ -64,7 +64,7 @@ def test_the_check_finds_an_application_import(tmp_path):
     (tmp_path / "odeformer" / "app").mkdir()
     (tmp_path / "odeformer" / "app" / "train.py").write_text("from ..presets import preset\n")  # app -> library: fine
     (tmp_path / "odeformer" / "tasks" / "x.py").write_text(
-        "import odeformer.app.train\nfrom ..app import runs\nfrom .. import app\nfrom ..presets import preset\n"
+        "import odeformer.app.train\nfrom ..app import builder\nfrom .. import app\nfrom ..presets import preset\n"
         "def f():\n    from ..app.checkpoints import load_checkpoint\n"
     )
     (tmp_path / "odeformer" / "y.py").write_text("from .app.config import Config\nfrom .application import z\n")

@@ -230,7 +230,7 @@ def test_learned_coefficients_are_each_layers_own_after_training(tmp_path):
     the nearest known member; a fixed row adds nothing."""
     import torch
 
-    from odeformer.app.runs import load_run
+    from odeformer.app.builder import load_run
 
     tiny = ["experiment=digits_vit", "model.depth=3", "model.dim=8", "model.heads=2", "train.max_steps=2"]
     tiny += ["train.eval_every=2", "train.progress=false"]

@@ -17,6 +17,7 @@ import pytest
 
 import odeformer.app.train as entry
 from helpers import cli_in_process
+from odeformer.app.builder import build, estimate_memory
 from odeformer.app.checkpoints import (
     CheckpointError,
     CheckpointWriteError,
@@ -26,7 +27,6 @@ from odeformer.app.checkpoints import (
     lock_run_directory,
     save_checkpoint,
 )
-from odeformer.app.runs import build, estimate_memory
 
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2", "train.eval_batches=1"]
 

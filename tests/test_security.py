@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from odeformer.app import diagnose, reproduce
+from odeformer.app.builder import UsageError, build, load_run
 from odeformer.app.checkpoints import FORMAT, CheckpointError, load_checkpoint
-from odeformer.app.runs import UsageError, build, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -456,7 +456,7 @@ def test_the_learned_integrators_sections_compose_and_build():
     and are what the section's coefficient table reads."""
     from omegaconf import OmegaConf
 
-    import odeformer.app.runs as runs
+    import odeformer.app.builder as builder
     import odeformer.app.train as entry
     from odeformer.app.reproduce import SECTIONS, coefficients
 
@@ -470,7 +470,7 @@ def test_the_learned_integrators_sections_compose_and_build():
         assert section.learned, section.title
         for _, row, _, _, overrides in section.runs()[:: len(section.seeds)]:
             cfg = entry.compose([*overrides, "model.depth=2", "model.dim=16", "model.heads=2"])
-            _, model, _ = runs.build(OmegaConf.to_container(cfg, resolve=True))
+            _, model, _ = builder.build(OmegaConf.to_container(cfg, resolve=True))
             kinds.add(type(model.backbone.layers[1].stepper).__name__)
             found = coefficients(model)
             assert bool(found) == ("learned" in row), row  # a learned row has one coefficient per layer, a fixed none

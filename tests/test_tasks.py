@@ -9,9 +9,9 @@ from omegaconf import OmegaConf
 from torch import nn
 
 import odeformer.app.train as entry
+from odeformer.app.builder import build, default_model
 from odeformer.app.config import model_config
 from odeformer.app.objectives import OBJECTIVES, make_objective
-from odeformer.app.runs import build, default_model
 from odeformer.data import DATASETS, data_kind, load
 from odeformer.data._common import KINDS
 from odeformer.diagnostics import layer_measures

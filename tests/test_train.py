@@ -14,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import odeformer.app.runs as runs
+import odeformer.app.builder as builder
 import odeformer.app.train as entry
 import solvers
 from helpers import cli, cli_in_process
@@ -70,13 +70,13 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
     )
     if model == "difformer" and solver not in LAYER_SPECS and solver not in STEPPERS:
         with pytest.raises(ValueError, match=f"continuous solver '{solver}' has no layers"):
-            runs.build(OmegaConf.to_container(cfg, resolve=True))
+            builder.build(OmegaConf.to_container(cfg, resolve=True))
         return
     if model == "difformer" and solver == "reversible":  # a norm after every layer cannot be inverted
         with pytest.raises(ValueError, match="cannot be inverted"):
-            runs.build(OmegaConf.to_container(cfg, resolve=True))
+            builder.build(OmegaConf.to_container(cfg, resolve=True))
         return
-    data, net, info = runs.build(OmegaConf.to_container(cfg, resolve=True))
+    data, net, info = builder.build(OmegaConf.to_container(cfg, resolve=True))
     if solver in LAYER_SPECS or solver in STEPPERS:
         scheme = LAYER_SPECS[solver].stepper if solver in LAYER_SPECS else STEPPERS[solver]
         assert len(net.backbone.layers) == 2 and info["solver"] == solver
@@ -98,7 +98,7 @@ def _inputs(data):
 def test_model_mlp_hidden_sets_the_ffn_width(model):
     overrides = [f"model={model}", "data=synthetic", f"data.options.task={DATA_FOR_MODEL[model]}", "data.options.n=64"]
     cfg = _compose([*overrides, "model.dim=16", "model.heads=2", "model.depth=1", "model.mlp_hidden=24"])
-    _, net, _ = runs.build(OmegaConf.to_container(cfg, resolve=True))
+    _, net, _ = builder.build(OmegaConf.to_container(cfg, resolve=True))
     widths = {m.out_features for m in net.backbone.modules() if isinstance(m, torch.nn.Linear) and m.in_features == 16}
     assert 24 in widths and 64 not in widths  # 64 would be the default int(4.0 * 16)
 
@@ -111,7 +111,7 @@ def test_model_norm_post_puts_a_layernorm_after_every_sublayer(model):
     nets = {}
     for norm in ("pre", "post"):
         cfg = _compose([*overrides, *small, f"model.norm={norm}"])
-        _, nets[norm], _ = runs.build(OmegaConf.to_container(cfg, resolve=True))
+        _, nets[norm], _ = builder.build(OmegaConf.to_container(cfg, resolve=True))
     assert _compose([*overrides, *small]).model.norm == "pre"
     for layer in nets["pre"].backbone.layers:
         assert isinstance(layer.attention.norm, torch.nn.LayerNorm) and layer.after_attention is None
@@ -138,7 +138,7 @@ def _files_read_by(group):
 @pytest.mark.data(only=_files_read_by("data"))
 @pytest.mark.parametrize("data", _fashion_marked(entry.choices("data")))
 def test_every_data_option_composes_and_loads(data):
-    cfg = _compose([f"data={data}", f"model={runs.default_model('image')}"])
+    cfg = _compose([f"data={data}", f"model={builder.default_model('image')}"])
     loaded = load(cfg.data.name, cfg.data.root, **OmegaConf.to_container(cfg.data.options, resolve=True))
     assert set(loaded.splits) == {"train", "val", "test"}
 
@@ -147,7 +147,7 @@ def test_every_data_option_composes_and_loads(data):
 @pytest.mark.parametrize("experiment", _fashion_marked(entry.choices("experiment")))
 def test_every_experiment_composes_and_builds(experiment):
     cfg = _compose([f"experiment={experiment}"])
-    data, model, info = runs.build(OmegaConf.to_container(cfg, resolve=True))
+    data, model, info = builder.build(OmegaConf.to_container(cfg, resolve=True))
     assert info["depth"] == cfg.model.depth and data.kind == task_of(model).data
 
 

@@ -1,4 +1,4 @@
-"""Build a run (dataset, model, description) from a plain config dict, without Hydra.
+"""Build a run (dataset, model, description) from a plain config dict, without Hydra: the application's one builder.
 
 The training entry point composes the config with Hydra and calls :func:`build`; ``odeformer-diagnose`` and the
 reproduction script rebuild a finished run from the resolved config stored in its checkpoints, and :func:`load_run`

@@ -422,7 +422,7 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
 
 def _check_identity(last: Path, info: dict[str, Any], config: dict[str, Any]) -> None:
     """A ``last.pt`` without a stored config: resume it only into the solver, model, data and depth it names."""
-    from .runs import describe  # the names build() gives a config, without building it
+    from .builder import describe  # the names build() gives a config, without building it
 
     now = describe(config)
     missing = [key for key in IDENTITY if info.get(key) is None]

@@ -33,8 +33,9 @@ from ..tasks import TASK_MODELS, TaskSpec
 @dataclass
 class SolverConfig:
     """The block dynamics: a solver name (a preset or a registered scheme) and its changes, which
-    :func:`odeformer.presets.layer_spec` applies. The ``_target_`` is an identifier the runs' table looks up
-    (``odeformer.app.runs.SOLVER_TARGETS``), never imported; it keeps the function's old name, which saved runs hold."""
+    :func:`odeformer.presets.layer_spec` applies. The ``_target_`` is an identifier the builder's table looks up
+    (``odeformer.app.builder.SOLVER_TARGETS``), never imported; it keeps the function's old name, which saved runs
+    hold."""
 
     _target_: str = "odeformer.preset"
     name: str = "diffusion"

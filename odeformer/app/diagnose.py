@@ -28,8 +28,8 @@ from omegaconf import OmegaConf
 from ..data import DatasetNotFound, TaskData, load
 from ..diagnostics import layer_measures
 from ..tasks import task_of
+from .builder import UsageError, build, default_model, load_run
 from .checkpoints import CheckpointError
-from .runs import UsageError, build, default_model, load_run
 
 
 class Measure(NamedTuple):

@@ -472,8 +472,8 @@ def _measure_costs(job: tuple[list[str], dict[str, list[str]], dict[str, list[st
     from omegaconf import OmegaConf
 
     from . import train
+    from .builder import build
     from .objectives import make_objective
-    from .runs import build
 
     fixed, rows, columns, rounds = job
     per_column = []
@@ -613,8 +613,8 @@ DIAGNOSED = ("cosine", "dirichlet_normalised", "feature_variance", "spectral_gap
 
 def oversmoothing(section: Section, column: str, results: list[Result], runs_dir: Path, out: Path) -> list[str]:
     """Diagnose the seed-0 runs of ``column``, one curve per row; return the PNG names."""
+    from .builder import load_run
     from .diagnose import diagnose
-    from .runs import load_run
 
     chosen = [(row, name) for name, row, c, seed, _, _ in results if seed == 0 and c == column]
     runs = []
@@ -657,7 +657,7 @@ def learned_coefficients(
     value (the per-channel spread as a band) against the section's known members, and a table of the per-layer means
     with the nearest known member. A scheme of one's own is rebuilt from the row's own overrides (code), not from
     what its checkpoint says."""
-    from .runs import load_run
+    from .builder import load_run
 
     found: dict[str, dict[str, Any]] = {}
     for name, row, _, seed, overrides, _ in results:

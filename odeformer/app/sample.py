@@ -28,8 +28,8 @@ from torch import nn
 
 from ..generate import sample_text
 from ..tasks import TaskSpec
+from .builder import SOLVER_TARGETS, model_targets
 from .checkpoints import load_checkpoint
-from .runs import SOLVER_TARGETS, model_targets
 
 
 class SampleError(ValueError):

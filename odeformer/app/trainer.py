@@ -208,8 +208,8 @@ class Trainer:
         }
 
     def best_state(self) -> dict[str, Any]:
-        """``best.pt``: the weights at ``best_step`` and the run's description (what :func:`odeformer.app.runs.load_run`
-        and the summary's test evaluation read)."""
+        """``best.pt``: the weights at ``best_step`` and the run's description (what
+        :func:`odeformer.app.builder.load_run` and the summary's test evaluation read)."""
         return {
             "format": FORMAT,
             "step": self.best_step,
