@@ -281,6 +281,8 @@ class JointLayerNorm(nn.Module):
         """``(x_out, v_out)`` stacked as one ``(2, ..., D)`` tensor (what :meth:`JointMLP.stacked` takes)."""
         if transformed():
             return _plain_joint_layer_norm(x, v, self.weight, self.bias, self.eps, self.mode == "exact")
+        if not torch.is_grad_enabled():  # nothing will differentiate it: the forward pass without autograd's record
+            return _joint_layer_norm(x, v, self.weight, self.bias, self.eps, self.mode == "exact")[0]
         return _JointLayerNorm.apply(x, v, self.weight, self.bias, self.eps, self.mode == "exact")
 
 
@@ -295,6 +297,14 @@ def _plain_joint_layer_norm(x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, 
     """:class:`_JointLayerNorm`'s map, ``stack(γ ⊙ x̂ + β, γ ⊙ u)``, in ordinary differentiable operations."""
     x_hat, inv_std = _normalise(x, (-1,), eps)
     return torch.stack((x_hat * weight + bias, _velocity(x_hat, inv_std, v, exact) * weight))  # (2, ..., D)
+
+
+def _joint_layer_norm(x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, eps: float, exact: bool):
+    """:class:`_JointLayerNorm`'s forward pass: ``(stack(LN(x), u ⊙ γ), mean, 1/s)``."""
+    out_x, mean, inv_std = torch.native_layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    x_hat = (x - mean) * inv_std if exact else None
+    u = _velocity(x_hat, inv_std, v, exact)
+    return torch.stack((out_x, u * weight)), mean, inv_std
 
 
 def _sum_leading(t: Tensor) -> Tensor:
@@ -314,13 +324,10 @@ class _JointLayerNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, v, weight, bias, eps: float, exact: bool):
-        shape = (x.shape[-1],)
-        out_x, mean, inv_std = torch.native_layer_norm(x, shape, weight, bias, eps)
-        x_hat = (x - mean) * inv_std if exact else None
-        u = _velocity(x_hat, inv_std, v, exact)
+        out, mean, inv_std = _joint_layer_norm(x, v, weight, bias, eps, exact)
         ctx.save_for_backward(x, v, mean, inv_std, weight, bias)
         ctx.eps, ctx.exact = eps, exact
-        return torch.stack((out_x, u * weight))
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -399,6 +406,8 @@ class JointMLP(nn.Module):
             return self._dropout(out[0] + self.fc2.bias, out[1])
         if transformed():
             return _plain_joint_mlp(xv, *weights, self.act)
+        if not torch.is_grad_enabled():  # nothing will differentiate it: the forward pass without autograd's record
+            return _joint_mlp(xv, *weights, self.act)[0]
         return _JointMLP.apply(xv, *weights, self.act)
 
     def _dropout(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -466,6 +475,21 @@ def _product_into(a: Tensor, b: Tensor, out: Tensor) -> Tensor:
     return a @ b
 
 
+def _joint_mlp(xv: Tensor, weight1: Tensor, bias1: Tensor, weight2: Tensor, bias2: Tensor, act: Activation):
+    """:class:`_JointMLP`'s forward pass: ``((out_x, out_v), p)``, ``p`` the pre-activations of state and velocity."""
+    rows = xv.reshape(-1, xv.shape[-1])  # (2M, D): the state's rows, then the velocity's
+    pre = rows @ weight1.t()  # (2M, H)
+    tokens = pre.shape[0] // 2
+    pre_x, pre_v = pre[:tokens], pre[tokens:]
+    pre_x += bias1
+    hidden = _WORKSPACE.take("hidden", pre)
+    act.phi_into(pre_x, out=hidden[:tokens])
+    act.prime_times(pre_v, pre_x, out=hidden[tokens:])
+    out = hidden @ weight2.t()  # (2M, D)
+    out[:tokens] += bias2
+    return out.view(xv.shape[:-1] + out.shape[-1:]).unbind(0), pre
+
+
 class _JointMLP(torch.autograd.Function):
     """``xv = stack(x, v) -> (φ(p_x) W₂ᵀ + b₂, (φ'(p_x) ⊙ p_v) W₂ᵀ)``, ``p = stack(x W₁ᵀ + b₁, v W₁ᵀ)``, saving ``xv``
     and ``p`` (what autograd's two linear layers would save) and recomputing the hidden layer in the backward pass.
@@ -482,20 +506,11 @@ class _JointMLP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xv: Tensor, weight1: Tensor, bias1: Tensor, weight2: Tensor, bias2: Tensor, act: Activation):
-        rows = xv.reshape(-1, xv.shape[-1])  # (2M, D): the state's rows, then the velocity's
-        pre = rows @ weight1.t()  # (2M, H)
-        tokens = pre.shape[0] // 2
-        pre_x, pre_v = pre[:tokens], pre[tokens:]
-        pre_x += bias1
-        hidden = _WORKSPACE.take("hidden", pre)
-        act.phi_into(pre_x, out=hidden[:tokens])
-        act.prime_times(pre_v, pre_x, out=hidden[tokens:])
-        out = hidden @ weight2.t()  # (2M, D)
-        out[:tokens] += bias2
+        out, pre = _joint_mlp(xv, weight1, bias1, weight2, bias2, act)
         ctx.save_for_backward(xv, pre, weight1, bias1, weight2, bias2)
         ctx.act = act
         ctx.autocast = AutocastState.capture(pre)
-        return out.view(xv.shape[:-1] + out.shape[-1:]).unbind(0)
+        return out
 
     @staticmethod
     def backward(ctx, grad_x: Tensor, grad_v: Tensor):

@@ -151,6 +151,28 @@ def test_dropout_uses_one_mask_for_state_and_velocity():
     torch.testing.assert_close((out_plus - out) / eps, dv, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["paper", "exact"])
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_without_grad_the_joint_maps_skip_autograd_and_agree(name, mode):
+    """Under ``no_grad`` and ``inference_mode`` the joint LayerNorm and MLP run their forward pass without the
+    autograd Function (generation's path): the same numbers, bit for bit, and nothing that tracks a graph."""
+    torch.manual_seed(0)
+    norm, mlp = JointLayerNorm(6, mode=mode).double(), JointMLP(6, 12, name).double().eval()
+    with torch.no_grad():
+        norm.weight.add_(torch.randn(6, dtype=torch.float64))
+    x, v = torch.randn(3, 5, 6, dtype=torch.float64), torch.randn(3, 5, 6, dtype=torch.float64)
+    stacked = norm.stacked(x, v)
+    expected = (stacked, *mlp.stacked(stacked))
+    assert expected[0].grad_fn is not None
+    for context in (torch.no_grad, torch.inference_mode):
+        with context():
+            got = norm.stacked(x, v)
+            got = (got, *mlp.stacked(got))
+        for a, b in zip(got, expected, strict=True):
+            assert a.grad_fn is None and not a.requires_grad
+            torch.testing.assert_close(a, b.detach(), rtol=0, atol=0)
+
+
 def test_position_drops_out_in_training_only():
     """The plain MLP (``position``) applies its dropout on the hidden and the output in training, and none in eval
     mode or at rate 0 (where it skips the dropout calls)."""
