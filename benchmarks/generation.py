@@ -6,10 +6,9 @@ is reported beside the cache's own as the ceiling at this size.
 
 At batch 1 and GPT-2's benchmark shape a token's pass is nearly all per-operation overhead (about 30 small kernels a
 layer), while a recomputed pass over ~150 tokens is a few real matrix products; so even the hand-written loop, with
-nothing but the kernels, gains only about 5× from its cache here (4.5× by CPU time, 5.5× by wall time in runs on the
-shared 2-core machine, where the library's cache gained 3.7× by CPU time). The gap between the two is the library's
-Python per layer (the scheme, the split, the fields as modules); the gain grows with the batch (``--batch 8``) and
-the model.
+nothing but the kernels, gains only 5× to 9× from its cache here, depending on the machine's load (the library's
+cache 3.5× to 6× alike). The gap between the two is the library's Python per layer (the scheme, the split, the
+fields as modules); the gain grows with the batch (``--batch 8``) and the model.
 
     python -m benchmarks.generation [--rounds 3] [--tokens 256] [--threads 1] [--batch 1]
 
