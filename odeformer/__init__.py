@@ -19,7 +19,7 @@ def _interrupted_while_starting() -> None:
 
 
 try:
-    from .backbone import Backbone, schedule, transformer
+    from .backbone import Backbone, Fields, schedule, transformer
     from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
     from .hf import from_hf
     from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
@@ -50,6 +50,7 @@ __all__ = [
     "PRESETS",
     "AttentionField",
     "Backbone",
+    "Fields",
     "CausalLM",
     "DIFFormer",
     "FeedForward",

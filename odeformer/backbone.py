@@ -19,7 +19,7 @@ Two layouts: ``norm="pre"`` (the fields normalise their input, a final LayerNorm
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -58,8 +58,8 @@ def schedule(solver: Solver, depth: int) -> list[LayerSpec]:
 
 class Backbone(nn.Module):
     """A stack of :class:`~odeformer.layer.Layer` s integrated in depth, then ``norm``; see the module docstring.
-    :func:`backbone` builds one (and :func:`transformer` one of standard fields): the layers come built, each with its
-    own step, so nothing here reads ``dt`` or builds a field.
+    :func:`transformer` builds one: the layers come built, each with its own step, so nothing here reads ``dt`` or
+    builds a field.
 
     ``checkpoint=True`` recomputes each layer in the backward pass instead of storing its activations. A backbone of
     ``memory="rebuild"`` layers (the ``reversible`` preset) stores only its final state when training and rebuilds the
@@ -160,34 +160,108 @@ def _drops(module: nn.Module) -> bool:
     return isinstance(rate, (int, float)) and rate > 0
 
 
-def backbone(
+@dataclass(frozen=True)
+class Fields:
+    """One layer's fields, where they are not :func:`transformer`'s standard ones (``transformer(..., fields=...)``).
+
+    ``attention(form)`` and ``ffn()`` build one layer's fields (``ffn=None``: attention only, as in DIFFormer);
+    ``maps()`` (post-norm layouts) builds the map that follows each sublayer, a joint module with ``position(x)`` and
+    ``forward(x, v)``; ``final_norm`` puts a LayerNorm (epsilon ``norm_eps``) after the last layer.
+    """
+
+    attention: Callable[[str], nn.Module]
+    ffn: Callable[[], nn.Module] | None = None
+    maps: Callable[[], nn.Module] | None = None
+    final_norm: bool = True
+    norm_eps: float = 1e-5
+
+
+def _standard_fields(
+    dim: int,
+    heads: int,
+    mask: str,
+    impl: str,
+    mlp_ratio: float,
+    activation: str,
+    ln_mode: str,
+    dropout: float,
+    norm: str,
+    norm_eps: float | None,
+    qkv_bias: bool,
+    mlp_hidden: int | None,
+) -> Fields:
+    """Softmax attention and the FFN, in the pre- or post-norm layout (see :func:`transformer`)."""
+    if not isinstance(dim, int) or not isinstance(heads, int) or heads < 1 or dim % heads:
+        raise ValueError(f"dim must be divisible by heads: got dim={dim}, heads={heads}.")
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {norm!r}.")
+    eps, ffn_eps = (1e-5, 1e-6) if norm_eps is None else (norm_eps, norm_eps)
+    joint_norm = partial(JointLayerNorm, mode=ln_mode, eps=ffn_eps)
+    post = norm == "post"
+    attention = partial(
+        AttentionField,
+        dim,
+        heads,
+        mask=mask,
+        impl=impl,
+        dropout=dropout,
+        qkv_bias=qkv_bias,
+        norm_layer=nn.Identity if post else partial(nn.LayerNorm, eps=eps),
+    )
+    hidden = int(mlp_ratio * dim) if mlp_hidden is None else mlp_hidden
+    ffn = partial(FeedForward, dim, hidden, activation, ln_mode, dropout, JointIdentity if post else joint_norm)
+    return Fields(attention, ffn, partial(joint_norm, dim) if post else None, final_norm=not post, norm_eps=eps)
+
+
+def transformer(
     depth: int,
     dim: int,
+    heads: int,
     solver: Solver | ContinuousPreset,
-    make_attention: Callable[[str], nn.Module],
-    make_ffn: Callable[[], nn.Module] | None,
     dt: float | None = None,
-    form: str | None = None,
+    mask: str = "full",
+    impl: str = "auto",
+    mlp_ratio: float = 4.0,
+    activation: str = "gelu",
+    ln_mode: str = "paper",
+    dropout: float = 0.0,
     tie_weights: bool = False,
     checkpoint: bool = False,
-    make_norm: Callable[[], nn.Module] | None = None,
-    final_norm: bool = True,
-    norm_eps: float = 1e-5,
+    norm: str = "pre",
+    norm_eps: float | None = None,
+    qkv_bias: bool = True,
+    mlp_hidden: int | None = None,
+    *,
+    form: str | None = None,
+    fields: Fields | None = None,
 ) -> nn.Module:
-    """The one builder of a backbone from its fields: a :class:`Backbone` of ``depth`` layers, or a
-    :class:`~odeformer.continuous.ContinuousBackbone` when ``solver`` is a
-    :class:`~odeformer.continuous.ContinuousPreset` (adaptive solvers; weights are tied by construction).
+    """The one builder of a backbone: a :class:`Backbone` of ``depth`` layers, or a
+    :class:`~odeformer.continuous.ContinuousBackbone` (one weight-tied block) when ``solver`` is a
+    :class:`~odeformer.continuous.ContinuousPreset`.
 
-    ``make_attention(form)`` and ``make_ffn()`` build one layer's fields (``make_ffn=None``: attention only, as in
-    DIFFormer); ``make_norm()`` (post-norm layout) builds the map that follows each sublayer, a joint module with
-    ``position(x)`` and ``forward(x, v)``; ``dt=None`` takes each preset's default step (a number replaces every
-    layer's, checked once, in its :class:`~odeformer.presets.LayerSpec`), ``form=None`` each preset's attention form;
-    ``tie_weights=True`` builds the fields once and shares them across depth, and each map once per role (after the
-    attention, after the FFN), so each layer has the maps it has untied; ``final_norm`` puts a LayerNorm (epsilon
-    ``norm_eps``) after the last layer; ``checkpoint`` as in :class:`Backbone`.
+    The fields are softmax attention (:class:`~odeformer.fields.AttentionField`, ``heads`` heads, ``mask``, ``impl``,
+    ``qkv_bias``, attention ``dropout``) and an FFN (hidden width ``mlp_hidden``, or ``int(mlp_ratio * dim)``;
+    ``activation``; ``ln_mode`` for the velocity through its LayerNorm), unless ``fields`` (a :class:`Fields`, e.g.
+    a graph's attention and no FFN) replaces them, and with them those options. ``norm="pre"``: each field normalises
+    its input (``Attn(LN x)``, ``MLP(LN x)``) and a LayerNorm follows the last layer; ``norm="post"``: the fields read
+    the state as it is (``Attn(x)``, ``MLP(x)``) and a joint LayerNorm follows every sublayer, as in BERT.
+    ``norm_eps`` sets every LayerNorm's epsilon (``None``: 1e-5, and 1e-6 for the FFN's joint LayerNorm).
+
+    ``dt=None`` takes each preset's default step (a number replaces every layer's, checked once, in its
+    :class:`~odeformer.presets.LayerSpec`), ``form=None`` each preset's attention form; ``tie_weights=True`` builds
+    the fields once and shares them across depth, and each map once per role (after the attention, after the FFN),
+    so each layer has the maps it has untied; ``checkpoint`` as in :class:`Backbone`.
     """
+    if fields is None:
+        fields = _standard_fields(
+            dim, heads, mask, impl, mlp_ratio, activation, ln_mode, dropout, norm, norm_eps, qkv_bias, mlp_hidden
+        )
+        if norm == "post" and isinstance(solver, ContinuousPreset):
+            raise ValueError(
+                "norm='post' applies a LayerNorm after each layer's sublayers; continuous solvers have none."
+            )
     if isinstance(solver, ContinuousPreset):
-        return ContinuousBackbone(depth, dim, solver, make_attention, make_ffn, form=form)
+        return ContinuousBackbone(depth, dim, solver, fields.attention, fields.ffn, form=form)
     specs = schedule(solver, depth)
     if dt is not None:  # the model's step replaces every layer's (checked here, once: the spec checks it)
         specs = [replace(p, dt=dt) for p in specs]
@@ -203,78 +277,9 @@ def backbone(
         if tie_weights and layers:  # one set of fields for every layer, each with its own stepper
             attention, ffn = layers[0].attention, layers[0].ffn
         else:
-            attention = make_attention(p.form if form is None else form)
-            ffn = None if make_ffn is None else make_ffn()
-        maps = _maps(p, ffn is not None, make_norm, shared if tie_weights else None)
+            attention = fields.attention(p.form if form is None else form)
+            ffn = None if fields.ffn is None else fields.ffn()
+        maps = _maps(p, ffn is not None, fields.maps, shared if tie_weights else None)
         layers.append(Layer(p, dim, attention, ffn, *maps))
-    norm = nn.LayerNorm(dim, eps=norm_eps) if final_norm else None
-    return Backbone(layers, norm, checkpoint=checkpoint)
-
-
-def transformer(
-    depth: int,
-    dim: int,
-    heads: int,
-    solver: Solver,
-    dt: float | None = None,
-    mask: str = "full",
-    impl: str = "auto",
-    mlp_ratio: float = 4.0,
-    activation: str = "gelu",
-    ln_mode: str = "paper",
-    dropout: float = 0.0,
-    tie_weights: bool = False,
-    checkpoint: bool = False,
-    norm: str = "pre",
-    norm_eps: float | None = None,
-    qkv_bias: bool = True,
-    mlp_hidden: int | None = None,
-) -> nn.Module:
-    """The standard backbone: softmax attention (:class:`~odeformer.fields.AttentionField`) and an FFN per layer
-    (or one weight-tied block for a continuous ``solver``).
-
-    ``norm="pre"``: each field normalises its input (``Attn(LN x)``, ``MLP(LN x)``) and a LayerNorm follows the last
-    layer; ``norm="post"``: the fields read the state as it is (``Attn(x)``, ``MLP(x)``) and a joint LayerNorm
-    (``ln_mode`` for the velocity) follows every sublayer, as in BERT. ``norm_eps`` sets every LayerNorm's epsilon
-    (``None``: 1e-5, and 1e-6 for the FFN's joint LayerNorm). The FFN's hidden width is ``mlp_hidden``, or
-    ``int(mlp_ratio * dim)``.
-    """
-    if not isinstance(dim, int) or not isinstance(heads, int) or heads < 1 or dim % heads:
-        raise ValueError(f"dim must be divisible by heads: got dim={dim}, heads={heads}.")
-    if norm not in NORMS:
-        raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {norm!r}.")
-    eps, ffn_eps = (1e-5, 1e-6) if norm_eps is None else (norm_eps, norm_eps)
-    joint_norm = partial(JointLayerNorm, mode=ln_mode, eps=ffn_eps)
-    post = norm == "post"
-    if post and isinstance(solver, ContinuousPreset):
-        raise ValueError("norm='post' applies a LayerNorm after each layer's sublayers; continuous solvers have none.")
-    return backbone(
-        depth,
-        dim,
-        solver,
-        make_attention=partial(
-            AttentionField,
-            dim,
-            heads,
-            mask=mask,
-            impl=impl,
-            dropout=dropout,
-            qkv_bias=qkv_bias,
-            norm_layer=nn.Identity if post else partial(nn.LayerNorm, eps=eps),
-        ),
-        make_ffn=partial(
-            FeedForward,
-            dim,
-            int(mlp_ratio * dim) if mlp_hidden is None else mlp_hidden,
-            activation,
-            ln_mode,
-            dropout,
-            JointIdentity if post else joint_norm,
-        ),
-        dt=dt,
-        tie_weights=tie_weights,
-        checkpoint=checkpoint,
-        make_norm=partial(joint_norm, dim) if post else None,
-        final_norm=not post,
-        norm_eps=eps,
-    )
+    norm_layer = nn.LayerNorm(dim, eps=fields.norm_eps) if fields.final_norm else None
+    return Backbone(layers, norm_layer, checkpoint=checkpoint)

@@ -24,12 +24,14 @@ SYNTHETIC = ["data=synthetic", "data.options.n=64"]
 
 def _python_defaults(spec):
     """Every keyword default the constructor (and the callable it passes its other options to) gives, read from the
-    signatures here, independently of how the config is generated."""
+    signatures here, independently of how the config is generated; the callable's keyword-only arguments are objects
+    for Python callers (the backbone's ``fields``), not settings."""
     own = inspect.signature(spec.model.__init__).parameters
     defaults = {k: p.default for k, p in own.items() if p.default is not p.empty}
     if spec.options_to is not None:
         passed = inspect.signature(spec.options_to).parameters
-        defaults |= {k: p.default for k, p in passed.items() if k not in own and p.default is not p.empty}
+        settings = {k: p for k, p in passed.items() if p.kind is not p.KEYWORD_ONLY}
+        defaults |= {k: p.default for k, p in settings.items() if k not in own and p.default is not p.empty}
     return {k: v for k, v in defaults.items() if k not in ("solver", *spec.sizes, *spec.set_by_model)}
 
 

@@ -175,13 +175,16 @@ def model_config(name: str) -> type:
     """The config node class of the registered task model ``name`` (:data:`odeformer.tasks.TASK_MODELS`), made from
     its constructor's signature: ``_target_``, then every keyword argument with its default except ``solver`` and the
     sizes the data gives, then those of the callable its other keyword arguments go to (the transformer backbone's),
-    except the ones the model sets itself. ``odeformer.ViT(...)`` and ``model=vit`` therefore share their defaults."""
+    except the ones the model sets itself and its keyword-only ones (objects for Python callers, such as ``fields``).
+    ``odeformer.ViT(...)`` and ``model=vit`` therefore share their defaults."""
     spec: TaskSpec = TASK_MODELS[name]
     own = spec.model.__init__
     fields: list[tuple[str, Any, Any]] = [("_target_", str, spec.target)]
     fields += _keywords(own, {"self", "solver", *spec.sizes})
     if spec.options_to is not None:
-        taken = {*inspect.signature(own).parameters, *spec.set_by_model}
+        parameters = inspect.signature(spec.options_to).parameters
+        python_only = {key for key, p in parameters.items() if p.kind is p.KEYWORD_ONLY}  # objects, not settings
+        taken = {*inspect.signature(own).parameters, *spec.set_by_model, *python_only}
         fields += _keywords(spec.options_to, taken)
     node = make_dataclass(
         f"{spec.model.__name__}Config", [(key, kind, field(default=value)) for key, kind, value in fields]

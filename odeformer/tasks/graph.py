@@ -21,7 +21,7 @@ from torch import Tensor, nn
 import solvers
 from solvers import transformed
 
-from ..backbone import Solver, backbone, schedule
+from ..backbone import Fields, Solver, schedule, transformer
 from ..continuous import ContinuousPreset
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
 from ..joint import JointLayerNorm, JointSequential, vjp_with_graph
@@ -124,14 +124,14 @@ class NodeClassifier(TaskModel):
             raise ValueError(f"dim must be divisible by heads: got dim={dim}, heads={heads}.")
         self.in_features, self.attention = in_features, attention
         self.encoder = nn.Sequential(nn.Dropout(dropout), nn.Linear(in_features, dim), nn.ReLU(), nn.Dropout(dropout))
-        self.backbone = backbone(
+        self.backbone = transformer(
             depth,
             dim,
+            heads,
             _laplacian_mix(solver, depth),
-            make_attention=lambda preset_form: GraphDiffusionField(dim, heads, preset_form, graph_weight, attention),
-            make_ffn=None,
-            dt=dt,
+            dt,
             form=form,
+            fields=Fields(lambda preset_form: GraphDiffusionField(dim, heads, preset_form, graph_weight, attention)),
         )
         self.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, num_classes))
 
@@ -397,16 +397,18 @@ class DIFFormer(TaskModel):
             drop = JointDropout(state_dropout)
             return JointSequential(JointLayerNorm(dim, mode=ln_mode, eps=1e-5), drop) if norm == "post" else drop
 
-        self.backbone = backbone(
+        self.backbone = transformer(
             depth,
             dim,
+            heads,
             _laplacian_mix(solver, depth),
-            make_attention=lambda preset_form: DIFFormerField(dim, heads, preset_form, propagation),
-            make_ffn=None,
-            dt=dt,
+            dt,
             form=form,
-            make_norm=make_norm,
-            final_norm=False,
+            fields=Fields(
+                lambda preset_form: DIFFormerField(dim, heads, preset_form, propagation),
+                maps=make_norm,
+                final_norm=False,
+            ),
         )
         self.classifier = nn.Linear(dim, num_classes)
         self._adjacency: tuple[Any, Tensor] | None = None
