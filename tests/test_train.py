@@ -686,3 +686,24 @@ def test_an_out_dir_that_is_a_file_is_one_line_and_exit_2(tmp_path):
         assert done.returncode == 2, done.stderr
         assert f"cannot be made: {afile} is a file, not a folder" in _error_line(done)
     assert afile.read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("solver", sorted(LAYER_SPECS))
+def test_weight_decay_reaches_every_layer_weight_and_no_scheme_parameter(solver):
+    """``train.decay=matrices``: every weight matrix of the layers' fields is decayed, whatever the
+    scheme; a scheme's own parameters (under a layer's ``block_stepper``) never are, nor vectors and embeddings. Read
+    from the parameter names here, independently of how the trainer finds the schemes (a layer is itself a stepper,
+    and once every one of its weights went undecayed)."""
+    from odeformer import CausalLM
+    from odeformer.app.trainer import decayed
+
+    model = CausalLM(vocab_size=11, max_len=8, depth=3, dim=8, heads=2, solver=solver)
+    on, off = decayed(model, "matrices")
+    named = dict(model.named_parameters())
+    scheme = {n for n in named if ".block_stepper." in n}
+    expected = {n for n, p in named.items() if p.dim() >= 2 and "embed" not in n and n not in scheme}
+    assert {id(named[n]) for n in expected} == {id(p) for p in on}
+    assert len(expected) >= 4 * 3  # qkv, proj, fc1, fc2 in each of the three layers
+    assert {id(named[n]) for n in scheme} <= {id(p) for p in off}
+    everything, _ = decayed(model, "all")
+    assert {id(p) for p in everything} == {id(p) for n, p in named.items() if n not in scheme}
