@@ -462,7 +462,7 @@ def test_the_learned_integrators_sections_compose_and_build():
 
     keys = ("learned_integrators", "learned_integrators_text", "learned_integrators_order4")
     sections = [SECTIONS[key] for key in keys]
-    assert set(sections[1].rows) < set(sections[0].rows)
+    assert set(sections[1].rows) == set(sections[0].rows)  # text has the digits section's rows
     for *_, overrides in sections[1].runs()[:: len(sections[1].seeds)]:
         entry.compose(overrides)
     kinds = set()
