@@ -18,6 +18,7 @@ Two layouts: ``norm="pre"`` (the fields normalise their input, a final LayerNorm
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -242,20 +243,27 @@ def transformer(
     The fields are softmax attention (:class:`~odeformer.fields.AttentionField`, ``heads`` heads, ``mask``, ``impl``,
     ``qkv_bias``, attention ``dropout``) and an FFN (hidden width ``mlp_hidden``, or ``int(mlp_ratio * dim)``;
     ``activation``; ``ln_mode`` for the velocity through its LayerNorm), unless ``fields`` (a :class:`Fields`, e.g.
-    a graph's attention and no FFN) replaces them, and with them those options. ``norm="pre"``: each field normalises
-    its input (``Attn(LN x)``, ``MLP(LN x)``) and a LayerNorm follows the last layer; ``norm="post"``: the fields read
-    the state as it is (``Attn(x)``, ``MLP(x)``) and a joint LayerNorm follows every sublayer, as in BERT.
-    ``norm_eps`` sets every LayerNorm's epsilon (``None``: 1e-5, and 1e-6 for the FFN's joint LayerNorm).
+    a graph's attention and no FFN) replaces them (setting one of those options beside it is an error).
+    ``norm="pre"``: each field normalises its input (``Attn(LN x)``, ``MLP(LN x)``) and a LayerNorm follows the last
+    layer; ``norm="post"``: the fields read the state as it is (``Attn(x)``, ``MLP(x)``) and a joint LayerNorm follows
+    every sublayer, as in BERT. ``norm_eps`` sets every LayerNorm's epsilon (``None``: 1e-5, and 1e-6 for the FFN's
+    joint LayerNorm).
 
     ``dt=None`` takes each preset's default step (a number replaces every layer's, checked once, in its
     :class:`~odeformer.presets.LayerSpec`), ``form=None`` each preset's attention form; ``tie_weights=True`` builds
     the fields once and shares them across depth, and each map once per role (after the attention, after the FFN),
     so each layer has the maps it has untied; ``checkpoint`` as in :class:`Backbone`.
     """
-    if fields is None:
-        fields = _standard_fields(
-            dim, heads, mask, impl, mlp_ratio, activation, ln_mode, dropout, norm, norm_eps, qkv_bias, mlp_hidden
-        )
+    standard = (mask, impl, mlp_ratio, activation, ln_mode, dropout, norm, norm_eps, qkv_bias, mlp_hidden)
+    if fields is not None:
+        given = [k for k, v, default in zip(_STANDARD_OPTIONS, standard, _STANDARD_DEFAULTS) if v != default]
+        if given:
+            raise ValueError(
+                f"transformer: fields= replaces the standard fields, so {', '.join(given)} would be ignored; set "
+                "them in your Fields, or leave out fields= to use the standard ones."
+            )
+    else:
+        fields = _standard_fields(dim, heads, *standard)
         if norm == "post" and isinstance(solver, ContinuousPreset):
             raise ValueError(
                 "norm='post' applies a LayerNorm after each layer's sublayers; continuous solvers have none."
@@ -283,3 +291,9 @@ def transformer(
         layers.append(Layer(p, dim, attention, ffn, *maps))
     norm_layer = nn.LayerNorm(dim, eps=fields.norm_eps) if fields.final_norm else None
     return Backbone(layers, norm_layer, checkpoint=checkpoint)
+
+
+_STANDARD_OPTIONS = ("mask", "impl", "mlp_ratio", "activation", "ln_mode", "dropout", "norm", "norm_eps", "qkv_bias",
+                     "mlp_hidden")  # fmt: skip
+_STANDARD_DEFAULTS = tuple(inspect.signature(transformer).parameters[k].default for k in _STANDARD_OPTIONS)
+"""What the standard fields are built from, with defaults: ``fields=`` replaces them, so none may be set beside it."""

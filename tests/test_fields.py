@@ -185,6 +185,20 @@ def test_bad_field_arguments():
             odeformer.transformer(1, 8, 2, "diffusion", mlp_hidden=hidden)
 
 
+
+def test_fields_of_ones_own_build_the_backbone_and_refuse_standard_options_beside_them():
+    """``transformer(..., fields=Fields(...))``: the layers are built from those fields (here simple attention, no
+    FFN, one attention per layer); a standard-field option set beside them would be ignored, so it is an error."""
+    fields = odeformer.Fields(lambda form: SimpleAttentionField(8, 2, form=form))
+    backbone = odeformer.transformer(3, 8, 2, "diffusion", fields=fields, form="laplacian")
+    assert all(isinstance(layer.attention, SimpleAttentionField) and layer.ffn is None for layer in backbone.layers)
+    assert all(layer.attention.form == "laplacian" for layer in backbone.layers)
+    assert len({id(layer.attention) for layer in backbone.layers}) == 3
+    for option in ({"norm": "post"}, {"mask": "causal"}, {"mlp_hidden": 16}, {"dropout": 0.1}):
+        with pytest.raises(ValueError, match=f"fields= replaces the standard fields, so {next(iter(option))} would"):
+            odeformer.transformer(3, 8, 2, "diffusion", fields=fields, **option)
+
+
 @given(seed=seeds, heads=st.sampled_from([1, 2]), n=st.integers(3, 30))
 def test_simple_attention_low_rank_spectrum_matches_the_dense_one(seed, heads, n):
     torch.manual_seed(seed)
