@@ -1,10 +1,13 @@
 """Integrators for depth-as-time: one residual layer is one step of an explicit scheme.
 
-``STEPPERS`` maps a config name to a stepper class (a scheme registers beside its definition with
-``@register_stepper("name")``, and a taken name is refused); ``iterate`` is the one loop over depth (``integrate`` and
-``trajectory`` keep its last or every state; ``integrate_reversible`` rebuilds states in the backward pass instead of
-storing them, and the ``checkpointed`` hook recomputes them). ``Split`` and ``Whole`` make a layer of two sublayers
-one step of a block stepper over a ``Block`` of fields. The long explanation of the interface is in
+``STEPPERS`` maps a name to a stepper class, one scheme per file (a scheme registers beside its definition with
+``@register_stepper("name")``, and a taken name is refused): the hand-written schemes, the named tableaux and
+splittings (each a file holding its coefficients; ``TABLEAUX`` lists them) and the learnable families. A stepper's
+claims are a value, ``stepper.claims()`` (a ``Claims`` record); coefficients with no name are a ``Tableau``.
+``iterate`` is the one loop over depth (``integrate`` and ``trajectory`` keep its last or every state;
+``integrate_reversible`` rebuilds states in the backward pass instead of storing them, and the ``checkpointed`` hook
+recomputes them). ``Split`` and ``Whole`` make a layer of two sublayers one step of a block stepper over a ``Block``
+of fields. The long explanation of the interface is in
 ``solvers/_base.py``; ``solvers.testing`` is the property kit (order, symplecticity, reversibility, evaluation
 count) that users run on their own schemes. This package imports only torch.
 """
@@ -20,94 +23,129 @@ from ._base import (
     StepSize,
     Time,
     Y,
-    adapt,
     axpy,
-    claimed_class,
     integrate,
     iterate,
-    made_as,
     register,
     sigmoid_gate,
     trajectory,
-    transformed,
+    transforms_active,
+    y_for,
 )
-from ._composition import Composition
+from ._bogacki_shampine3 import BogackiShampine3
+from ._coefficients import TABLEAUX, Tableau, tableau
+from ._composition import Composition, Splitting
 from ._damped import Damped
 from ._euler import Euler
+from ._forest_ruth import ForestRuth
 from ._heun import Heun
+from ._kutta3 import Kutta3
 from ._leapfrog import Leapfrog
 from ._learnable_composition4 import TripleJump
 from ._learnable_rk2 import TwoStageRK
 from ._learnable_splitting import SymmetricSplitting
 from ._light_wave import LightWave
+from ._midpoint import Midpoint
 from ._mix import Mix
-from ._recompute import checkpointed
+from ._nystrom4 import Nystrom4
+from ._omelyan2 import OMELYAN_LAMBDA, Omelyan2
+from ._omelyan4 import Omelyan4
+from ._pefrl import PEFRL
+from ._position_verlet import PositionVerlet
+from ._ralston import Ralston
+from ._recompute import checkpointed, recomputed
 from ._registry import STEPPERS, register_stepper, stepper_table
 from ._reversible import AutocastState, integrate_reversible
 from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
-from ._rkn import RungeKuttaNystrom
+from ._rkn import NystromTableau, RungeKuttaNystrom
 from ._semi_implicit_euler import SemiImplicitEuler
 from ._splitting import Block, Split, Whole
-from ._tableau import RungeKutta
-from ._tableau_library import TABLEAUX, Tableau, tableau
+from ._ssprk3 import SSPRK3
+from ._tableau import ButcherTableau, RungeKutta
 from ._velocity_mix import VelocityMix
 from ._velocity_verlet import VelocityVerlet
+from ._yoshida4 import Yoshida4
 
 __all__ = [
     "CLAIMS",
     "DECLARATIONS",
+    "OMELYAN_LAMBDA",
+    "PEFRL",
+    "RK4",
+    "SSPRK3",
     "STEPPERS",
     "TABLEAUX",
+    "Y",
     "AbstractStepper",
     "AutocastState",
+    "Block",
+    "BogackiShampine3",
+    "ButcherTableau",
     "Carry",
     "Claims",
-    "Block",
     "Composition",
     "Damped",
     "Euler",
     "Field",
+    "ForestRuth",
     "Heun",
+    "Kutta3",
     "Leapfrog",
     "LightWave",
+    "Midpoint",
     "Mix",
+    "Nystrom4",
+    "NystromTableau",
+    "Omelyan2",
+    "Omelyan4",
     "PhaseState",
-    "RK4",
+    "PositionVerlet",
     "RK4ThreeEighths",
+    "Ralston",
     "RungeKutta",
     "RungeKuttaNystrom",
     "SemiImplicitEuler",
-    "StepSize",
     "Split",
+    "Splitting",
+    "StepSize",
     "SymmetricSplitting",
     "Tableau",
-    "TripleJump",
     "Time",
+    "TripleJump",
     "TwoStageRK",
     "VelocityMix",
     "VelocityVerlet",
     "Whole",
-    "Y",
-    "adapt",
+    "Yoshida4",
     "axpy",
-    "claimed_class",
     "checkpointed",
     "integrate",
     "integrate_reversible",
     "iterate",
-    "made_as",
+    "recomputed",
     "register",
     "register_stepper",
     "sigmoid_gate",
     "stepper_table",
     "tableau",
     "trajectory",
-    "transformed",
+    "transforms_active",
+    "y_for",
 ]
 
 
+_RENAMED = {"adapt": "y_for", "transformed": "transforms_active"}
+"""Old names of this package's functions, each resolved to its new one with a warning."""
+
+
 def __getattr__(name: str):
+    if name in _RENAMED:
+        import warnings
+
+        new = _RENAMED[name]
+        warnings.warn(f"solvers.{name} is now solvers.{new}", DeprecationWarning, stacklevel=2)
+        return globals()[new]
     if name == "testing":  # the property kit needs hypothesis; import it only when asked for
         import importlib
 

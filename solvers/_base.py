@@ -36,15 +36,15 @@ The loop over depth is :func:`iterate`, and every driver uses it: :func:`integra
 :func:`trajectory` every state, the models' backbones call it with one stepper and one field per layer, a step size
 per layer and an optional hook that takes each step (activation checkpointing), and
 :func:`~solvers.integrate_reversible` runs it without recording and rebuilds the states in the backward pass with
-``inverse``. A model's layer is itself a stepper: a *block stepper* (:class:`~solvers.Split`, :class:`~solvers.Whole`,
+``inverse``. A model's layer is stepped by a *block stepper* (:class:`~solvers.Split`, :class:`~solvers.Whole`,
 ``_splitting.py``) whose field is a :class:`~solvers.Block` of the layer's two fields (attention and FFN), and whose
-declarations follow from its parts (a fourth-order stepper under Lie splitting makes a first-order layer;
+claims follow from its parts (a fourth-order stepper under Lie splitting makes a first-order layer;
 :func:`solvers.testing.check_layer` measures it).
 
 Declarations
 ------------
-Every concrete stepper declares, as class variables, what it claims, and the class is checked when it is created;
-:mod:`solvers.testing` proves each claim:
+A stepper's claims are one value, a frozen :class:`Claims` record returned by :meth:`AbstractStepper.claims`;
+:mod:`solvers.testing` proves each one:
 
 ``order``           global order of convergence to the limit dynamics (``limit_field``) as ``dt -> 0``; ``0`` declares
                     that there is none (a part of the step that does not shrink with ``dt``).
@@ -66,12 +66,15 @@ Every concrete stepper declares, as class variables, what it claims, and the cla
                     Wanner, §V.1). A symmetric scheme is reversible, and its inverse is that backward step, so it
                     need not write ``inverse``; any other reversible scheme writes its own.
 
-That is the one way to declare a claim. A stepper made of parts whose claims follow from them (the gated mix from
-its wave and diffusion steppers, a block stepper from its stepper, FFN scheme, splitting and the block it steps)
-declares them the same way: the class that declares them is made from a :class:`Claims` record computed from the
-parts (:func:`claimed_class`, once per distinct record, checked at creation like any stepper class), and the
-instance becomes one of it (:meth:`AbstractStepper.claim`). Where the claims depend on the field (a block with or
-without an FFN, with or without maps), :meth:`AbstractStepper.on` gives the stepper as it claims on that field.
+A fixed scheme declares them as class variables, which the default :meth:`~AbstractStepper.claims` reads and which
+are checked when the class is made. A stepper whose claims follow from its parts or its coefficients (the gated mix
+from its wave and diffusion steppers, a tableau from its coefficients, a block stepper from its stepper, FFN scheme,
+splitting and the block it steps) overrides ``claims`` and computes the record; a claim that a subclass states in its
+own body is kept over the computed one, so the kit proves or refutes it as any scheme's. Where the claims depend on
+the field (a block with or without an FFN, with or without maps), ``claims(field)`` says what the stepper claims on
+that field, as diffrax's ``order(terms)`` does. On an instance, ``stepper.order`` is ``stepper.claims().order``
+either way.
+No class is made at run time: ``type(stepper)`` is the class it was constructed as.
 
 The limit dynamics
 ------------------
@@ -129,7 +132,7 @@ DECLARATIONS = ("order", "second_order", "symplectic", "reversible", "evals_per_
 
 @dataclass(frozen=True)
 class Claims:
-    """Every claim a stepper makes, as one typed record (the meaning of each: the module docstring)."""
+    """Every claim a stepper makes, as one typed value (the meaning of each: the module docstring)."""
 
     order: int
     second_order: bool
@@ -142,22 +145,46 @@ class Claims:
     startup_evals: tuple[int, ...] = ()
 
     @classmethod
+    def declared(cls, owner: type) -> Claims:
+        """The claims a class declares as class variables (the optional ones default to the record's defaults)."""
+        values = {name: getattr(owner, name) for name in CLAIMS}
+        return cls(**{**values, "startup_evals": tuple(values["startup_evals"])})
+
+    @classmethod
     def of(cls, stepper: AbstractStepper | type[AbstractStepper]) -> Claims:
-        """The claims a stepper (or stepper class) declares."""
-        claims = {name: getattr(stepper, name) for name in CLAIMS}
-        return cls(**{**claims, "startup_evals": tuple(claims["startup_evals"])})
+        """What a stepper claims, or a stepper class: the class variables it declares, or, for a class whose claims
+        are computed (from parts, from coefficients), what an instance made with no arguments claims."""
+        if isinstance(stepper, AbstractStepper):
+            return stepper.claims()
+        if stepper.claims is AbstractStepper.claims:
+            return cls.declared(stepper)
+        return stepper().claims()
 
 
 CLAIMS = tuple(f.name for f in fields(Claims))
 """The names of every claim: the required :data:`DECLARATIONS`, then the optional ones."""
 
 
+def stated(stepper: AbstractStepper, owner: type) -> dict[str, Any]:
+    """The claims that subclasses of ``owner`` state in their own bodies, for an instance of one: a stepper that
+    computes its claims keeps these over the computed ones (a subclass written to claim something else), so the kit
+    proves or refutes them."""
+    out: dict[str, Any] = {}
+    for c in reversed(type(stepper).__mro__):
+        if c is not owner and issubclass(c, owner):
+            out.update({name: c.__dict__[name] for name in CLAIMS if name in c.__dict__})
+    if "startup_evals" in out:
+        out["startup_evals"] = tuple(out["startup_evals"])
+    return out
+
+
 class AbstractStepper(nn.Module):
     """Base class of every integrator; subclass it for your own scheme (see ``docs/extending.md``).
 
-    A subclass implements :meth:`step` (and :meth:`init` if it carries state between steps) and declares the class
-    variables below. It must be constructible with no arguments. An intermediate base class that declares nothing yet
-    says so: ``class MyFamily(AbstractStepper, abstract=True)``.
+    A subclass implements :meth:`step` (and :meth:`init` if it carries state between steps) and declares its claims:
+    the class variables below, or a :meth:`claims` method that computes them. It must be constructible with no
+    arguments. An intermediate base class that declares nothing yet says so: ``class MyFamily(AbstractStepper,
+    abstract=True)``.
     """
 
     order: ClassVar[int]
@@ -169,25 +196,31 @@ class AbstractStepper(nn.Module):
     multistep: ClassVar[bool] = False
     symmetric: ClassVar[bool] = False
     startup_evals: ClassVar[tuple[int, ...]] = ()
-    claims_from_parts: ClassVar[bool] = False
-    """``True`` on a class whose instances' claims follow from their parts: each instance becomes one of the class
-    its parts' :class:`Claims` make (:meth:`claim`); the class itself need not declare every claim."""
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "claims" in cls.__dict__:  # claims computed per instance: ``stepper.order`` reads ``stepper.claims()``
+            for name in CLAIMS:
+                if name not in cls.__dict__:
+                    setattr(cls, name, _Computed(name))
         if abstract:
             return
+        if cls.claims is not AbstractStepper.claims:
+            return  # computed claims: the kit checks them on instances
         missing = [name for name in DECLARATIONS if not hasattr(cls, name)]
-        if missing and cls.claims_from_parts and not _is_claimed(cls):
-            return  # its instances declare them (claim)
         if missing:
             raise TypeError(
-                f"{cls.__name__} must declare the class variable(s) {', '.join(missing)}; "
-                f"every stepper declares {', '.join(DECLARATIONS)}."
+                f"{cls.__name__} must declare the class variable(s) {', '.join(missing)} (or compute its claims in a "
+                f"claims() method); every stepper declares {', '.join(DECLARATIONS)}."
             )
         check_reversible_declaration(cls)
 
     # -- protocol -------------------------------------------------------------------------------------------------
+
+    def claims(self, field: Field | None = None) -> Claims:
+        """What this stepper claims (on ``field``, for a stepper whose claims depend on what it steps; ``None``: its
+        usual field). The default: the class variables."""
+        return Claims.declared(type(self))
 
     def init(self, field: Field, t0: Time, y0: Y) -> Carry:
         """Validate ``y0`` and return the state for the first step (``None`` for one-step schemes)."""
@@ -215,27 +248,8 @@ class AbstractStepper(nn.Module):
     def continues(self, previous: AbstractStepper) -> bool:
         """Whether this stepper takes over the running ``state`` that ``previous`` returned (in a schedule, the
         stepper of the step before). The default: the same class (a two-step scheme's history carries across
-        layers that each have their own instance; a stepper made of parts counts as the class it was made as)."""
-        return made_as(type(self)) is made_as(type(previous))
-
-    def on(self, field: Field) -> AbstractStepper:
-        """This stepper as it claims on ``field``: itself, for a stepper whose claims do not depend on its field.
-        A block stepper's do (whether its block has an FFN and maps): it returns itself, the same parts, as an
-        instance of the class that declares its claims on that block."""
-        return self
-
-    def claim(self, claims: Claims) -> None:
-        """Declare ``claims`` for this instance, made of parts: it becomes an instance of :func:`claimed_class`."""
-        self.__class__ = claimed_class(type(self), claims)
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        # A stepper made of parts is an instance of a class made at run time, which pickle cannot find by name: it is
-        # pickled as the class it was constructed as and its claims, and unpickled as an instance of the same class.
-        reduced = super().__reduce_ex__(protocol)
-        cls = type(self)
-        if not _is_claimed(cls) or not isinstance(reduced, tuple) or len(reduced) < 3:
-            return reduced
-        return (_claimed_instance, (made_as(cls), cls.__dict__["_claims"]), *reduced[2:])
+        layers that each have their own instance)."""
+        return type(self) is type(previous)
 
     def limit_field(self, field: Field) -> Callable[[Time, Y], Y]:
         """The first-order vector field whose flow this stepper approximates to ``order`` as ``dt -> 0``.
@@ -276,50 +290,28 @@ class AbstractStepper(nn.Module):
         return y
 
 
-_CLAIMED: dict[tuple[type, Claims], type] = {}
+class _Computed:
+    """A claim of a stepper that computes its claims: on an instance, that claim of ``claims()``; on the class, that
+    of an instance made with no arguments (a class that needs arguments, such as a block stepper, has none)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        if instance is not None:
+            return getattr(instance.claims(), self.name)
+        try:
+            made = owner()
+        except TypeError:
+            raise AttributeError(
+                f"{owner.__name__} computes its claims from its parts: read {self.name} from an instance."
+            ) from None
+        return getattr(made.claims(), self.name)
 
 
-def _is_claimed(cls: type) -> bool:
-    return "_made_as" in cls.__dict__
-
-
-def made_as(cls: type) -> type:
-    """The class a stepper was constructed as (a class :func:`claimed_class` made stands for its base)."""
-    return cls.__dict__.get("_made_as", cls)
-
-
-def claimed_class(cls: type[AbstractStepper], claims: Claims) -> type[AbstractStepper]:
-    """The subclass of ``cls`` whose class variables declare ``claims``: how a stepper made of parts declares what
-    follows from them, as a scheme declares its own. Made once per ``(cls, claims)``, with ``cls``'s name, and checked
-    at creation as every stepper class is. A claim that a subclass of the parts' class states in its own body (one
-    written to claim something else) is kept: the property kit then proves or refutes it, as any scheme's."""
-    cls = made_as(cls)
-    key = (cls, claims)
-    if key not in _CLAIMED:
-        stated: set[str] = set()
-        for c in cls.__mro__:
-            if "claims_from_parts" in c.__dict__:
-                break
-            stated.update(name for name in CLAIMS if name in c.__dict__)
-        declared = {name: getattr(claims, name) for name in CLAIMS if name not in stated}
-        namespace = {
-            **declared,
-            "_made_as": cls,
-            "_claims": claims,
-            "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__,
-        }
-        _CLAIMED[key] = type(cls.__name__, (cls,), namespace)
-    return _CLAIMED[key]
-
-
-def _claimed_instance(cls: type[AbstractStepper], claims: Claims) -> AbstractStepper:
-    """An empty instance of :func:`claimed_class` ``(cls, claims)``, for unpickling (its state is set after)."""
-    made = claimed_class(cls, claims)
-    return made.__new__(made)
-
-
-def transformed() -> bool:
+def transforms_active() -> bool:
     """Whether a ``torch.func`` transform (``jvp``, ``vmap``, ``grad``, ...) or a forward-mode AD level is active:
     custom autograd Functions that have reverse-mode rules only step aside for their plain formulas then."""
     return torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0
@@ -405,14 +397,8 @@ def _per_step(stepper: AbstractStepper | Sequence[AbstractStepper], fields: Sequ
 
 
 def _per_step_dt(dt: Any, steppers: Sequence[AbstractStepper]) -> list[Any]:
-    """``dt`` for every step: one value for all, or a sequence with one per step, each checked; or ``None``: every
-    stepper's own ``dt`` (a model's layer, whose step was checked once, where it was set)."""
+    """``dt`` for every step: one value for all, or a sequence with one per step, each checked."""
     steps = len(steppers)
-    if dt is None:
-        for s in steppers:
-            if not hasattr(s, "dt"):
-                raise ValueError(f"dt=None steps each stepper by its own dt, but {type(s).__name__} has none; pass dt.")
-        return [s.dt for s in steppers]
     if isinstance(dt, (list, tuple)):
         if len(dt) != steps:
             raise ValueError(f"got {len(dt)} step sizes for {steps} steps; pass one dt, or one per step.")
@@ -424,7 +410,7 @@ def _per_step_dt(dt: Any, steppers: Sequence[AbstractStepper]) -> list[Any]:
     return dts
 
 
-def adapt(y: Y, stepper: AbstractStepper) -> Y:
+def y_for(stepper: AbstractStepper, y: Y) -> Y:
     """``y`` in the form ``stepper`` takes, for schedules that switch between first- and second-order steppers.
 
     A Tensor entering a second-order stepper gets ``v = 0`` (a wave segment starts at rest, as Wavy's ``v0 = 0``); a
@@ -456,13 +442,13 @@ def iterate(
 ) -> Iterator[Y]:
     """Yield the state after each step; the one loop over depth that every other driver uses.
 
-    ``stepper`` is one stepper or one per step; ``dt`` one step size or one per step, or ``None`` for steppers that
-    own their step (a model's layers: each steps by its ``dt``); ``hook`` (optional) takes each step in place of
+    ``stepper`` is one stepper or one per step; ``dt`` one step size or one per step; ``hook`` (optional) takes each
+    step in place of
     ``stepper.step`` (activation checkpointing, timing). Consecutive steps by steppers that
     :meth:`~AbstractStepper.continues` the previous one share the scheme's running state (each layer of a model has
     its own stepper instance with its own parameters, but one running history); at any other change the new stepper
     starts afresh from ``init``, and where a schedule switches between first- and second-order steppers the velocity
-    starts at zero on entry and is dropped on exit (:func:`adapt`).
+    starts at zero on entry and is dropped on exit (:func:`y_for`).
     """
     steppers = _per_step(stepper, fields)
     dts = _per_step_dt(dt, steppers)
@@ -471,7 +457,7 @@ def iterate(
     for s, f, h in zip(steppers, fields, dts):
         if previous is None or not s.continues(previous):
             if previous is not None:
-                y = adapt(y, s)
+                y = y_for(s, y)
             state = s.init(f, t, y)
         y, state = take(s, f, t, y, h, state)
         t = t + h

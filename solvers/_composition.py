@@ -1,4 +1,4 @@
-"""The splitting engine: a sequence of drifts and kicks for ``x'' = a(t, x)`` in, a stepper with derived claims out.
+"""The splitting engine: a sequence of drifts and kicks for ``x'' = a(t, x)`` as a value, and the stepper running it.
 
 A step of size ``dt`` runs ``drift a₁, kick b₁, drift a₂, kick b₂, …`` (ending with a drift or a kick), where
 
@@ -6,19 +6,20 @@ A step of size ``dt`` runs ``drift a₁, kick b₁, drift a₂, kick b₂, …``
     kick bᵢ:   v <- v + bᵢ dt a(t + Cᵢ dt, x)         (the exact flow of x' = 0, v' = a; Cᵢ = a₁ + … + aᵢ)
 
 so each kick evaluates the force at the time its drifts have reached. Zero coefficients are skipped and neighbours
-of one kind merge (``kick ½, drift 0, kick ½`` is one kick and costs one evaluation). A subclass gives ``drifts`` and
-``kicks`` as class variables and gets its declarations from them when the class is made:
+of one kind merge (``kick ½, drift 0, kick ½`` is one kick and costs one evaluation). :class:`Splitting` holds the
+``drifts`` and ``kicks`` and what they imply, derived when it is made:
 
 - ``symplectic``: always (a composition of exact flows of Hamiltonian pieces, each a symplectic map);
 - ``symmetric``, and so ``reversible`` by ``step(−dt)``, when the merged sequence reads the same backwards;
 - ``order``: the consistency conditions ``Σ aᵢ = 1`` and ``Σ bᵢ = 1`` (an inconsistent sequence is an error), then the
   Nyström-tree conditions of the Runge–Kutta–Nyström method the sequence is (stages at the kicks, ``cₖ = Cₖ``,
-  ``āₖₗ = bₗ (cₖ − cₗ)``, ``b̄ₖ = bₖ (1 − cₖ)``; ``_order_conditions.py``), up to order 6;
+  ``āₖₗ = bₗ (cₖ − cₗ)``, ``b̄ₖ = bₖ (1 − cₖ)``; ``_order_conditions.py``);
 - ``evals_per_step``: the kicks left after merging; ``fsal`` when the merged sequence starts and ends with a kick (the
   last force is the next step's first, reused when the next step has the same field).
 
 Velocity Verlet is ``drifts = (0, 1)``, ``kicks = (½, ½)``; position Verlet ``drifts = (½, ½)``, ``kicks = (1,)``.
-:meth:`Composition.from_coefficients` makes such a class at run time. Reference: Hairer, Lubich & Wanner, *Geometric
+A named splitting is a subclass of :class:`Composition` holding its value (``tableau = Splitting(...)``); one with no
+name is a :class:`~solvers.Tableau` instance. Reference: Hairer, Lubich & Wanner, *Geometric
 Numerical Integration*, §II.5 and §V.3; McLachlan & Quispel, *Splitting methods*, Acta Numerica 11 (2002).
 """
 
@@ -28,9 +29,13 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from ._base import AbstractStepper, PhaseState, axpy
-from ._order_conditions import Derived, parse_vector, rkn_order
-from ._tableau import _same_time, _Stage, declare
+from ._base import AbstractStepper, Claims, PhaseState, axpy
+from ._order_conditions import parse_vector, rkn_order
+from ._tableau import _same_time, _Stage, engine_claims
+
+YOSHIDA_W1 = 1 / (2 - 2 ** (1 / 3))
+"""Yoshida's triple-jump weight ``w₁``; ``w₀ = 1 − 2 w₁ < 0`` (the middle step goes back): a symmetric composition
+``w₁, w₀, w₁`` of a symmetric order-2 method has order 4 (Yoshida, Phys. Lett. A 150 (1990))."""
 
 
 def merged_sequence(drifts: Any, kicks: Any) -> tuple[tuple[str, float], ...]:
@@ -85,83 +90,68 @@ def _palindrome(ops: tuple[tuple[str, float], ...]) -> bool:
     )
 
 
-class Composition(AbstractStepper, abstract=True):
-    """A kick–drift splitting given by its coefficients (see the module docstring)."""
+class Splitting:
+    """A kick–drift splitting as a value: its ``drifts`` and ``kicks`` and the claims they imply (module docstring)."""
 
-    drifts: ClassVar[tuple[float, ...]]
-    kicks: ClassVar[tuple[float, ...]]
-    second_order: ClassVar[bool] = True
-    derived: ClassVar[Derived]
+    kind = "splitting"
 
-    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
-        if not abstract:
-            try:
-                ops = merged_sequence(cls.drifts, cls.kicks)
-            except ValueError as error:
-                raise TypeError(f"{cls.__name__}: {error}") from None
-            cls.drifts, cls.kicks = parse_vector(cls.drifts, "drifts"), parse_vector(cls.kicks, "kicks")
-            cls.derived = rkn_order(*as_nystrom(ops))
-            if cls.derived.order == 0:
-                raise TypeError(f"{cls.__name__} is not consistent (order 0): {cls.derived.message()}.")
-            symmetric = _palindrome(ops)
-            kicks = sum(1 for kind, _ in ops if kind == "kick")
-            fsal = kicks > 1 and ops[0][0] == "kick" and ops[-1][0] == "kick"
-            declare(
-                cls,
-                {
-                    "order": cls.derived.order,
-                    "evals_per_step": kicks,
-                    "fsal": fsal,
-                    "symplectic": True,
-                    "symmetric": symmetric,
-                    "reversible": symmetric,
-                },
-                {
-                    "order": cls.derived.message(),
-                    "evals_per_step": f"it has {kicks} kicks after merging",
-                    "fsal": "it does not start and end with a kick",
-                    "symplectic": "",
-                    "symmetric": "its sequence is not a palindrome",
-                    "reversible": "its sequence is not a palindrome (not symmetric), and it has no inverse of its own",
-                },
-            )
-            program, time = [], 0.0
-            for kind, coefficient in ops:
-                program.append((kind, coefficient, time))
-                if kind == "drift":
-                    time += coefficient
-            cls._program = tuple(program)
-        super().__init_subclass__(abstract=abstract, **kwargs)
-
-    @classmethod
-    def from_coefficients(cls, drifts: Any, kicks: Any, name: str = "Splitting") -> type[Composition]:
-        """A new stepper class from drift and kick coefficients; a one-line ValueError for inconsistent ones."""
+    def __init__(self, drifts: Any, kicks: Any):
         ops = merged_sequence(drifts, kicks)
-        derived = rkn_order(*as_nystrom(ops))
-        if derived.order == 0:
-            raise ValueError(f"the sequence is not consistent (order 0): {derived.message()}.")
-        a, b = parse_vector(drifts, "drifts"), parse_vector(kicks, "kicks")
-        doc = f"Kick–drift splitting with drifts {list(a)} and kicks {list(b)}."
-        return type(name, (cls,), {"drifts": a, "kicks": b, "__doc__": doc, "__module__": cls.__module__})
+        self.drifts, self.kicks = parse_vector(drifts, "drifts"), parse_vector(kicks, "kicks")
+        self.derived = rkn_order(*as_nystrom(ops))
+        if self.derived.order == 0:
+            raise ValueError(f"the sequence is not consistent (order 0): {self.derived.message()}.")
+        symmetric = _palindrome(ops)
+        self._kicks = sum(1 for kind, _ in ops if kind == "kick")
+        fsal = self._kicks > 1 and ops[0][0] == "kick" and ops[-1][0] == "kick"
+        self.claims = Claims(
+            order=self.derived.order, second_order=True, symplectic=True, reversible=symmetric,
+            evals_per_step=self._kicks, fsal=fsal, symmetric=symmetric,
+        )  # fmt: skip
+        program, time = [], 0.0
+        for kind, coefficient in ops:
+            program.append((kind, coefficient, time))
+            if kind == "drift":
+                time += coefficient
+        self._program = tuple(program)
 
-    @classmethod
-    def describe(cls) -> dict[str, Any]:
-        """The coefficients and the derived claims, as plain values (what a run's summary records)."""
+    def _reasons(self) -> dict[str, str]:
         return {
-            "kind": "splitting",
-            "drifts": list(cls.drifts),
-            "kicks": list(cls.kicks),
-            "order": cls.order,
-            "order_conditions": cls.derived.message(),
-            "evals_per_step": cls.evals_per_step,
-            "fsal": cls.fsal,
-            "symplectic": cls.symplectic,
-            "reversible": cls.reversible,
-            "symmetric": cls.symmetric,
+            "order": self.derived.message(),
+            "evals_per_step": f"it has {self._kicks} kicks after merging",
+            "fsal": "it does not start and end with a kick",
+            "symmetric": "its sequence is not a palindrome",
+            "reversible": "its sequence is not a palindrome (not symmetric), and it has no inverse of its own",
         }
 
-    def step(self, field, t, y, dt, state):
-        x, v = self._unpack(y)
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Splitting) and (self.drifts, self.kicks) == (other.drifts, other.kicks)
+
+    def __hash__(self) -> int:
+        return hash((self.drifts, self.kicks))
+
+    def __repr__(self) -> str:
+        return f"Splitting(drifts={list(self.drifts)}, kicks={list(self.kicks)})"
+
+    def describe(self) -> dict[str, Any]:
+        """The coefficients and the derived claims, as plain values (what a run's summary records)."""
+        claims = self.claims
+        return {
+            "kind": self.kind,
+            "drifts": list(self.drifts),
+            "kicks": list(self.kicks),
+            "order": claims.order,
+            "order_conditions": self.derived.message(),
+            "evals_per_step": claims.evals_per_step,
+            "fsal": claims.fsal,
+            "symplectic": claims.symplectic,
+            "reversible": claims.reversible,
+            "symmetric": claims.symmetric,
+        }
+
+    def step(self, field: Any, t: Any, y: PhaseState, dt: Any, state: Any) -> tuple[PhaseState, Any]:
+        """One step from ``y = (x, v)``; ``state`` the last force kept for first-same-as-last reuse, or ``None``."""
+        x, v = y
         force: Tensor | None = None
         for index, (kind, coefficient, time) in enumerate(self._program):
             if kind == "drift":
@@ -172,6 +162,25 @@ class Composition(AbstractStepper, abstract=True):
             else:
                 force = field(t + time * dt if time else t, x)
             v = axpy(v, coefficient * dt, force)
-        if self.fsal:
+        if self.claims.fsal:
             return PhaseState(x, v), _Stage(field, t + dt, x, force)
         return PhaseState(x, v), state
+
+
+class Composition(AbstractStepper, abstract=True):
+    """A kick–drift splitting: a subclass holds its :class:`Splitting` (see the module docstring)."""
+
+    tableau: ClassVar[Splitting]
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        if not abstract:
+            engine_claims(cls, getattr(cls, "tableau", None))
+        super().__init_subclass__(abstract=abstract, **kwargs)
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """The coefficients and the derived claims, as plain values (what a run's summary records)."""
+        return cls.tableau.describe()
+
+    def step(self, field, t, y, dt, state):
+        return self.tableau.step(field, t, self._unpack(y), dt, state)

@@ -1,22 +1,14 @@
 """Heun's method (explicit trapezoid): ``k1 = f(t, x)``, ``k2 = f(t + dt, x + dt k1)``, ``x + dt (k1 + k2) / 2``.
 
 Order 2, two evaluations per step (at ``t`` and ``t + dt``), neither symplectic nor reversible; the tableau
-``A = [[], [1]]``, ``b = [½, ½]`` (each declaration checked against it, ``_tableau.py``). Reference: Hairer, Nørsett &
+``A = [[], [1]]``, ``b = [½, ½]`` (each claim derived from it, ``_tableau.py``). Reference: Hairer, Nørsett &
 Wanner, *Solving ODEs I*, §II.1.
 """
 
-from typing import ClassVar
-
 from ._registry import register_stepper
-from ._tableau import RungeKutta
+from ._tableau import ButcherTableau, RungeKutta
 
 
 @register_stepper("heun", update="explicit trapezoid")
 class Heun(RungeKutta):
-    A = ((), (1,))
-    b = (1 / 2, 1 / 2)
-    order: ClassVar[int] = 2
-    second_order: ClassVar[bool] = False
-    symplectic: ClassVar[bool] = False
-    reversible: ClassVar[bool] = False
-    evals_per_step: ClassVar[int] = 2
+    tableau = ButcherTableau(A=((), (1,)), b=(1 / 2, 1 / 2))

@@ -20,12 +20,17 @@ from typing import Any, ClassVar
 import torch
 
 from ._base import AbstractStepper, PhaseState
-from ._learnable_splitting import OMELYAN_LAMBDA, drift_parameter, half_sigmoid_logit
+from ._composition import YOSHIDA_W1 as W1
+from ._learnable_splitting import drift_parameter, half_sigmoid_logit
+from ._omelyan2 import OMELYAN_LAMBDA
+from ._registry import register_stepper
 
-W1 = 1 / (2 - 2 ** (1 / 3))
 W0 = 1 - 2 * W1
 
 
+@register_stepper(
+    "triple_jump", update="Yoshida's triple jump of the λ-splitting, `λ` learnable (symplectic order 4 for every λ)"
+)
 class TripleJump(AbstractStepper):
     order: ClassVar[int] = 4
     second_order: ClassVar[bool] = True
@@ -38,7 +43,6 @@ class TripleJump(AbstractStepper):
         super().__init__()
         self.theta = drift_parameter(dim, per_channel, half_sigmoid_logit(lambda0, "lambda0"))
 
-    @property
     def lam(self) -> torch.Tensor:
         """The inner splitting's drift ``λ ∈ (0, ½)`` (a scalar, or one per channel)."""
         return 0.5 * torch.sigmoid(self.theta)
@@ -50,7 +54,7 @@ class TripleJump(AbstractStepper):
         """The current coefficients and the family's guaranteed claims (what a run's summary records)."""
         return {
             "kind": "learnable triple jump of the λ-splitting",
-            "lambda": self.lam.detach().tolist(),
+            "lambda": self.lam().detach().tolist(),
             "weights": [W1, W0, W1],
             "order": 4,
             "evals_per_step": 6,

@@ -21,8 +21,10 @@ import torch
 from torch import nn
 
 from ._base import AbstractStepper
+from ._registry import register_stepper
 
 
+@register_stepper("two_stage_rk", update="two-stage Runge–Kutta with a learnable `c₂ = α` (order 2 for every α)")
 class TwoStageRK(AbstractStepper):
     order: ClassVar[int] = 2
     second_order: ClassVar[bool] = False
@@ -39,21 +41,20 @@ class TwoStageRK(AbstractStepper):
         share = (alpha0 - self.LOW) / (self.HIGH - self.LOW)
         self.theta = nn.Parameter(torch.tensor(math.log(share / (1 - share))))
 
-    @property
     def alpha(self) -> torch.Tensor:
         """``c₂ = α ∈ (0.2, 1.5)``."""
         return self.LOW + (self.HIGH - self.LOW) * torch.sigmoid(self.theta)
 
-    def tableau(self) -> dict[str, Any]:
+    def coefficients(self) -> dict[str, Any]:
         """The Butcher tableau at the current ``α``."""
-        a = float(self.alpha.detach())
+        a = float(self.alpha().detach())
         return {"A": [[], [a]], "b": [1 - 1 / (2 * a), 1 / (2 * a)], "c": [0.0, a]}
 
     def describe(self) -> dict[str, Any]:
         """The current coefficients and the family's guaranteed claims (what a run's summary records)."""
         return {
             "kind": "learnable two-stage Runge–Kutta (c₂ = α)",
-            **self.tableau(),
+            **self.coefficients(),
             "order": 2,
             "evals_per_step": 2,
             "symplectic": False,

@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from ._base import AbstractStepper, PhaseState
-
-OMELYAN_LAMBDA = 0.1931833275037836
+from ._omelyan2 import OMELYAN_LAMBDA
+from ._registry import register_stepper
 
 
 def half_sigmoid_logit(lam: float, what: str) -> float:
@@ -43,6 +43,10 @@ def drift_parameter(dim: int | None, per_channel: bool, theta0: float) -> nn.Par
     return nn.Parameter(torch.full(shape, float(theta0)))
 
 
+@register_stepper(
+    "symmetric_splitting",
+    update="drift λ, kick ½, drift 1 − 2λ, kick ½, drift λ with a learnable `λ` (symplectic order 2 for every λ)",
+)
 class SymmetricSplitting(AbstractStepper):
     order: ClassVar[int] = 2
     second_order: ClassVar[bool] = True
@@ -55,7 +59,6 @@ class SymmetricSplitting(AbstractStepper):
         super().__init__()
         self.theta = drift_parameter(dim, per_channel, half_sigmoid_logit(lambda0, "lambda0"))
 
-    @property
     def lam(self) -> torch.Tensor:
         """The drift ``λ ∈ (0, ½)`` (a scalar, or one per channel)."""
         return 0.5 * torch.sigmoid(self.theta)
@@ -65,7 +68,7 @@ class SymmetricSplitting(AbstractStepper):
 
     def describe(self) -> dict[str, Any]:
         """The current coefficients and the family's guaranteed claims (what a run's summary records)."""
-        lam = self.lam.detach().tolist()
+        lam = self.lam().detach().tolist()
         return {
             "kind": "learnable symmetric splitting (drift λ, kick ½, drift 1 − 2λ, kick ½, drift λ)",
             "lambda": lam,

@@ -28,7 +28,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ._base import AbstractStepper, Claims, PhaseState, register, sigmoid_gate
+from ._base import AbstractStepper, Claims, PhaseState, register, sigmoid_gate, stated
 from ._euler import Euler
 from ._registry import register_stepper
 from ._semi_implicit_euler import SemiImplicitEuler
@@ -59,12 +59,7 @@ class _SharedEvaluation:
     ),
 )
 class Mix(AbstractStepper):
-    order: ClassVar[int] = 1
-    second_order: ClassVar[bool] = True
-    symplectic: ClassVar[bool] = False
-    reversible: ClassVar[bool] = False
-    evals_per_step: ClassVar[int] = 1
-    claims_from_parts: ClassVar[bool] = True  # the class claims its default parts'; an instance, its own
+    second_order: ClassVar[bool] = True  # fixed; the other claims follow from the parts (claims)
 
     def __init__(
         self,
@@ -94,10 +89,20 @@ class Mix(AbstractStepper):
                 )
         self.wave, self.diffusion = wave, diffusion
         register(self, "theta", sigmoid_gate(dim, theta0))
-        # one shared evaluation; a diffusion step that does not shrink with dt leaves no small-step limit (order 0)
-        evals = wave.evals_per_step + diffusion.evals_per_step - 1
-        order = type(self).order if diffusion_dt is None else 0
-        self.claim(replace(Claims.of(self), order=order, evals_per_step=evals))
+
+    def claims(self, field=None) -> Claims:
+        """Order 1 (0 with a fixed ``diffusion_dt``, or a part without a limit); the parts' evaluations less the
+        shared one; neither symplectic nor reversible."""
+        wave, diffusion = self.wave.claims(), self.diffusion.claims()
+        limit = self.diffusion_dt is None and min(wave.order, diffusion.order) > 0
+        made = Claims(
+            order=1 if limit else 0,
+            second_order=True,
+            symplectic=False,
+            reversible=False,
+            evals_per_step=wave.evals_per_step + diffusion.evals_per_step - 1,
+        )
+        return replace(made, **stated(self, Mix))
 
     def lam(self) -> Tensor:
         """The gate ``sigmoid(theta)`` (a scalar, or one value per channel)."""

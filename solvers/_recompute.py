@@ -77,26 +77,38 @@ class Bindings:
         return torch.func.functional_call(self.holder, self.tensors, (body,), strict=False)
 
 
-def checkpointed(modules: Sequence[nn.Module]) -> Hook:
-    """A hook for :func:`~solvers.iterate` that checkpoints every step: its activations are recomputed in the backward
-    pass instead of stored, with the parameters and buffers ``modules`` hold now (call it once per forward pass).
+def recomputed(modules: Sequence[nn.Module]) -> Callable[..., Any]:
+    """``run(function, *args)``: ``function(*args)`` with its activations recomputed in the backward pass instead of
+    stored (activation checkpointing), with the parameters and buffers ``modules`` hold now (make one per forward
+    pass).
 
     Under ``torch.compile`` the recomputation is part of the compiled graph, whose inputs are the forward's tensors
     already, so nothing is captured there."""
     bindings = None if torch.compiler.is_compiling() else Bindings.capture(modules)
 
-    def hook(stepper: AbstractStepper, field: Any, t: Any, y: Y, dt: Any, state: Any) -> tuple[Y, Any]:
+    def run(function: Callable[..., Any], *args: Any) -> Any:
         if bindings is None:
-            return torch.utils.checkpoint.checkpoint(stepper.step, field, t, y, dt, state, use_reentrant=False)
+            return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False)
         runs = 0
 
-        def step(*args: Any) -> tuple[Y, Any]:
+        def call(*args: Any) -> Any:
             nonlocal runs
             runs += 1  # the first run is the forward pass; later ones recompute it in a backward pass
             if runs == 1:
-                return stepper.step(*args)
-            return bindings.call(lambda: stepper.step(*args))
+                return function(*args)
+            return bindings.call(lambda: function(*args))
 
-        return torch.utils.checkpoint.checkpoint(step, field, t, y, dt, state, use_reentrant=False)
+        return torch.utils.checkpoint.checkpoint(call, *args, use_reentrant=False)
+
+    return run
+
+
+def checkpointed(modules: Sequence[nn.Module]) -> Hook:
+    """A hook for :func:`~solvers.iterate` that checkpoints every step (:func:`recomputed`; make one per forward
+    pass)."""
+    run = recomputed(modules)
+
+    def hook(stepper: AbstractStepper, field: Any, t: Any, y: Y, dt: Any, state: Any) -> tuple[Y, Any]:
+        return run(stepper.step, field, t, y, dt, state)
 
     return hook

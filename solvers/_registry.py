@@ -8,13 +8,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._base import AbstractStepper
+from ._base import AbstractStepper, Claims
 
 S = TypeVar("S", bound=type[AbstractStepper])
 
 
 class Registry(dict):
-    """``name -> stepper class``; a name is registered once (the same class again is no change)."""
+    """``name -> stepper class``; a name is registered once (the same class again is no change). A table built on
+    this one (odeformer's solvers) :meth:`watch` es it: it is told of every new name as it is written, and may refuse
+    it (the name is then not registered)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._watchers: list[Callable[[str, type[AbstractStepper]], None]] = []
+
+    def watch(self, watcher: Callable[[str, type[AbstractStepper]], None]) -> None:
+        """Call ``watcher(name, cls)`` for every name registered from now on; an exception it raises refuses the
+        name."""
+        self._watchers.append(watcher)
 
     def __setitem__(self, name: str, cls: type[AbstractStepper]) -> None:
         if not (isinstance(name, str) and name.isidentifier()):
@@ -25,6 +36,10 @@ class Registry(dict):
             raise ValueError(
                 f"stepper name {name!r} is taken by {self[name].__name__}; register {cls.__name__} under another name."
             )
+        if name in self:
+            return
+        for watcher in self._watchers:
+            watcher(name, cls)  # may refuse the name: nothing is written then
         super().__setitem__(name, cls)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -59,14 +74,16 @@ def register_stepper(name: str, update: str = "") -> Callable[[S], S]:
 
 
 def stepper_table() -> str:
-    """The README's table of registered schemes, generated from :data:`STEPPERS`: each one's update and the claims
-    its class declares (order, evaluations per step, symplectic, reversible); first-order schemes, then second-order
-    ones, each by name."""
+    """The README's table of registered schemes, generated from :data:`STEPPERS`: each one's update and what it
+    claims (order, evaluations per step, symplectic, reversible); first-order schemes, then second-order ones, each
+    by name."""
     rows = ["| stepper | update | order | evals/step | symplectic | reversible |", "|---|---|---|---|---|---|"]
-    for name, cls in sorted(STEPPERS.items(), key=lambda item: (item[1].second_order, item[0])):
+    claims = {name: Claims.of(cls) for name, cls in STEPPERS.items()}
+    for name, cls in sorted(STEPPERS.items(), key=lambda item: (claims[item[0]].second_order, item[0])):
+        c = claims[name]
         update = UPDATES.get(name) or (cls.__doc__ or "").strip().split("\n")[0]
-        evals = f"{cls.evals_per_step}" + (f" ({cls.evals_per_step - 1} when the field repeats)" if cls.fsal else "")
-        reversible = ("yes (symmetric)" if cls.symmetric else "yes (explicit inverse)") if cls.reversible else ""
-        symplectic = "yes" if cls.symplectic else ""
-        rows.append(f"| `{name}` | {update} | {cls.order} | {evals} | {symplectic} | {reversible} |")
+        evals = f"{c.evals_per_step}" + (f" ({c.evals_per_step - 1} when the field repeats)" if c.fsal else "")
+        reversible = ("yes (symmetric)" if c.symmetric else "yes (explicit inverse)") if c.reversible else ""
+        symplectic = "yes" if c.symplectic else ""
+        rows.append(f"| `{name}` | {update} | {c.order} | {evals} | {symplectic} | {reversible} |")
     return "\n".join(rows)

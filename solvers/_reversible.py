@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ._base import AbstractStepper, PhaseState, Y, _per_step, _per_step_dt, integrate, transformed
+from ._base import AbstractStepper, PhaseState, Y, _per_step, _per_step_dt, integrate, transforms_active
 from ._recompute import Bindings, modules_of
 
 
@@ -94,7 +94,7 @@ def integrate_reversible(
             )
     if len({s.second_order for s in steppers}) > 1:
         raise ValueError("integrate_reversible needs every step of one kind (all first- or all second-order).")
-    if transformed():
+    if transforms_active():
         return integrate(steppers, fields, y0, dts, t0)  # transforms and forward-mode AD compose with the plain loop
     second = steppers[0].second_order
     tensors = (y0.x, y0.v) if second else (y0,)

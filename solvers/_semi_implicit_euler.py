@@ -13,6 +13,7 @@ Reference: Hairer, Lubich & Wanner, *Geometric Numerical Integration*, §I.1.2 a
 from typing import ClassVar
 
 from ._base import AbstractStepper, PhaseState, axpy
+from ._composition import Splitting
 from ._registry import register_stepper
 
 
@@ -23,6 +24,7 @@ class SemiImplicitEuler(AbstractStepper):
     symplectic: ClassVar[bool] = True
     reversible: ClassVar[bool] = True
     evals_per_step: ClassVar[int] = 1
+    tableau: ClassVar[Splitting] = Splitting(drifts=(0, 1), kicks=(1,))  # its coefficients, for analysis
 
     def step(self, field, t, y, dt, state):
         x, v = self._unpack(y)

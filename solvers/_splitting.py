@@ -26,14 +26,13 @@ here: it needs symmetric compositions with negative sub-steps (Yoshida), or :cla
 layer keeps the stepper's order.
 
 The claims of a block stepper follow from its parts — the stepper, the FFN scheme, the splitting and the block it
-steps (whether it has an FFN and maps) — and are declared as a scheme's are: a :class:`~solvers.Claims` record
-computed from them makes the class the instance belongs to (:meth:`~solvers.AbstractStepper.claim`). ``order`` is
+steps (whether it has an FFN and maps): ``claims(block)`` computes them (``claims()``: on a block with an FFN and no
+maps). ``order`` is
 the layer's order of convergence to :meth:`limit_field` (``0`` when the layer has no small-step limit: a fixed
 ``ffn_dt``, a map after a sublayer, a stepper with a fixed-size part); ``reversible`` when every sub-step is
 invertible and no map follows; ``fsal`` (first-same-as-last reuse) only where nothing acts between two of the
 stepper's steps (no FFN, no map); ``evals_per_step`` and ``startup_evals`` count evaluations of the attention field,
-the stepper's own. A block stepper as constructed claims what it does on a block with an FFN and no maps;
-``on(block)`` is the same stepper claiming what it does on ``block``.
+the stepper's own.
 
 The stepper is initialised at the state it first steps from: under Strang, after the first FFN half step (a
 multistep scheme's start, e.g. heavy ball's ``x_{-1} = x_0``, is the attention step's own start).
@@ -46,14 +45,14 @@ previous position, which records the FFN's displacement too, so it converges to 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from ._base import AbstractStepper, Claims, Field, PhaseState, Y, axpy, made_as
+from ._base import AbstractStepper, Claims, Field, PhaseState, Y, axpy, stated
 from ._euler import Euler
 from ._heun import Heun
 
@@ -147,16 +146,26 @@ class _Start:
 _START = _Start()
 
 
+class _Sum:
+    """The whole block's field ``F_a + F_f`` (an object, so a scheme can tell one block's from another's)."""
+
+    __slots__ = ("attention", "ffn")
+
+    def __init__(self, attention: Field, ffn: Field):
+        self.attention, self.ffn = attention, ffn
+
+    def __call__(self, t: Any, x: Tensor) -> Tensor:
+        return self.attention(t, x) + self.ffn(t, x)
+
+
 def _sum(a: Y, b: Y) -> Y:
     if isinstance(a, PhaseState):
         return PhaseState(a.x + b.x, a.v + b.v)
     return a + b
 
 
-class _BlockStepper(AbstractStepper):
+class _BlockStepper(AbstractStepper, abstract=True):
     """Shared by :class:`Split` and :class:`Whole`: claims from the parts and the block, maps, state hand-over."""
-
-    claims_from_parts: ClassVar[bool] = True
 
     def __init__(self, stepper: AbstractStepper):
         super().__init__()
@@ -164,24 +173,20 @@ class _BlockStepper(AbstractStepper):
             raise TypeError(f"a block stepper wraps a solvers.AbstractStepper, got {type(stepper).__name__}.")
         self.stepper = stepper
 
+    def claims(self, field: Block | None = None) -> Claims:
+        """What this block stepper claims on ``field`` (``None``: a block with an FFN and no maps)."""
+        ffn, maps = (True, False) if field is None else (self._check(field).ffn is not None, field.maps)
+        return replace(self.claims_on(ffn, maps), **stated(self, _BlockStepper))
+
     def claims_on(self, ffn: bool, maps: bool) -> Claims:
         """The claims of this layer on a block with or without an FFN and maps (the rule; see the module doc)."""
         raise NotImplementedError
-
-    def on(self, field):
-        block = self._check(field)
-        claims = self.claims_on(block.ffn is not None, block.maps)
-        if claims == Claims.of(self):
-            return self
-        view = copy.copy(self)  # the same parts (modules, parameters), another class
-        view.claim(claims)
-        return view
 
     def init(self, field, t0, y0):
         return self.stepper.init(self._check(field).attention, t0, y0)
 
     def continues(self, previous):
-        return made_as(type(self)) is made_as(type(previous)) and self.stepper.continues(previous.stepper)
+        return type(self) is type(previous) and self.stepper.continues(previous.stepper)
 
     @staticmethod
     def _check(block: Any) -> Block:
@@ -231,10 +236,9 @@ class Split(_BlockStepper):
                 f"a multistep stepper ({type(stepper).__name__}) cannot share its layer with the FFN as a force."
             )
         self.ffn, self.splitting, self.ffn_dt = ffn, splitting, ffn_dt
-        self.claim(self.claims_on(ffn=True, maps=False))
 
     def claims_on(self, ffn: bool, maps: bool) -> Claims:
-        stepper, scheme = self.stepper, self.ffn
+        stepper, scheme = self.stepper.claims(), self.ffn.claims()
         if maps or stepper.order == 0:
             order = 0
         elif not ffn:
@@ -255,7 +259,7 @@ class Split(_BlockStepper):
             evals_per_step=stepper.evals_per_step,
             fsal=stepper.fsal and not ffn and not maps,
             multistep=stepper.multistep,
-            startup_evals=tuple(stepper.startup_evals),
+            startup_evals=stepper.startup_evals,
         )
 
     def init(self, field, t0, y0):
@@ -307,7 +311,7 @@ class Split(_BlockStepper):
 
     def limit_field(self, field):
         block = self._check(field)
-        if self.on(block).order == 0:
+        if self.claims(block).order == 0:
             raise self._no_limit()
         if block.ffn is None:
             return self.stepper.limit_field(block.attention)
@@ -334,12 +338,8 @@ class Split(_BlockStepper):
 class Whole(_BlockStepper):
     """``stepper`` on the whole block's field ``F_a + F_f`` (each stage evaluates both); maps, if any, after it."""
 
-    def __init__(self, stepper: AbstractStepper):
-        super().__init__(stepper)
-        self.claim(self.claims_on(ffn=True, maps=False))
-
     def claims_on(self, ffn: bool, maps: bool) -> Claims:
-        stepper = self.stepper
+        stepper = self.stepper.claims()
         return Claims(
             order=0 if maps else stepper.order,
             second_order=stepper.second_order,
@@ -348,7 +348,7 @@ class Whole(_BlockStepper):
             evals_per_step=stepper.evals_per_step,
             fsal=stepper.fsal and not ffn and not maps,
             multistep=stepper.multistep,
-            startup_evals=tuple(stepper.startup_evals),
+            startup_evals=stepper.startup_evals,
         )
 
     def step(self, field, t, y, dt, state):
@@ -361,12 +361,11 @@ class Whole(_BlockStepper):
 
     @staticmethod
     def _summed(block: Block) -> Field:
-        attention, ffn = block.attention, block.ffn
-        return attention if ffn is None else (lambda t, x: attention(t, x) + ffn(t, x))
+        return block.attention if block.ffn is None else _Sum(block.attention, block.ffn)
 
     def limit_field(self, field):
         block = self._check(field)
-        if self.on(block).order == 0:
+        if self.claims(block).order == 0:
             raise self._no_limit()
         return self.stepper.limit_field(self._summed(block))
 

@@ -1,27 +1,26 @@
-"""The explicit Runge–Kutta engine: a Butcher tableau ``(A, b, c)`` in, a stepper with derived claims out.
+"""The explicit Runge–Kutta engine: a Butcher tableau ``(A, b, c)`` as a value, and the stepper that runs one.
 
-``kᵢ = f(t + cᵢ dt, x + dt Σⱼ₍ⱼ₍ᵢ₎ aᵢⱼ kⱼ)``, ``x₁ = x + dt Σᵢ bᵢ kᵢ``. A subclass gives the coefficients as class
-variables and gets its declarations from them when the class is made:
+``kᵢ = f(t + cᵢ dt, x + dt Σⱼ₍ⱼ₍ᵢ₎ aᵢⱼ kⱼ)``, ``x₁ = x + dt Σᵢ bᵢ kᵢ``. :class:`ButcherTableau` holds the coefficients
+and what they imply, derived when it is made:
 
-- ``order`` from the rooted-tree order conditions (``_order_conditions.py``, up to order 6); a subclass that
-  declares an order its coefficients do not reach is a TypeError naming the first failing condition and by how much
-  (``order conditions hold to order 2; Σ bᵢcᵢ² = 1/3 is off by 0.02``);
+- ``order`` from the rooted-tree order conditions (``_order_conditions.py``); inconsistent coefficients (order 0) are
+  a one-line ValueError naming the first failing condition (``Σ bᵢ = 1 is off by 0.5``);
 - ``evals_per_step`` = the number of stages;
 - ``fsal`` when the last stage is the next step's first (``c_s = 1``, the last row of ``A`` equal to ``b``): the
   step keeps that evaluation in ``state`` and the next step, on the same field, reuses it;
 - never ``symplectic`` nor ``reversible`` (no explicit Runge–Kutta method is: its symplecticity condition
-  ``bᵢaᵢⱼ + bⱼaⱼᵢ = bᵢbⱼ`` at ``i = j`` asks ``bᵢ = 0``); declaring either is a TypeError.
+  ``bᵢaᵢⱼ + bⱼaⱼᵢ = bᵢbⱼ`` at ``i = j`` asks ``bᵢ = 0``).
 
-::
+A named method is a short subclass of :class:`RungeKutta` holding its tableau, whose claims the engine derives::
 
     class Ralston(RungeKutta):
-        A = ((), (2 / 3,))
-        b = (1 / 4, 3 / 4)
+        tableau = ButcherTableau(A=((), (2 / 3,)), b=(1 / 4, 3 / 4))
 
+A claim the subclass states itself is checked against the tableau when the class is made (a TypeError when it
+claims more than the coefficients give). Coefficients with no name are a :class:`~solvers.Tableau` instance.
 ``c`` defaults to the row sums of ``A``; a ``c`` that differs from them is an error (stages at other times would
-make the method's order on time-dependent problems that of its autonomous conditions no longer).
-:meth:`RungeKutta.from_coefficients` makes such a class at run time (what ``solver=tableau solver.options.A=...``
-does). The step touches only the nonzero coefficients, each with one fused ``x + α k`` kernel.
+make the method's order on time-dependent problems that of its autonomous conditions no longer). The step touches
+only the nonzero coefficients, each with one fused ``x + α k`` kernel.
 Reference: Hairer, Nørsett & Wanner, *Solving ODEs I*, §II.1–II.2.
 """
 
@@ -31,8 +30,8 @@ from typing import Any, ClassVar, NamedTuple
 
 from torch import Tensor
 
-from ._base import AbstractStepper, axpy
-from ._order_conditions import Derived, parse_vector, rk_order
+from ._base import CLAIMS, AbstractStepper, Claims, axpy
+from ._order_conditions import parse_vector, rk_order
 
 
 class _Stage(NamedTuple):
@@ -89,92 +88,83 @@ def validate_rk(A: Any, b: Any, c: Any = None) -> tuple[tuple[tuple[float, ...],
     return tuple(lower), weights, times
 
 
-def declare(cls: type, derived: dict[str, Any], reasons: dict[str, str]) -> None:
-    """Set each derived declaration on ``cls``, or check the one ``cls`` states itself (a one-line TypeError when it
-    claims more than its coefficients give)."""
-    for key, value in derived.items():
+def declare(cls: type, claims: Claims, reasons: dict[str, str]) -> None:
+    """Set each claim a tableau derives on ``cls``, or check the one ``cls`` states itself (a one-line TypeError when
+    it claims more than its coefficients give)."""
+    for key in CLAIMS:
+        value = getattr(claims, key)
         if key not in cls.__dict__:
             setattr(cls, key, value)
             continue
         claimed = cls.__dict__[key]
-        if key == "order" and claimed > value or key != "order" and bool(claimed) and not value:
-            raise TypeError(f"{cls.__name__} declares {key} = {claimed!r}, but {reasons[key]}.")
+        if key == "order" and claimed > value or key not in ("order", "startup_evals") and bool(claimed) and not value:
+            raise TypeError(
+                f"{cls.__name__} declares {key} = {claimed!r}, but "
+                f"{reasons.get(key, 'its coefficients do not give it')}."
+            )
         if key == "evals_per_step" and claimed != value:
             raise TypeError(f"{cls.__name__} declares evals_per_step = {claimed}, but {reasons[key]}.")
 
 
-class RungeKutta(AbstractStepper, abstract=True):
-    """An explicit Runge–Kutta method given by its tableau (see the module docstring)."""
+class ButcherTableau:
+    """An explicit Runge–Kutta tableau as a value: the coefficients, and the claims they imply (module docstring).
 
-    A: ClassVar[tuple[tuple[float, ...], ...]]
-    b: ClassVar[tuple[float, ...]]
-    c: ClassVar[tuple[float, ...] | None] = None
-    second_order: ClassVar[bool] = False
-    derived: ClassVar[Derived]
+    ``A`` is given by its strictly lower rows (``A[i]`` has ``i`` entries, or ``s`` with zeros on and above the
+    diagonal); coefficients are numbers or strings such as ``"1/3"``; anything inconsistent is a one-line ValueError.
+    """
 
-    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
-        if not abstract:
-            try:
-                A, b, c = validate_rk(cls.A, cls.b, cls.c)
-            except ValueError as error:
-                raise TypeError(f"{cls.__name__}: {error}") from None
-            cls.A, cls.b, cls.c = A, b, c
-            cls.derived = rk_order(A, b, c)
-            if cls.derived.order == 0:
-                raise TypeError(f"{cls.__name__} is not consistent (order 0): {cls.derived.message()}.")
-            s = len(b)
-            fsal = s > 1 and c[-1] == 1 and A[-1] == b[:-1] and b[-1] == 0
-            never = "no explicit Runge–Kutta method is (bᵢaᵢⱼ + bⱼaⱼᵢ = bᵢbⱼ at i = j asks bᵢ = 0)"
-            declare(
-                cls,
-                {
-                    "order": cls.derived.order,
-                    "evals_per_step": s,
-                    "fsal": fsal,
-                    "symplectic": False,
-                    "reversible": False,
-                },
-                {
-                    "order": cls.derived.message(),
-                    "evals_per_step": f"it has {s} stages",
-                    "fsal": "its last stage is not the next step's first",
-                    "symplectic": never,
-                    "reversible": never,
-                },
-            )
-            cls._rows = tuple(tuple((j, a) for j, a in enumerate(row) if a != 0) for row in A)
-            cls._weights = tuple((j, w) for j, w in enumerate(b) if w != 0)
-        super().__init_subclass__(abstract=abstract, **kwargs)
+    kind = "runge_kutta"
 
-    @classmethod
-    def from_coefficients(cls, A: Any, b: Any, c: Any = None, name: str = "ButcherTableau") -> type[RungeKutta]:
-        """A new stepper class from coefficients (lists of numbers or strings such as ``"1/3"``); a one-line
-        ValueError for inconsistent ones (lengths, a non-explicit ``A``, stage times off the row sums, order 0)."""
-        A, b, c = validate_rk(A, b, c)
-        derived = rk_order(A, b, c)
-        if derived.order == 0:
-            raise ValueError(f"the tableau is not consistent (order 0): {derived.message()}.")
-        doc = f"Explicit Runge–Kutta tableau A = {[list(r) for r in A]}, b = {list(b)}, c = {list(c)}."
-        return type(name, (cls,), {"A": A, "b": b, "c": c, "__doc__": doc, "__module__": cls.__module__})
+    def __init__(self, A: Any, b: Any, c: Any = None):
+        self.A, self.b, self.c = validate_rk(A, b, c)
+        self.derived = rk_order(self.A, self.b, self.c)
+        if self.derived.order == 0:
+            raise ValueError(f"the tableau is not consistent (order 0): {self.derived.message()}.")
+        s = len(self.b)
+        fsal = s > 1 and self.c[-1] == 1 and self.A[-1] == self.b[:-1] and self.b[-1] == 0
+        self.claims = Claims(
+            order=self.derived.order, second_order=False, symplectic=False, reversible=False, evals_per_step=s,
+            fsal=fsal,
+        )  # fmt: skip
+        self._rows = tuple(tuple((j, a) for j, a in enumerate(row) if a != 0) for row in self.A)
+        self._weights = tuple((j, w) for j, w in enumerate(self.b) if w != 0)
 
-    @classmethod
-    def describe(cls) -> dict[str, Any]:
+    reasons: ClassVar[dict[str, str]] = {
+        "fsal": "its last stage is not the next step's first",
+        "symplectic": "no explicit Runge–Kutta method is (bᵢaᵢⱼ + bⱼaⱼᵢ = bᵢbⱼ at i = j asks bᵢ = 0)",
+        "reversible": "no explicit Runge–Kutta method is (bᵢaᵢⱼ + bⱼaⱼᵢ = bᵢbⱼ at i = j asks bᵢ = 0)",
+    }
+
+    def _reasons(self) -> dict[str, str]:
+        return {**self.reasons, "order": self.derived.message(), "evals_per_step": f"it has {len(self.b)} stages"}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ButcherTableau) and (self.A, self.b, self.c) == (other.A, other.b, other.c)
+
+    def __hash__(self) -> int:
+        return hash((self.A, self.b, self.c))
+
+    def __repr__(self) -> str:
+        return f"ButcherTableau(A={[list(r) for r in self.A]}, b={list(self.b)}, c={list(self.c)})"
+
+    def describe(self) -> dict[str, Any]:
         """The coefficients and the derived claims, as plain values (what a run's summary records)."""
+        claims = self.claims
         return {
-            "kind": "runge_kutta",
-            "A": [list(row) for row in cls.A],
-            "b": list(cls.b),
-            "c": list(cls.c),
-            "order": cls.order,
-            "order_conditions": cls.derived.message(),
-            "evals_per_step": cls.evals_per_step,
-            "fsal": cls.fsal,
-            "symplectic": cls.symplectic,
-            "reversible": cls.reversible,
+            "kind": self.kind,
+            "A": [list(row) for row in self.A],
+            "b": list(self.b),
+            "c": list(self.c),
+            "order": claims.order,
+            "order_conditions": self.derived.message(),
+            "evals_per_step": claims.evals_per_step,
+            "fsal": claims.fsal,
+            "symplectic": claims.symplectic,
+            "reversible": claims.reversible,
         }
 
-    def step(self, field, t, y, dt, state):
-        x = self._unpack(y)
+    def step(self, field: Any, t: Any, x: Tensor, dt: Any, state: Any) -> tuple[Tensor, Any]:
+        """One step from ``x`` (a Tensor); ``state`` the last stage kept for first-same-as-last reuse, or ``None``."""
         c = self.c
         ks: list[Tensor] = []
         for i, row in enumerate(self._rows):
@@ -185,9 +175,36 @@ class RungeKutta(AbstractStepper, abstract=True):
             for j, a in row:
                 xi = axpy(xi, a * dt, ks[j])
             ks.append(field(t + c[i] * dt if c[i] else t, xi))
-        if self.fsal:  # the last stage's input is x1 itself
+        if self.claims.fsal:  # the last stage's input is x1 itself
             return xi, _Stage(field, t + dt, xi, ks[-1])
         x1 = x
         for j, w in self._weights:
             x1 = axpy(x1, w * dt, ks[j])
         return x1, state
+
+
+def engine_claims(cls: type, tableau: Any) -> None:
+    """What a named tableau's class claims: its tableau's derived claims, as class variables (those it states itself
+    checked against them)."""
+    if tableau is None:
+        raise TypeError(f"{cls.__name__} gives no tableau: set tableau = ... in its body (or mark it abstract=True).")
+    declare(cls, tableau.claims, tableau._reasons())
+
+
+class RungeKutta(AbstractStepper, abstract=True):
+    """An explicit Runge–Kutta method: a subclass holds its :class:`ButcherTableau` (see the module docstring)."""
+
+    tableau: ClassVar[ButcherTableau]
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        if not abstract:
+            engine_claims(cls, getattr(cls, "tableau", None))
+        super().__init_subclass__(abstract=abstract, **kwargs)
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """The coefficients and the derived claims, as plain values (what a run's summary records)."""
+        return cls.tableau.describe()
+
+    def step(self, field, t, y, dt, state):
+        return self.tableau.step(field, t, self._unpack(y), dt, state)

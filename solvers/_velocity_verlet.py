@@ -14,6 +14,7 @@ from typing import Any, ClassVar, NamedTuple
 from torch import Tensor
 
 from ._base import AbstractStepper, PhaseState, axpy
+from ._composition import Splitting
 from ._registry import register_stepper
 
 
@@ -36,6 +37,7 @@ class VelocityVerlet(AbstractStepper):
     reversible: ClassVar[bool] = True
     symmetric: ClassVar[bool] = True
     evals_per_step: ClassVar[int] = 2
+    tableau: ClassVar[Splitting] = Splitting(drifts=(0, 1), kicks=(1 / 2, 1 / 2))  # its coefficients, for analysis
     fsal: ClassVar[bool] = True
 
     def step(self, field, t, y, dt, state):

@@ -35,7 +35,7 @@ def _counted_run(
     y, base = problem.initial(first), problem.field_for(first)
     block = base if isinstance(base, Block) else None
     counted = base if block is None else block.attention
-    fsal = first.on(base).fsal  # a block stepper's reuse depends on its block
+    fsal = first.claims(base).fsal  # a block stepper's reuse depends on its block
     name, declared, startup = _name(first), first.evals_per_step, tuple(first.startup_evals)
     shared = RecordingField(counted)
     t, state, previous, out = t0, None, None, []

@@ -28,8 +28,7 @@ class BlockCase:
 
     def __str__(self) -> str:
         return (
-            f"block seed {self.seed}, batch {self.batch}, {self.tokens} token(s), {self.steps} step(s) of "
-            f"{self.dt:.4g}"
+            f"block seed {self.seed}, batch {self.batch}, {self.tokens} token(s), {self.steps} step(s) of {self.dt:.4g}"
         )
 
 
@@ -67,7 +66,7 @@ def check_layer(
     """Assert a block stepper (:class:`~solvers.Split`, :class:`~solvers.Whole` or one of your own, stepping on a
     :class:`~solvers.Block`) converges to its block's ODE with the order it declares for that block.
 
-    The declared order is ``stepper.on(block).order`` (a split layer's order depends on the block: with no FFN it is
+    The declared order is ``stepper.claims(block).order`` (a split layer's order depends on the block: with no FFN it is
     the stepper's, with maps after the sublayers 0). It is
     measured as :func:`check_order` measures a scheme, against ``stepper.limit_field(block)``, on ``problem`` (default:
     :func:`block_problem` of the stepper's kind and per-channel width, weight-tied: the same block every step). Unless
@@ -82,7 +81,7 @@ def check_layer(
     width = stepper_width(stepper) or 2
     problem = problem or block_problem(second_order=stepper.second_order, dim=width)
     block = problem.field
-    declared = stepper.on(block).order
+    declared = stepper.claims(block).order
     if drawn and examples > 0:
         _drawn_layer_protocol(stepper, width, examples)
     if declared == 0:
