@@ -52,8 +52,8 @@ def main(argv=None):
     report = check_stepper(Simpson)  # the kit measures what the coefficients claim
     print(f"kit: order slopes {', '.join(f'{s:.2f}' for s in report['order'])}; symplectic and reversible proven")
 
-    layer = odeformer.preset("tableau", options={"drifts": DRIFTS, "kicks": KICKS})
-    measured = odeformer.check_preset(layer)  # attention by the scheme, then the FFN: a Lie layer, order 1
+    layer = odeformer.solver("tableau", options={"drifts": DRIFTS, "kicks": KICKS})
+    measured = odeformer.check_solver(layer)  # attention by the scheme, then the FFN: a Lie layer, order 1
     print(f"layer: declared order {measured['declared']}, measured {measured['slope']:.2f}")
 
     torch.manual_seed(0)

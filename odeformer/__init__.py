@@ -1,9 +1,11 @@
 """odeformer: transformers whose depth is time.
 
-A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"``) from :data:`LAYER_SPECS`, built on
-the ``solvers`` package. Fields (:mod:`odeformer.fields`), chain-rule layers (:mod:`odeformer.joint`), the named solvers
-(:mod:`odeformer.presets`), the layer (:mod:`odeformer.layer`), the backbone (:mod:`odeformer.backbone`) and the
-task models (:class:`ViT`, :class:`CausalLM`, :class:`MaskedLM`, :class:`NodeClassifier`, :class:`DIFFormer`).
+A layer is one step ``dt`` of an integrator chosen by name (``solver="full_wave"``) from :data:`SOLVERS`, built on
+the ``solvers`` package. Fields (:mod:`odeformer.fields`), chain-rule layers (:mod:`odeformer.joint`), the solvers
+(:mod:`odeformer.registry`), the layer (:mod:`odeformer.layer`), the backbone and its builder
+(:mod:`odeformer.backbone`) and the task models (:class:`ViT`, :class:`CausalLM`, :class:`MaskedLM`,
+:class:`NodeClassifier`, :class:`DIFFormer`). Old names (``preset``, ``PRESETS``, ``Preset``, ``LayerSpec``, ...)
+resolve to the new ones with a warning (:data:`odeformer.registry.RENAMED`).
 """
 
 import os as _os
@@ -19,22 +21,13 @@ def _interrupted_while_starting() -> None:
 
 
 try:
-    from .backbone import Backbone, Fields, schedule, transformer
+    from .backbone import Backbone, Fields, SolverSchedule, schedule, transformer
+    from .continuous import ContinuousSolver
     from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
     from .hf import from_hf
     from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
     from .layer import Layer
-    from .presets import (
-        LAYER_SPECS,
-        LayerSpec,
-        Preset,
-        check_preset,
-        layer_spec,
-        register_solver,
-        solver_names,
-        spec_for_stepper,
-        spec_of,
-    )
+    from .registry import SOLVERS, Solver, as_solver, check_solver, register_solver, solver, solver_names
     from .tasks import CausalLM, DIFFormer, MaskedLM, NodeClassifier, ViT
 except KeyboardInterrupt:
     _interrupted_while_starting()
@@ -42,38 +35,43 @@ except KeyboardInterrupt:
 
 __version__ = "0.1.0"
 
-# old names that the README and the examples use: preset (layer_spec), PRESETS (LAYER_SPECS), Preset (LayerSpec)
-preset, PRESETS = layer_spec, LAYER_SPECS
 
 __all__ = [
-    "LAYER_SPECS",
-    "PRESETS",
+    "SOLVERS",
     "AttentionField",
     "Backbone",
-    "Fields",
     "CausalLM",
+    "ContinuousSolver",
     "DIFFormer",
     "FeedForward",
+    "Fields",
     "JointJVP",
     "JointLayerNorm",
     "JointMLP",
     "JointSequential",
     "Layer",
-    "LayerSpec",
     "MaskedLM",
     "NodeClassifier",
-    "Preset",
     "SimpleAttentionField",
+    "Solver",
+    "SolverSchedule",
     "ViT",
-    "check_preset",
+    "as_solver",
+    "check_solver",
     "from_hf",
     "graph_mask",
-    "layer_spec",
-    "preset",
     "register_solver",
     "schedule",
+    "solver",
     "solver_names",
-    "spec_for_stepper",
-    "spec_of",
     "transformer",
 ]
+
+
+def __getattr__(name: str):
+    from .registry import renamed
+
+    try:
+        return renamed(name, globals())
+    except AttributeError:
+        raise AttributeError(f"module 'odeformer' has no attribute {name!r}") from None

@@ -1,16 +1,16 @@
-"""The backbone: ``depth`` layers driven by their steppers through :func:`solvers.iterate`, then a final LayerNorm.
+"""The backbone: ``depth`` layers, each one step of its own ``dt``, then a final LayerNorm; and its one builder.
 
     x (B, N, D) -> [layer 1: one step of dt_1] -> ... -> [layer L] -> LN -> features (B, N, D)
 
-Each layer is a stepper over its own fields (:class:`~odeformer.layer.Layer`), and the depth loop is the ``solvers``
-loop over the layers themselves (``solvers.iterate(layers, contexts, y0, dt=None)``: each layer steps through its own
-``Layer.init``/``Layer.step`` by its own ``dt``, which its spec checked once), with a hook for activation
-checkpointing, and
-:func:`solvers.integrate_reversible` for schedules whose backward pass rebuilds states by inverting the layers. A
-second-order layer starts its velocity at zero (``v0 = 0``, as in the Wavy Transformer); consecutive layers whose
-steppers share a class share the scheme's running state (a two-step scheme's history, a cached force); where a
-schedule switches between first- and second-order layers the velocity starts at zero on entry and is dropped on exit
-(``solvers.adapt``).
+:func:`transformer` builds every backbone: the layers (:class:`~odeformer.layer.Layer`, each with its fields, its
+block stepper, its start time and its step), or a :class:`~odeformer.continuous.ContinuousBackbone` for a
+continuous-depth solver. :class:`Backbone` is the depth loop, in one screen (:meth:`Backbone.forward`): each layer
+steps through ``Layer.init``/``Layer.step``; consecutive layers whose schemes are of one kind share the scheme's
+running state (a two-step scheme's history, a cached force); a second-order layer starts its velocity at zero
+(``v0 = 0``, as in the Wavy Transformer), and where a schedule switches between first- and second-order layers the
+velocity starts at zero on entry and is dropped on exit. Activation checkpointing recomputes each step in the
+backward pass (:func:`solvers.recomputed`); schedules whose backward pass rebuilds states by inverting the layers
+run :func:`solvers.integrate_reversible`.
 
 Two layouts: ``norm="pre"`` (the fields normalise their input, a final LayerNorm follows the loop) and
 ``norm="post"`` (a map — LayerNorm, with the chain rule on the velocity — follows each sublayer, and no final norm).
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -31,40 +31,45 @@ from torch import Tensor, nn
 import solvers
 from solvers import PhaseState
 
-from .continuous import ContinuousBackbone, ContinuousPreset
+from .continuous import ContinuousBackbone, ContinuousSolver
 from .fields import AttentionField, FeedForward, JointIdentity
 from .joint import JointLayerNorm
 from .layer import JointDropout, Layer, StateMap
-from .presets import LayerSpec, spec_of
+from .registry import Solver, as_solver
 
-Solver = str | LayerSpec | Sequence[str | LayerSpec] | Callable[[int], str | LayerSpec]
-"""A solver name or :class:`LayerSpec` for every layer, a sequence with one per layer, or ``layer_index -> preset``."""
+SolverSchedule = str | Solver | Sequence[str | Solver] | Callable[[int], str | Solver]
+"""A solver (a name, a :class:`~odeformer.registry.Solver`, a stepper class, ``"module.Class"``) for every layer, a
+sequence with one per layer, or ``layer_index -> solver``."""
 
 NORMS = ("pre", "post")
 
 
-def schedule(solver: Solver, depth: int) -> list[LayerSpec]:
-    """One :class:`LayerSpec` per layer from any accepted ``solver`` value."""
-    if not isinstance(depth, int) or depth < 1:
+def schedule(solver: SolverSchedule, depth: int) -> list[Solver]:
+    """One :class:`~odeformer.registry.Solver` per layer from any accepted ``solver`` value."""
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
         raise ValueError(f"depth must be a positive int, got {depth!r}.")
-    if isinstance(solver, (str, LayerSpec, type)):
-        return [spec_of(solver)] * depth
-    if callable(solver):
-        return [spec_of(solver(i)) for i in range(depth)]
-    presets = [spec_of(s) for s in solver]
-    if len(presets) != depth:
-        raise ValueError(f"a solver schedule needs one entry per layer: got {len(presets)} for depth {depth}.")
-    return presets
+    if isinstance(solver, (str, Solver, type)):
+        chosen = [as_solver(solver)] * depth
+    elif callable(solver):
+        chosen = [as_solver(solver(i)) for i in range(depth)]
+    else:
+        chosen = [as_solver(s) for s in solver]
+        if len(chosen) != depth:
+            raise ValueError(f"a solver schedule needs one entry per layer: got {len(chosen)} for depth {depth}.")
+    for entry in chosen:
+        if not isinstance(entry, Solver):
+            raise ValueError(f"{entry.name!r} is a continuous-depth solver: give it as the model's only solver.")
+    return chosen
 
 
 class Backbone(nn.Module):
     """A stack of :class:`~odeformer.layer.Layer` s integrated in depth, then ``norm``; see the module docstring.
-    :func:`transformer` builds one: the layers come built, each with its own step, so nothing here reads ``dt`` or
-    builds a field.
+    :func:`transformer` builds one: the layers come built, each with its own time and step, so nothing here reads
+    ``dt`` or builds a field.
 
     ``checkpoint=True`` recomputes each layer in the backward pass instead of storing its activations. A backbone of
-    ``memory="rebuild"`` layers (the ``reversible`` preset) stores only its final state when training and rebuilds the
-    others by inverting the layers.
+    ``memory="rebuild"`` layers (the ``reversible`` solver) stores only its final state when training and rebuilds
+    the others by inverting the layers.
     """
 
     def __init__(self, layers: Sequence[Layer], norm: nn.Module | None = None, checkpoint: bool = False):
@@ -74,29 +79,29 @@ class Backbone(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norm = nn.Identity() if norm is None else norm
         self.checkpoint = checkpoint
-        memory = {layer.spec.memory for layer in layers}
+        memory = {layer.solver.memory for layer in layers}
         if len(memory) > 1:
             raise ValueError(
-                "a schedule cannot mix the reversible preset with others: its backward rebuilds every layer."
+                "a schedule cannot mix the reversible solver with others: its backward rebuilds every layer."
             )
         self.reversible = memory == {"rebuild"}
         if self.reversible:
             for i, layer in enumerate(self.layers):
-                if not layer.reversible:
+                if not layer.claims().reversible:
                     raise ValueError(
                         f"layer {i} ({layer.block_stepper!r}) cannot be inverted, so the reversible backward cannot "
                         "rebuild through it; every sub-step must be reversible and no norm may follow a sublayer."
                     )
             if any(_drops(m) for m in self.layers.modules()):
                 raise ValueError(
-                    "the reversible preset needs dropout=0: its backward rebuilds states by inverting each "
+                    "the reversible solver needs dropout=0: its backward rebuilds states by inverting each "
                     "layer, which random dropout masks would break."
                 )
 
     @property
     def second_order(self) -> bool:
         """Whether any layer carries a velocity."""
-        return any(layer.stepper.second_order for layer in self.layers)
+        return any(layer.second_order for layer in self.layers)
 
     def forward(self, x: Tensor, record: list | None = None, cache: Any = None, **context: Any) -> Tensor:
         """Features ``(B, N, D)``. ``context`` (e.g. ``attn_mask``) goes to every attention field. If ``record`` is a
@@ -111,30 +116,56 @@ class Backbone(nn.Module):
                 raise ValueError(f"the cache has {len(cache.layers)} layers, the backbone {len(layers)}.")
             cache.begin(x.shape[1])
             contexts = [{**context, "cache": c} for c in cache.layers]
-        y0 = solvers.adapt(x, layers[0])
         if self.reversible and record is None and cache is None and torch.is_grad_enabled():
-            if self.training and any(_drops(m) for m in layers.modules()):
-                raise ValueError(
-                    "the reversible preset needs dropout=0 (it was switched on after construction): its backward "
-                    "rebuilds states by inverting each layer, which random dropout masks would break."
-                )
-            y = solvers.integrate_reversible(layers, contexts, y0, None, modules=[layers])
+            y = self._rebuilding(x, contexts)
         else:
-            checkpoint = self.checkpoint and torch.is_grad_enabled() and cache is None
-            hook = solvers.checkpointed([layers]) if checkpoint else None
+            run = (
+                solvers.recomputed([layers]) if self.checkpoint and torch.is_grad_enabled() and cache is None else None
+            )
             if record is not None:
                 record.append(x)
-            y = y0
-            for y in solvers.iterate(layers, contexts, y0, None, hook=hook):  # each layer steps by its own dt
+            y, state, previous = x, None, None
+            for layer, context_l in zip(layers, contexts):
+                if previous is None or not layer.continues(previous):
+                    y = _entering(y, layer)
+                    state = layer.init(y, context_l)
+                y, state = layer.step(y, state, context_l) if run is None else run(layer.step, y, state, context_l)
+                previous = layer
                 if record is not None:
                     record.append(y)
             if cache is not None:
                 cache.end()
         return self.norm(y.x if isinstance(y, PhaseState) else y)
 
+    def _rebuilding(self, x: Tensor, contexts: list[dict[str, Any]]) -> Any:
+        """The reversible schedule's forward, whose backward rebuilds each layer's input by inverting it."""
+        layers = self.layers
+        if self.training and any(_drops(m) for m in layers.modules()):
+            raise ValueError(
+                "the reversible solver needs dropout=0 (it was switched on after construction): its backward "
+                "rebuilds states by inverting each layer, which random dropout masks would break."
+            )
+        return solvers.integrate_reversible(
+            [layer.block_stepper for layer in layers],
+            [layer.block(context) for layer, context in zip(layers, contexts)],
+            _entering(x, layers[0]),
+            [layer.dt for layer in layers],
+            layers[0].t0,
+            modules=[layers],
+        )
+
+
+def _entering(y: Any, layer: Layer) -> Any:
+    """``y`` as ``layer`` takes it: a velocity of zero on entering a second-order layer, none on leaving one."""
+    if layer.second_order and not isinstance(y, PhaseState):
+        return PhaseState(y, torch.zeros_like(y))
+    if not layer.second_order and isinstance(y, PhaseState):
+        return y.x
+    return y
+
 
 def _maps(
-    p: LayerSpec, has_ffn: bool, make_norm: Callable[[], nn.Module] | None, shared: dict[str, nn.Module] | None
+    p: Solver, has_ffn: bool, make_norm: Callable[[], nn.Module] | None, shared: dict[str, nn.Module] | None
 ) -> tuple[nn.Module | None, nn.Module | None]:
     """A post-norm layer's maps ``(after_attention, after_ffn)``: one after each sublayer, but one after the whole step
     for a whole-block layer (its FFN inside the step). ``shared`` (tied weights) holds one map per role, built where a
@@ -218,7 +249,7 @@ def transformer(
     depth: int,
     dim: int,
     heads: int,
-    solver: Solver | ContinuousPreset,
+    solver: SolverSchedule | ContinuousSolver,
     dt: float | None = None,
     mask: str = "full",
     impl: str = "auto",
@@ -238,7 +269,7 @@ def transformer(
 ) -> nn.Module:
     """The one builder of a backbone: a :class:`Backbone` of ``depth`` layers, or a
     :class:`~odeformer.continuous.ContinuousBackbone` (one weight-tied block) when ``solver`` is a
-    :class:`~odeformer.continuous.ContinuousPreset`.
+    :class:`~odeformer.continuous.ContinuousSolver`.
 
     The fields are softmax attention (:class:`~odeformer.fields.AttentionField`, ``heads`` heads, ``mask``, ``impl``,
     ``qkv_bias``, attention ``dropout``) and an FFN (hidden width ``mlp_hidden``, or ``int(mlp_ratio * dim)``;
@@ -249,11 +280,13 @@ def transformer(
     every sublayer, as in BERT. ``norm_eps`` sets every LayerNorm's epsilon (``None``: 1e-5, and 1e-6 for the FFN's
     joint LayerNorm).
 
-    ``dt=None`` takes each preset's default step (a number replaces every layer's, checked once, in its
-    :class:`~odeformer.presets.LayerSpec`), ``form=None`` each preset's attention form; ``tie_weights=True`` builds
+    ``dt=None`` takes each solver's default step (a number replaces every layer's; the layer checks it, once),
+    ``form=None`` each solver's attention form; ``tie_weights=True`` builds
     the fields once and shares them across depth, and each map once per role (after the attention, after the FFN),
     so each layer has the maps it has untied; ``checkpoint`` as in :class:`Backbone`.
     """
+    if isinstance(solver, str) and isinstance(as_solver(solver), ContinuousSolver):
+        solver = as_solver(solver)  # a continuous-depth solver by its name
     standard = (mask, impl, mlp_ratio, activation, ln_mode, dropout, norm, norm_eps, qkv_bias, mlp_hidden)
     if fields is not None:
         given = [k for k, v, default in zip(_STANDARD_OPTIONS, standard, _STANDARD_DEFAULTS) if v != default]
@@ -264,23 +297,22 @@ def transformer(
             )
     else:
         fields = _standard_fields(dim, heads, *standard)
-        if norm == "post" and isinstance(solver, ContinuousPreset):
+        if norm == "post" and isinstance(solver, ContinuousSolver):
             raise ValueError(
                 "norm='post' applies a LayerNorm after each layer's sublayers; continuous solvers have none."
             )
-    if isinstance(solver, ContinuousPreset):
+    if isinstance(solver, ContinuousSolver):
         return ContinuousBackbone(depth, dim, solver, fields.attention, fields.ffn, form=form)
     specs = schedule(solver, depth)
-    if dt is not None:  # the model's step replaces every layer's (checked here, once: the spec checks it)
-        specs = [replace(p, dt=dt) for p in specs]
     if tie_weights and len({p.form if form is None else form for p in specs}) > 1:
         raise ValueError(
             "tie_weights shares one attention field, whose form is fixed, but the schedule mixes the residual "
-            "and laplacian forms; give every layer one form: odeformer.layer_spec(name, form='laplacian') in the "
+            "and laplacian forms; give every layer one form: odeformer.solver(name, form='laplacian') in the "
             "schedule."
         )
     layers: list[Layer] = []
     shared: dict[str, nn.Module] = {}  # tied: one map per role, built where a layer first needs it
+    t = 0.0  # each layer's start time: the steps before it
     for p in specs:
         if tie_weights and layers:  # one set of fields for every layer, each with its own stepper
             attention, ffn = layers[0].attention, layers[0].ffn
@@ -288,7 +320,8 @@ def transformer(
             attention = fields.attention(p.form if form is None else form)
             ffn = None if fields.ffn is None else fields.ffn()
         maps = _maps(p, ffn is not None, fields.maps, shared if tie_weights else None)
-        layers.append(Layer(p, dim, attention, ffn, *maps))
+        layers.append(Layer(p, dim, attention, ffn, *maps, dt=dt, t0=t))  # the model's dt, else the solver's
+        t += layers[-1].dt
     norm_layer = nn.LayerNorm(dim, eps=fields.norm_eps) if fields.final_norm else None
     return Backbone(layers, norm_layer, checkpoint=checkpoint)
 

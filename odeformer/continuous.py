@@ -1,11 +1,11 @@
 """Continuous depth: one weight-tied block integrated over depth-time ``[0, T]`` by torchdiffeq or torchode.
 
-The discrete presets take one step per layer; here a single block's field is handed to an adaptive ODE solver, which
+The discrete solvers take one step per layer; here a single block's field is handed to an adaptive ODE solver, which
 chooses its own steps. The field is the block's (attention ``F_a`` plus FFN ``F_f``, both in residual form by default):
 
-- first order (``dynamics="diffusion"``): ``x' = F_a(x) + F_f(x)``;
-- second order (``dynamics="wave"``): the continuous Full Wave, ``x' = v + F_f(x)``, ``v' = F_a(x) + J_{F_f}(x) v``
-  with ``F_a`` in laplacian form (the limit of the full_wave preset as ``dt -> 0``; the velocity carried through
+- first order (``equation="diffusion"``): ``x' = F_a(x) + F_f(x)``;
+- second order (``equation="wave"``): the continuous Full Wave, ``x' = v + F_f(x)``, ``v' = F_a(x) + J_{F_f}(x) v``
+  with ``F_a`` in laplacian form (the limit of the full_wave solver as ``dt -> 0``; the velocity carried through
   LayerNorm and the MLP by the chain rule), flattened to one first-order system ``[x, v]`` with ``v(0) = 0``.
 
 With ``time_embedding=True`` the block sees ``x + e(t)``, ``e`` a small learned embedding of the depth-time, so the
@@ -49,11 +49,11 @@ from torch import Tensor, nn
 from solvers import PhaseState
 
 LIBRARIES = {"torchdiffeq": ("dopri5", "bosh3", "rk4"), "torchode": ("dopri5", "tsit5")}
-DYNAMICS = ("diffusion", "wave")
+EQUATIONS = ("diffusion", "wave")
 
 
 @dataclass(frozen=True)
-class ContinuousPreset:
+class ContinuousSolver:
     """How a continuous-depth model integrates its block (the ``solver=`` value for adaptive solvers)."""
 
     name: str = "dopri5"
@@ -63,7 +63,7 @@ class ContinuousPreset:
     atol: float = 1e-4
     T: float = 1.0
     adjoint: bool = False
-    dynamics: str = "diffusion"
+    equation: str = "diffusion"  # the block's ODE: diffusion x' = F_a + F_f | wave (the continuous Full Wave)
     time_embedding: bool = False
     steps: int = 8  # fixed-grid methods only: steps over [0, T]
     max_steps: int = 1000  # adaptive: give up (an error) after this many steps
@@ -80,8 +80,8 @@ class ContinuousPreset:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be positive and finite, got {value!r}.")
-        if self.dynamics not in DYNAMICS:
-            raise ValueError(f"dynamics must be one of {', '.join(DYNAMICS)}; got {self.dynamics!r}.")
+        if self.equation not in EQUATIONS:
+            raise ValueError(f"equation must be one of {', '.join(EQUATIONS)}; got {self.equation!r}.")
         if self.adjoint and self.library != "torchdiffeq":
             raise ValueError("adjoint=True is available with library=torchdiffeq (odeint_adjoint).")
         if self.steps < 1 or self.max_steps < 1:
@@ -90,7 +90,7 @@ class ContinuousPreset:
     @property
     def form(self) -> str:
         """Attention form of the block: the wave's force is laplacian, the diffusion field residual."""
-        return "laplacian" if self.dynamics == "wave" else "residual"
+        return "laplacian" if self.equation == "wave" else "residual"
 
 
 CONTINUOUS: dict[str, dict[str, Any]] = {
@@ -98,12 +98,12 @@ CONTINUOUS: dict[str, dict[str, Any]] = {
     "bosh3": {"method": "bosh3"},  # Bogacki–Shampine 3(2), adaptive, same field
     "rk4_grid": {"method": "rk4"},  # torchdiffeq's fixed-grid rk4 (Kutta's 3/8 rule), `steps` over [0, T]
     "dopri5_adjoint": {"method": "dopri5", "adjoint": True},  # odeint_adjoint: memory independent of the steps
-    "dopri5_wave": {"method": "dopri5", "dynamics": "wave"},  # continuous Full Wave: x' = v + F_f, v' = F_a + J v
+    "dopri5_wave": {"method": "dopri5", "equation": "wave"},  # continuous Full Wave: x' = v + F_f, v' = F_a + J v
     "tsit5": {"library": "torchode", "method": "tsit5"},  # Tsitouras 5(4), per-sample step-size control
     "dopri5_torchode": {"library": "torchode", "method": "dopri5"},  # Dormand–Prince 5(4), per-sample control
 }
 """The named continuous-depth solvers (the ``solver`` config group's continuous options): settings over the
-:class:`ContinuousPreset` defaults."""
+:class:`ContinuousSolver` defaults."""
 
 METHODS = {
     "dopri5": "Dormand–Prince 5(4)",
@@ -119,22 +119,25 @@ def continuous_table() -> str:
     method and what its settings make of it."""
     rows = ["| solver config | library | method | notes |", "|---|---|---|---|"]
     for name, settings in CONTINUOUS.items():
-        p = ContinuousPreset(name=name, **settings)
+        p = ContinuousSolver(name=name, **settings)
         notes = ["`steps` over `[0, T]`" if p.method == "rk4" else "adaptive; `rtol`, `atol`, `T`"]
         if p.library == "torchode":
             notes.append("per-sample step-size control")
         if p.adjoint:
             notes.append("`odeint_adjoint`: memory independent of the number of steps")
-        if p.dynamics == "wave":
+        if p.equation == "wave":
             notes.append("on the continuous Full Wave `x' = v + F_f(x)`, `v' = F_a(x) + J_{F_f}(x) v`")
         rows.append(f"| `{name}` | {p.library} | {METHODS[p.method]} | {'; '.join(notes)} |")
     return "\n".join(rows)
 
 
-def continuous(name: str = "dopri5", **options: Any) -> ContinuousPreset:
-    """A :class:`ContinuousPreset` (what a continuous solver config builds); bad options are a one-line error."""
+def continuous(name: str = "dopri5", **options: Any) -> ContinuousSolver:
+    """A :class:`ContinuousSolver` (what a continuous solver config builds); bad options are a one-line error."""
+    if "dynamics" in options:  # the equation's earlier name, in saved configs and older code
+        warnings.warn("continuous(dynamics=...) is now continuous(equation=...)", DeprecationWarning, 2)
+        options["equation"] = options.pop("dynamics")
     try:
-        return ContinuousPreset(name=name, **options)
+        return ContinuousSolver(name=name, **options)
     except TypeError as error:
         raise ValueError(f"bad continuous solver option: {error}") from None
 
@@ -214,7 +217,7 @@ class ContinuousBackbone(nn.Module):
         self,
         depth: int,
         dim: int,
-        preset: ContinuousPreset,
+        solver: ContinuousSolver,
         make_attention: Callable[[str], nn.Module],
         make_ffn: Callable[[], nn.Module] | None,
         final_norm: bool = True,
@@ -223,13 +226,13 @@ class ContinuousBackbone(nn.Module):
         super().__init__()
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be a positive int, got {depth!r}.")
-        self.depth, self.preset = depth, preset
-        embedding = TimeEmbedding(dim) if preset.time_embedding else None
+        self.depth, self.solver = depth, solver
+        embedding = TimeEmbedding(dim) if solver.time_embedding else None
         self.field = _Field(
-            make_attention(preset.form if form is None else form),
+            make_attention(solver.form if form is None else form),
             None if make_ffn is None else make_ffn(),
             embedding,
-            preset.dynamics == "wave",
+            solver.equation == "wave",
         )
         self.norm = nn.LayerNorm(dim) if final_norm else nn.Identity()
         self.layers: list = []  # no discrete layers: stability warnings and per-layer tools skip this backbone
@@ -237,7 +240,7 @@ class ContinuousBackbone(nn.Module):
 
     @property
     def second_order(self) -> bool:
-        return self.preset.dynamics == "wave"
+        return self.solver.equation == "wave"
 
     def solver_stats(self) -> dict[str, int]:
         """``nfe``, ``steps_accepted``, ``steps_rejected`` of the last forward."""
@@ -247,7 +250,7 @@ class ContinuousBackbone(nn.Module):
         """Features ``(B, N, D)``; with a :class:`~odeformer.generate.KVCache` (fixed grid only), ``x`` holds new
         positions only and the field's attention reads the earlier ones' keys and values from it."""
         B, N, D = x.shape
-        p = self.preset
+        p = self.solver
         if cache is not None:
             if p.library != "torchdiffeq" or p.method != "rk4" or p.adjoint:
                 raise ValueError(
@@ -297,7 +300,7 @@ class ContinuousBackbone(nn.Module):
     def _torchdiffeq(self, y0: Tensor, times: Tensor, weights: Tensor | None):
         import torchdiffeq
 
-        p = self.preset
+        p = self.solver
         options = (
             {"step_size": p.T / p.steps, "interp": "cubic"} if p.method == "rk4" else {"max_num_steps": p.max_steps}
         )
@@ -315,7 +318,7 @@ class ContinuousBackbone(nn.Module):
     def _torchode(self, y0: Tensor, times: Tensor, weights: Tensor | None):
         import torchode
 
-        p = self.preset
+        p = self.solver
         term = torchode.ODETerm(self.field)
         step = {"dopri5": torchode.Dopri5, "tsit5": torchode.Tsit5}[p.method](term=term)
         norm = {} if weights is None else {"norm": _counted_rms(weights, dim=1)}  # one norm per sample

@@ -257,4 +257,4 @@ def _steps(backbone: Any, count: int) -> list[tuple[Any, float]]:
     field at its ``count`` evenly spaced output times."""
     if backbone.layers:
         return [(layer.attention, layer.dt) for layer in backbone.layers]
-    return [(backbone.field.attention, backbone.preset.T / count)] * count
+    return [(backbone.field.attention, backbone.solver.T / count)] * count

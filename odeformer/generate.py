@@ -158,15 +158,15 @@ def new_cache(model: nn.Module, capacity: int | None = None) -> KVCache:
     layers = list(getattr(backbone, "layers", []))
     capacity = model.max_len if capacity is None else capacity
     if not layers:  # continuous depth: one field
-        return KVCache(1, capacity, [f" ({backbone.preset.name})"])
+        return KVCache(1, capacity, [f" ({backbone.solver.name})"])
     return KVCache(len(layers), capacity, [f" ({layer.block_stepper!r})" for layer in layers])
 
 
 def cacheable(model: nn.Module) -> bool:
     """Whether ``model``'s backbone can step new positions with a cache: every discrete one, and a continuous one on
     torchdiffeq's fixed grid; not an adaptive solver (its steps depend on every token)."""
-    preset = getattr(model.backbone, "preset", None)
-    return preset is None or (preset.library == "torchdiffeq" and preset.method == "rk4" and not preset.adjoint)
+    chosen = getattr(model.backbone, "solver", None)  # a continuous backbone's solver; a discrete one has layers
+    return chosen is None or (chosen.library == "torchdiffeq" and chosen.method == "rk4" and not chosen.adjoint)
 
 
 def _prompt(prompt: Any, padding_mask: Tensor | None, device: torch.device) -> Tensor:
@@ -204,8 +204,10 @@ def _prompt(prompt: Any, padding_mask: Tensor | None, device: torch.device) -> T
 def _check_sampling(max_new_tokens: Any, temperature: Any, top_k: Any, generator: Any) -> None:
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}.")
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
-        math.isfinite(temperature) and temperature >= 0
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, numbers.Real)
+        or not (math.isfinite(temperature) and temperature >= 0)
     ):
         raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}.")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
@@ -261,7 +263,7 @@ def generate(
         raise ValueError(f"token ids must lie in [0, {model.vocab_size}), got [{tokens.min()}, {tokens.max()}].")
     if cache and not cacheable(model):
         warnings.warn(
-            f"generate: continuous depth with the adaptive solver {model.backbone.preset.name!r} chooses its steps "
+            f"generate: continuous depth with the adaptive solver {model.backbone.solver.name!r} chooses its steps "
             "from every token, so a cache cannot stand for the earlier positions; every token recomputes the "
             "sequence (a fixed-grid solver such as rk4_grid caches).",
             stacklevel=2,
@@ -323,7 +325,7 @@ def _check_causal(model: nn.Module, sequence: Tensor, cached: Tensor) -> None:
     gap = float((cached - full).abs().max())
     if not gap <= torch.finfo(full.dtype).eps ** 0.5 * scale:
         layers = getattr(model.backbone, "layers", [])
-        schemes = sorted({type(layer.stepper).__name__ for layer in layers}) or [model.backbone.preset.name]
+        schemes = sorted({type(layer.stepper).__name__ for layer in layers}) or [model.backbone.solver.name]
         raise CacheError(
             f"cached generation differs from recomputation by {gap:.2e} (logits up to {scale - 1:.2e}): the scheme "
             f"{', '.join(schemes)} is not causal token by token (it mixes tokens outside attention, or its state "

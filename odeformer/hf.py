@@ -58,9 +58,9 @@ from torch import Tensor, nn
 
 import solvers
 
-from .backbone import Solver, schedule
-from .continuous import ContinuousPreset
-from .presets import LayerSpec
+from .backbone import SolverSchedule, schedule
+from .continuous import ContinuousSolver
+from .registry import Solver
 from .tasks import CausalLM, MaskedLM, ViT
 
 HF_ACTIVATION_TO_OURS = {
@@ -83,11 +83,11 @@ OPTIONS = ("dt", "ln_mode", "impl", "dropout", "checkpoint")
 SUPPORTED = ("ViTForImageClassification", "ViTModel", "GPT2LMHeadModel", "GPT2Model", "BertModel")
 
 
-def from_hf(model: nn.Module, solver: Solver = "diffusion", **options: Any) -> nn.Module:
+def from_hf(model: nn.Module, solver: SolverSchedule = "diffusion", **options: Any) -> nn.Module:
     """An odeformer model with ``model``'s weights (copied), integrated by ``solver``; see the module docstring.
 
     ``model``: one of :data:`SUPPORTED` (built from a config or ``from_pretrained``). ``solver``: any discrete solver
-    the task models take (a preset name, a :class:`~odeformer.LayerSpec`, one per layer, ...). ``options``: ``dt``,
+    the task models take (a preset name, a :class:`~odeformer.Solver`, one per layer, ...). ``options``: ``dt``,
     ``ln_mode``, ``impl``, ``dropout``, ``checkpoint`` (and ``pad_id`` for BERT), passed to the task model.
     """
     name = type(model).__name__
@@ -117,10 +117,10 @@ def from_hf(model: nn.Module, solver: Solver = "diffusion", **options: Any) -> n
 # ---------------------------------------------------------------------------------------------------------- checks
 
 
-def _check_solver(solver: Solver, config, post: bool) -> None:
-    if isinstance(solver, ContinuousPreset):
+def _check_solver(solver: SolverSchedule, config, post: bool) -> None:
+    if isinstance(solver, ContinuousSolver):
         raise ValueError("from_hf needs a discrete solver: a continuous one ties every layer's weights into one.")
-    presets: list[LayerSpec] = schedule(solver, config.num_hidden_layers)
+    presets: list[Solver] = schedule(solver, config.num_hidden_layers)
     if post and any(p.block_stepper is solvers.Whole for p in presets):
         raise ValueError(
             "a post-LN model (BERT) needs a LayerNorm after each sublayer; solvers that step the whole block at once "

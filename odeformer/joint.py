@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from solvers import AutocastState, transformed
+from solvers import AutocastState, transforms_active
 
 _SQRT_2 = math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -279,7 +279,7 @@ class JointLayerNorm(nn.Module):
 
     def stacked(self, x: Tensor, v: Tensor) -> Tensor:
         """``(x_out, v_out)`` stacked as one ``(2, ..., D)`` tensor (what :meth:`JointMLP.stacked` takes)."""
-        if transformed():
+        if transforms_active():
             return _plain_joint_layer_norm(x, v, self.weight, self.bias, self.eps, self.mode == "exact")
         if not torch.is_grad_enabled():  # nothing will differentiate it: the forward pass without autograd's record
             return _joint_layer_norm(x, v, self.weight, self.bias, self.eps, self.mode == "exact")[0]
@@ -384,7 +384,7 @@ class JointMLP(nn.Module):
 
     def position(self, x: Tensor) -> Tensor:
         hidden = self.fc1(x)
-        if hidden.requires_grad or transformed():
+        if hidden.requires_grad or transforms_active():
             hidden = self.act.phi(hidden)
         else:  # nothing will differentiate it (inference): φ in place, without a second hidden-size buffer
             hidden = self.act.phi_into(hidden, out=hidden)
@@ -404,7 +404,7 @@ class JointMLP(nn.Module):
             h_x, h_v = self._dropout(self.act.phi(pre_x), self.act.prime_times(pre[1], pre_x))
             out = F.linear(torch.stack((h_x, h_v)), self.fc2.weight)
             return self._dropout(out[0] + self.fc2.bias, out[1])
-        if transformed():
+        if transforms_active():
             return _plain_joint_mlp(xv, *weights, self.act)
         if not torch.is_grad_enabled():  # nothing will differentiate it: the forward pass without autograd's record
             return _joint_mlp(xv, *weights, self.act)[0]

@@ -1,11 +1,12 @@
-"""One layer = one step: a layer's fields driven by its block stepper, with its step ``dt``.
+"""One layer = one step: a layer's fields driven by its block stepper, from its time ``t0`` by its step ``dt``.
 
-A :class:`Layer` holds two fields, the attention field ``F_a`` and optionally the FFN field ``F_f`` (see
-:mod:`odeformer.fields`), the maps that follow each sublayer in the post-norm layout (:class:`StateMap`, with
-:class:`JointDropout`), a block stepper from :mod:`solvers` (:class:`solvers.Split` or :class:`solvers.Whole`) and
-its step ``dt``. It is a stepper over its own fields, and the backbone's depth loop steps it through :meth:`Layer.init`,
-:meth:`Layer.step` and :meth:`Layer.inverse`. What a layer is built from is a :class:`~odeformer.presets.LayerSpec`
-(:mod:`odeformer.presets`).
+A :class:`Layer` is a module holding two fields, the attention field ``F_a`` and optionally the FFN field ``F_f``
+(see :mod:`odeformer.fields`), the maps that follow each sublayer in the post-norm layout (:class:`StateMap`, with
+:class:`JointDropout`), a block stepper from :mod:`solvers` (:class:`solvers.Split` or :class:`solvers.Whole`), its
+start time ``t0`` and its step ``dt``. The backbone's depth loop steps it through a small protocol:
+:meth:`Layer.init`, :meth:`Layer.step` (one step of its own ``dt``) and :meth:`Layer.inverse`, each given the
+call-time context (masks, a cache) that reaches the attention field. What a layer is built from is a
+:class:`~odeformer.registry.Solver`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from solvers import AbstractStepper, Block, Carry, Claims, StepSize, Time, Y
+from solvers import Block, Carry, Claims, Y
 
 if TYPE_CHECKING:
-    from .presets import LayerSpec
+    from .registry import Solver
 
 
 class StateMap(nn.Module):
@@ -62,16 +63,16 @@ class JointDropout(nn.Module):
         return x * keep, v * keep
 
 
-class Layer(AbstractStepper, abstract=True):
+class Layer(nn.Module):
     """One layer: its fields (attention, optional FFN), optional maps after each (post-norm), its block stepper
-    (``block_stepper``: a :class:`solvers.Split` or :class:`solvers.Whole`, built from ``spec.block_stepper``) and its
-    step ``spec.dt``.
+    (``block_stepper``: a :class:`solvers.Split` or :class:`solvers.Whole`, built from ``solver``), its start time
+    ``t0`` and its step ``dt`` (checked here, once; nothing checks it again per forward).
 
-    It is the stepper the backbone's depth loop drives (:func:`solvers.iterate` with ``dt=None``: each layer steps by
-    its own ``dt``, checked once, where ``spec`` was made). Its field is the call-time context (a dict such as
-    ``{"attn_mask": mask}``, or ``None``), which reaches the attention field: :meth:`init`, :meth:`step` and, where
-    the block stepper is reversible and no map follows a sublayer, :meth:`inverse`. Its claims are its block
-    stepper's on its own block.
+    The protocol the depth loop drives (``context`` is a dict such as ``{"attn_mask": mask}``, or ``None``):
+    ``state = layer.init(y0, context)``, ``y1, state = layer.step(y, state, context)``, and, where the block stepper
+    is reversible and no map follows a sublayer, ``y = layer.inverse(y1, context)``; ``layer.continues(previous)``
+    says whether the running state of the layer before carries on. Its claims are its block stepper's on its own
+    block (:meth:`claims`).
 
     Checkpoints written when the block stepper's attribute was named ``dynamics`` load as they are: their
     ``….dynamics.…`` parameter names are read as ``….block_stepper.…``.
@@ -79,28 +80,38 @@ class Layer(AbstractStepper, abstract=True):
 
     def __init__(
         self,
-        spec: LayerSpec,
+        solver: Solver,
         dim: int,
         attention: nn.Module,
         ffn: nn.Module | None,
         after_attention: nn.Module | None = None,
         after_ffn: nn.Module | None = None,
+        *,
+        dt: float | None = None,
+        t0: float = 0.0,
     ):
         super().__init__()
-        self.spec = spec
-        self.attention, self.ffn, self.block_stepper = attention, ffn, spec.build(dim)
+        from .registry import check_step
+
+        self.solver = solver
+        self.dt = solver.dt if dt is None else check_step(dt)
+        self.t0 = float(t0)
+        self.attention, self.ffn, self.block_stepper = attention, ffn, solver.build(dim)
         self.after_attention, self.after_ffn = after_attention, after_ffn
-        self.claim(Claims.of(self.block_stepper.on(self.block())))  # its block stepper's claims on its own block
 
     @property
-    def dt(self) -> float:
-        """The layer's step: its spec's (one place; checked when the spec was made)."""
-        return self.spec.dt
-
-    @property
-    def stepper(self) -> AbstractStepper:
+    def stepper(self) -> nn.Module:
         """The layer's scheme (the stepper on the attention field)."""
         return self.block_stepper.stepper
+
+    @property
+    def second_order(self) -> bool:
+        """Whether the layer carries a velocity."""
+        return self.block_stepper.stepper.second_order
+
+    def claims(self) -> Claims:
+        """What the layer claims: its block stepper's claims on the layer's own block."""
+        return self.block_stepper.claims(self.block())
 
     def block(self, context: dict[str, Any] | None = None) -> Block:
         """The layer's fields as the :class:`solvers.Block` its block stepper steps on (attention bound to
@@ -110,22 +121,26 @@ class Layer(AbstractStepper, abstract=True):
             attention = _Bound(self.attention, context)
         return Block(attention, self.ffn, self.after_attention, self.after_ffn)
 
-    def init(self, field: dict[str, Any] | None, t0: Time, y0: Y) -> Carry:
-        return self.block_stepper.init(self.block(field), t0, y0)
+    def init(self, y0: Y, context: dict[str, Any] | None = None) -> Carry:
+        """The running state for a first step from ``y0``."""
+        return self.block_stepper.init(self.block(context), self.t0, y0)
 
-    def step(self, field: dict[str, Any] | None, t: Time, y: Y, dt: StepSize, state: Carry) -> tuple[Y, Carry]:
-        """One step of ``dt`` (the driver passes the layer's own); ``field`` is the context, e.g. ``attn_mask``."""
-        return self.block_stepper.step(self.block(field), t, y, dt, state)
+    def step(self, y: Y, state: Carry, context: dict[str, Any] | None = None) -> tuple[Y, Carry]:
+        """One step of the layer's ``dt`` from ``y`` at its time ``t0``."""
+        return self.block_stepper.step(self.block(context), self.t0, y, self.dt, state)
 
-    def inverse(self, field: dict[str, Any] | None, t: Time, y1: Y, dt: StepSize) -> Y:
+    forward = step
+
+    def inverse(self, y1: Y, context: dict[str, Any] | None = None) -> Y:
         """The input of :meth:`step` from its output (a reversible block stepper, no maps)."""
-        return self.block_stepper.inverse(self.block(field), t, y1, dt)
+        return self.block_stepper.inverse(self.block(context), self.t0, y1, self.dt)
 
-    def continues(self, previous: AbstractStepper) -> bool:
-        return isinstance(previous, Layer) and self.block_stepper.continues(previous.block_stepper)
+    def continues(self, previous: Layer) -> bool:
+        """Whether this layer takes over the running state of ``previous`` (a scheme of one kind)."""
+        return self.block_stepper.continues(previous.block_stepper)
 
     def extra_repr(self) -> str:
-        return f"dt={self.dt:g}"
+        return f"t0={self.t0:g}, dt={self.dt:g}"
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         old = prefix + "dynamics."  # the block stepper's earlier name, in checkpoints written before the rename
@@ -144,4 +159,3 @@ class _Bound:
 
     def __call__(self, t, x):
         return self.field(t, x, **self.context)
-

@@ -6,7 +6,6 @@ import torch
 import torch.nn.functional as F
 
 import odeformer
-from odeformer import LAYER_SPECS
 from odeformer.joint import JointMLP, _JointMLP
 
 
@@ -14,7 +13,7 @@ def _bf16():
     return torch.autocast("cpu", dtype=torch.bfloat16)
 
 
-@pytest.mark.parametrize("solver", sorted(LAYER_SPECS))
+@pytest.mark.parametrize("solver", sorted(odeformer.solver_names("discrete")))
 def test_every_preset_takes_a_bf16_training_step(solver):
     torch.manual_seed(0)
     model = odeformer.ViT(image_size=8, patch_size=4, depth=3, dim=16, heads=2, solver=solver)

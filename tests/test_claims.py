@@ -1,4 +1,4 @@
-"""Claims are declared one way, as class variables, and a layer's follow from its parts by the rule its docs state.
+"""Claims are values (``stepper.claims()``), and a layer's follow from its parts by the rule its docs state.
 
 The rule, stated here on its own (``solvers/_splitting.py``'s module doc): a ``Whole`` layer keeps its stepper's order
 unless a map follows a sublayer (then 0, no small-step limit) and is neither symplectic nor reversible; a ``Split``
@@ -13,7 +13,6 @@ stepper's evaluations, start-up and history.
 from __future__ import annotations
 
 import pytest
-import torch
 from torch import nn
 
 import odeformer
@@ -58,11 +57,11 @@ def _expected(layer: solvers.AbstractStepper, ffn: bool, maps: bool) -> Claims:
 
 
 def _specs():
-    for name in odeformer.solver_names():
-        spec = odeformer.presets.spec_of(name)
+    for name in odeformer.solver_names("discrete"):
+        spec = odeformer.registry.as_solver(name)
         yield name, spec
         if spec.block_stepper is Split:
-            yield f"{name}/strang", odeformer.layer_spec(name, splitting="strang")
+            yield f"{name}/strang", odeformer.solver(name, splitting="strang")
 
 
 SPECS = dict(_specs())
@@ -73,55 +72,66 @@ SHAPES = [(ffn, maps) for ffn in (True, False) for maps in (False, True)]
 def test_every_layer_claims_what_its_parts_make(name):
     spec = SPECS[name]
     dynamics = spec.build(4)
-    assert Claims.of(dynamics) == _expected(dynamics, ffn=True, maps=False)  # as built: an FFN, no maps
+    assert dynamics.claims() == _expected(dynamics, ffn=True, maps=False)  # its usual block: an FFN, no maps
     for ffn, maps in SHAPES:
         block = Block(_field, _field if ffn else None, (lambda x: x) if maps else None)
-        assert Claims.of(dynamics.on(block)) == _expected(dynamics, ffn, maps), (ffn, maps)
+        assert dynamics.claims(block) == _expected(dynamics, ffn, maps), (ffn, maps)
         after = nn.Identity() if maps else None
         layer = Layer(spec, 4, nn.Identity(), nn.Identity() if ffn else None, after, after if ffn else None)
-        assert Claims.of(layer) == _expected(layer.block_stepper, ffn, maps), (ffn, maps)
+        assert layer.claims() == _expected(layer.block_stepper, ffn, maps), (ffn, maps)
 
 
 @pytest.mark.parametrize("name", SPECS)
-def test_no_instance_states_a_claim_of_its_own(name):
-    """One way to declare: a claim is a class variable, never an instance attribute shadowing one."""
+def test_a_stepper_is_an_instance_of_the_class_it_was_constructed_as(name):
+    """No class is made at run time and no instance states a claim of its own: ``type(x)`` is the class built, a
+    claim read off an instance is its ``claims()`` value, and a claim the class declares is that value."""
     spec = SPECS[name]
     layer = Layer(spec, 4, nn.Identity(), nn.Identity())
-    for stepper in (layer, layer.block_stepper, layer.stepper, getattr(layer.block_stepper, "ffn", layer.stepper)):
+    assert type(layer) is Layer and type(layer.block_stepper) is spec.block_stepper
+    assert type(layer.stepper) is spec.stepper
+    for stepper in (layer.block_stepper, layer.stepper, getattr(layer.block_stepper, "ffn", layer.stepper)):
         assert not set(CLAIMS) & set(vars(stepper)), type(stepper).__name__
-        assert Claims.of(stepper) == Claims.of(type(stepper))
+        claims = stepper.claims()
+        assert all(getattr(stepper, name) == getattr(claims, name) for name in CLAIMS)
+        with pytest.raises(AttributeError):
+            claims.order = 5  # a value: frozen
 
 
 def test_the_gated_mix_claims_what_its_parts_make():
     """One evaluation shared by its two parts; no small-step limit with a fixed diffusion step."""
     for wave, diffusion in ((solvers.SemiImplicitEuler(), solvers.Euler()), (solvers.VelocityVerlet(), solvers.RK4())):
-        for diffusion_dt, order in ((None, solvers.Mix.order), (1.0, 0)):
+        for diffusion_dt, order in ((None, 1), (1.0, 0)):
             mix = solvers.Mix(wave, diffusion, diffusion_dt=diffusion_dt)
             assert mix.evals_per_step == wave.evals_per_step + diffusion.evals_per_step - 1
-            assert mix.order == order
-            assert isinstance(mix, solvers.Mix) and type(mix).__name__ == "Mix"
-    assert Claims.of(solvers.Mix()) == Claims.of(solvers.Mix)  # the class claims its default parts'
+            assert mix.order == mix.claims().order == order
+            assert type(mix) is solvers.Mix
+    assert Claims.of(solvers.Mix()) == Claims.of(solvers.Mix)  # the class claims what its default parts make
 
 
-def test_a_class_made_from_claims_is_made_once_and_continues_its_base():
+def test_a_claim_a_subclass_states_is_kept_over_the_computed_one():
+    """A subclass written to claim something else keeps its claim, so the kit proves or refutes it."""
+
+    class ClaimsSecondOrder(solvers.Mix):
+        order = 2
+
+    class OneEvaluation(Split):
+        evals_per_step = 1
+
+    assert ClaimsSecondOrder().claims().order == 2 == ClaimsSecondOrder().order
+    layer = OneEvaluation(solvers.RK4())
+    assert layer.claims().evals_per_step == 1 and layer.claims(Block(_field)).evals_per_step == 1
+
+
+def test_layers_of_one_kind_continue_one_history():
     a, b = Split(solvers.LightWave()), Split(solvers.LightWave(), ffn_dt=1.0)
-    assert type(a) is type(Split(solvers.LightWave())) and type(a) is not type(b)
-    assert b.continues(a) and a.on(Block(_field)).continues(b)  # one history across layers of one kind
+    assert type(a) is type(b) and b.continues(a) and a.continues(b)  # one history across layers of one kind
     assert not Whole(solvers.LightWave()).continues(a)
 
 
-def test_a_made_class_is_checked_as_every_stepper_class():
-    with pytest.raises(TypeError, match="declares reversible and multistep"):
-        solvers.claimed_class(Split, Claims(1, True, False, True, 1, multistep=True))
-
-
-def test_on_a_block_is_the_same_stepper():
+def test_claims_on_a_block_are_the_same_steppers_claims_there():
     layer = Split(solvers.Damped(dim=3))
-    assert layer.on(Block(_field, _field)) is layer  # the claims it was built with
-    view = layer.on(Block(_field, _field, nn.Identity()))  # a map: no small-step limit
-    assert view is not layer and view.stepper is layer.stepper and view.order == 0 < layer.order
-    assert [p.data_ptr() for p in view.parameters()] == [p.data_ptr() for p in layer.parameters()]
-    x = torch.randn(2, 3, dtype=torch.float64)
-    y = solvers.PhaseState(x, torch.zeros_like(x))
-    block = Block(lambda t, z: -z)
-    torch.testing.assert_close(view.step(block, 0.0, y, 0.1, None)[0], layer.step(block, 0.0, y, 0.1, None)[0])
+    assert layer.claims(Block(_field, _field)) == layer.claims()  # its usual block
+    mapped = layer.claims(Block(_field, _field, nn.Identity()))  # a map: no small-step limit
+    assert mapped.order == 0 < layer.order
+    with pytest.raises(TypeError, match="steps on a solvers.Block"):
+        layer.claims(_field)

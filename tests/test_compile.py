@@ -4,9 +4,8 @@ import pytest
 import torch
 
 import odeformer
-from odeformer import LAYER_SPECS
 
-FULLGRAPH = sorted(set(LAYER_SPECS) - {"reversible"})
+FULLGRAPH = sorted(set(odeformer.solver_names("discrete")) - {"reversible"})
 
 
 def _model(solver):
@@ -23,7 +22,7 @@ def _fresh_dynamo():
 
 @pytest.mark.parametrize(
     "solver",
-    [*FULLGRAPH, pytest.param(odeformer.layer_spec("mix", splitting="strang"), marks=pytest.mark.slow)],  # ~8 s
+    [*FULLGRAPH, pytest.param(odeformer.solver("mix", splitting="strang"), marks=pytest.mark.slow)],  # ~8 s
     ids=lambda s: s if isinstance(s, str) else f"{s.name}-{s.splitting}",
 )
 def test_presets_trace_in_one_graph(solver):

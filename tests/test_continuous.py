@@ -47,13 +47,13 @@ def test_torchdiffeq_euler_is_euler():
 
 def _block(dynamics, library="torchdiffeq", method="dopri5", **options):
     torch.manual_seed(0)
-    preset = continuous(library=library, method=method, dynamics=dynamics, T=1.0, **options)
+    preset = continuous(library=library, method=method, equation=dynamics, T=1.0, **options)
     return transformer(depth=2, dim=8, heads=2, solver=preset).double()
 
 
 def _fine_reference(model, x):
     """The same field on a fine fixed grid (torchdiffeq rk4, 400 steps)."""
-    fine = _block(model.preset.dynamics, method="rk4", steps=400)
+    fine = _block(model.solver.equation, method="rk4", steps=400)
     fine.load_state_dict(model.state_dict())
     return fine(x)
 
@@ -176,7 +176,7 @@ def test_solver_statistics_and_trajectory():
     assert len(states) == 5
     stats = model.solver_stats()
     assert stats["nfe"] >= 6 * stats["steps_accepted"] and stats["steps_rejected"] >= 0
-    wave = odeformer.ViT(depth=2, dim=16, heads=2, solver=continuous(dynamics="wave"))
+    wave = odeformer.ViT(depth=2, dim=16, heads=2, solver=continuous(equation="wave"))
     assert isinstance(wave.trajectory(torch.randn(2, 1, 8, 8))[-1], solvers.PhaseState)
     assert isinstance(wave.backbone, ContinuousBackbone) and wave.backbone.second_order
 
@@ -190,7 +190,7 @@ def test_solver_statistics_and_trajectory():
         ({"rtol": -1e-3}, "rtol must be positive and finite"),
         ({"atol": 0.0}, "atol must be positive and finite"),
         ({"T": 0.0}, "T must be positive and finite"),
-        ({"dynamics": "heat"}, "dynamics must be one of diffusion, wave"),
+        ({"dynamics": "heat"}, "equation must be one of diffusion, wave"),
         ({"library": "torchode", "method": "tsit5", "adjoint": True}, "adjoint=True is available with"),
         ({"tolerance": 1e-3}, "bad continuous solver option"),
     ],

@@ -268,7 +268,7 @@ def test_graph_softmax_attention_is_measured_along_its_edges():
 
 def test_the_input_has_no_phase_point_in_a_continuous_wave_run():
     torch.manual_seed(0)
-    model = odeformer.ViT(depth=3, dim=16, heads=2, solver=odeformer.continuous.continuous(dynamics="wave"))
+    model = odeformer.ViT(depth=3, dim=16, heads=2, solver=odeformer.continuous.continuous(equation="wave"))
     phase = layer_measures(model, torch.randn(2, 1, 8, 8), drop_first=True)["phase"]
     assert phase[0] is None and all(p is not None for p in phase[1:])
 

@@ -4,7 +4,7 @@ gradients; forward-mode AD (torch.autograd.forward_ad) equals torch.func.jvp.
 
 Attention uses the ``math`` implementation; the default (``auto``) takes it by itself under a transform, and an
 explicit ``sdpa`` (no forward-mode derivative in PyTorch) is a one-line error there. The presets come from
-``odeformer.LAYER_SPECS``, so a new preset is covered without new test code.
+``odeformer.SOLVERS``, so a new preset is covered without new test code.
 """
 
 import pytest
@@ -12,7 +12,6 @@ import torch
 from torch.func import functional_call
 
 import odeformer
-from odeformer import LAYER_SPECS
 
 H = 1e-6  # central differences in float64: truncation ~H² and round-off ~1e-16 / H, both far below the tolerances
 
@@ -39,7 +38,7 @@ def _close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("ln_mode", ["paper", "exact"])
-@pytest.mark.parametrize("solver", sorted(LAYER_SPECS))
+@pytest.mark.parametrize("solver", sorted(odeformer.solver_names("discrete")))
 def test_jvp_in_inputs_and_parameters_is_the_central_difference(solver, ln_mode):
     model = _model(solver, ln_mode)
     params = {name: p.detach() for name, p in model.named_parameters()}
@@ -60,7 +59,7 @@ def test_jvp_in_inputs_and_parameters_is_the_central_difference(solver, ln_mode)
         _close(dout, (shifted(H) - shifted(-H)) / (2 * H))
 
 
-@pytest.mark.parametrize("solver", sorted(LAYER_SPECS))
+@pytest.mark.parametrize("solver", sorted(odeformer.solver_names("discrete")))
 def test_jacrev_and_jacfwd_are_the_central_difference_jacobian(solver):
     model = _model(solver)
     x = _images(batch=1)  # one image: a batch would only add zero blocks to the Jacobian
@@ -78,7 +77,7 @@ def test_jacrev_and_jacfwd_are_the_central_difference_jacobian(solver):
     _close(fwd, fd)
 
 
-@pytest.mark.parametrize("solver", sorted(LAYER_SPECS))
+@pytest.mark.parametrize("solver", sorted(odeformer.solver_names("discrete")))
 def test_vmap_over_a_batch_is_the_batched_model(solver):
     model = _model(solver)
     x = torch.randn(2, 2, 1, 4, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)  # (V, B, C, H, W)
@@ -107,7 +106,7 @@ OUTSIDE_FORWARD_AD: dict[str, str] = {}  # presets whose forward-mode AD fails i
         pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=OUTSIDE_FORWARD_AD[name]))
         if name in OUTSIDE_FORWARD_AD
         else name
-        for name in sorted(LAYER_SPECS)
+        for name in sorted(odeformer.solver_names("discrete"))
     ],
 )
 def test_forward_mode_ad_is_torch_func_jvp(solver):
@@ -128,7 +127,7 @@ OUTSIDE_DOUBLE_BACKWARD: dict[str, str] = {}  # presets whose double backward is
         pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=OUTSIDE_DOUBLE_BACKWARD[name]))
         if name in OUTSIDE_DOUBLE_BACKWARD
         else name
-        for name in sorted(LAYER_SPECS)
+        for name in sorted(odeformer.solver_names("discrete"))
     ],
 )
 def test_double_backward_is_torch_func_grad_of_grad(solver):

@@ -13,7 +13,7 @@ import odeformer
 import solvers
 from odeformer.continuous import continuous
 from odeformer.generate import CacheError, new_cache, pick
-from odeformer.presets import layer_spec
+from odeformer.registry import solver
 
 VOCAB, MAX_LEN, PROMPT, NEW = 13, 16, 3, 6
 
@@ -70,26 +70,41 @@ def _moved(model, families):
     return model
 
 
+def _coefficients(name):
+    """A named scheme's coefficients, given inline to the ``tableau`` solver."""
+    value = solvers.TABLEAUX[name].tableau
+    keys = {
+        "runge_kutta": ("A", "b", "c"),
+        "runge_kutta_nystrom": ("A", "bbar", "b", "c"),
+        "splitting": ("drifts", "kicks"),
+    }
+    return {key: [list(v) if isinstance(v, tuple) else v for v in getattr(value, key)] for key in keys[value.kind]}
+
+
 SCHEDULES = {
-    **{name: name for name in odeformer.solver_names()},  # every preset and every registered stepper
-    **{f"tableau_{name}": layer_spec("tableau", options={"name": name}) for name in solvers.TABLEAUX},
-    "full_wave_strang": layer_spec("full_wave", splitting="strang"),
-    "diffusion_strang": layer_spec("diffusion", splitting="strang"),
-    "velocity_verlet_strang": layer_spec("velocity_verlet", splitting="strang"),
+    **{name: name for name in odeformer.solver_names("discrete")},  # every preset and every registered stepper
+    **{
+        f"tableau_{name}": solver("tableau", options=_coefficients(name))
+        for name in ("kutta3", "nystrom4", "forest_ruth")
+    },
+    "full_wave_strang": solver("full_wave", splitting="strang"),
+    "diffusion_strang": solver("diffusion", splitting="strang"),
+    "velocity_verlet_strang": solver("velocity_verlet", splitting="strang"),
     "hybrid": ["diffusion", "full_wave", "light_wave"],
 }
 LEARNABLE = (solvers.TwoStageRK, solvers.SymmetricSplitting, solvers.TripleJump)
 
 
 # The named tableaux beyond one of each kind (Runge–Kutta, Runge–Kutta–Nyström, composition) run in the slow suite.
-QUICK_TABLEAUX = {"tableau_kutta3", "tableau_nystrom4", "tableau_forest_ruth"}
+QUICK_TABLEAUX = {"kutta3", "nystrom4", "forest_ruth", "euler", "heun", "rk4", "rk4_38", "semi_implicit_euler"}
+QUICK_TABLEAUX |= {"velocity_verlet"}
+SLOW = set(solvers.TABLEAUX) - QUICK_TABLEAUX
 
 
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(name, marks=pytest.mark.slow) if name.startswith("tableau_") and name not in QUICK_TABLEAUX
-        else name
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name
         for name in sorted(SCHEDULES)
     ],
 )  # fmt: skip
@@ -104,19 +119,19 @@ def test_cached_logits_equal_recomputation_for_learnable_schemes_off_their_start
 
 @pytest.mark.parametrize("options", [{"tie_weights": True}, {"norm": "post"}, {"impl": "math"}, {"ln_mode": "exact"}])
 def test_cached_logits_equal_recomputation_in_every_layout(options):
-    for solver in ("full_wave", "rk4"):
-        _cached_equals_recomputed(_lm(solver, **options))
+    for name in ("full_wave", "rk4"):
+        _cached_equals_recomputed(_lm(name, **options))
 
 
 def test_each_attention_evaluation_of_a_step_has_its_own_slot():
     """One slot for one-evaluation schemes, two for Verlet and Heun, four for RK4 (per layer)."""
     expected = {"diffusion": 1, "full_wave": 1, "leapfrog": 1, "mix": 1, "velocity_verlet": 2, "heun": 2, "rk4": 4}
-    for solver, slots in expected.items():
-        model = _lm(solver).eval()
+    for name, slots in expected.items():
+        model = _lm(name).eval()
         cache = new_cache(model)
         with torch.no_grad():
             model(_prompt(), cache=cache)
-        assert cache.slots() == [slots] * 3, solver
+        assert cache.slots() == [slots] * 3, name
         assert cache.length == PROMPT
 
 
@@ -194,7 +209,7 @@ def user_schemes(tmp_path, monkeypatch):
 
 
 def test_a_users_scheme_from_solver_stepper_caches_without_writing_anything(user_schemes):
-    model = _lm(layer_spec("diffusion", stepper=f"{user_schemes}.Ralston"))
+    model = _lm(solver("diffusion", stepper=f"{user_schemes}.Ralston"))
     _cached_equals_recomputed(model)
     cache = new_cache(model)
     with torch.no_grad():
@@ -203,7 +218,7 @@ def test_a_users_scheme_from_solver_stepper_caches_without_writing_anything(user
 
 
 def test_a_scheme_whose_evaluations_vary_is_a_one_line_error(user_schemes):
-    model = _lm(layer_spec("diffusion", stepper=f"{user_schemes}.Restless"))
+    model = _lm(solver("diffusion", stepper=f"{user_schemes}.Restless"))
     with pytest.raises(CacheError, match=r"evaluated its attention .*cache=False") as caught:
         model.generate(_prompt(), 3, temperature=0.0)
     assert "\n" not in str(caught.value)
@@ -213,7 +228,7 @@ def test_a_scheme_whose_evaluations_vary_is_a_one_line_error(user_schemes):
 
 
 def test_a_scheme_that_mixes_tokens_is_caught_by_comparison_with_recomputation(user_schemes):
-    model = _lm(layer_spec("diffusion", stepper=f"{user_schemes}.Centred"))
+    model = _lm(solver("diffusion", stepper=f"{user_schemes}.Centred"))
     with pytest.raises(CacheError, match=r"not causal token by token.*cache=False") as caught:
         model.generate(_prompt(), 3, temperature=0.0)
     assert "\n" not in str(caught.value)
@@ -221,7 +236,7 @@ def test_a_scheme_that_mixes_tokens_is_caught_by_comparison_with_recomputation(u
 
 def test_a_fixed_grid_continuous_solver_caches():
     for dynamics in ("diffusion", "wave"):
-        model = _lm(continuous("rk4_grid", method="rk4", steps=2, dynamics=dynamics, time_embedding=True))
+        model = _lm(continuous("rk4_grid", method="rk4", steps=2, equation=dynamics, time_embedding=True))
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             _cached_equals_recomputed(model, new=4)

@@ -82,3 +82,77 @@ def test_one_scheme_per_file():
 
     files = {cls.__module__ for cls in solvers.STEPPERS.values()}
     assert len(files) == len(solvers.STEPPERS)
+
+
+def _stepper_classes() -> set[type]:
+    import solvers
+
+    seen, todo = set(), [solvers.AbstractStepper]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+    return seen
+
+
+def test_no_class_is_made_at_run_time():
+    """Building every solver's layer, its claims on every block, coefficients of every kind given inline, copies and
+    pickles, and a model of each kind make no new stepper class; and no module makes a class with ``type(...)`` or
+    re-classes an instance (``x.__class__ = ...``)."""
+    import copy
+    import io
+
+    import torch
+    from torch import nn
+
+    import odeformer
+    import solvers
+    from odeformer.layer import Layer
+
+    before = _stepper_classes()
+    inline = [
+        {"A": [[], ["1/2"]], "b": [0, 1]},
+        {"A": [[], ["1/8"], [0, "1/2"]], "bbar": ["1/6", "1/3", 0], "b": ["1/6", "2/3", "1/6"], "c": [0, "1/2", 1]},
+        {"drifts": [0, "1/2", "1/2"], "kicks": ["1/6", "2/3", "1/6"]},
+    ]
+    chosen = [odeformer.as_solver(n) for n in odeformer.solver_names("discrete")]
+    chosen += [odeformer.solver("tableau", options=options) for options in inline]
+    for entry in chosen:
+        layer = Layer(entry, 4, nn.Identity(), nn.Identity())
+        for block in (solvers.Block(lambda t, x: x), solvers.Block(lambda t, x: x, lambda t, x: x, lambda x: x)):
+            layer.block_stepper.claims(block)
+        copy.deepcopy(layer)
+        torch.save(layer, io.BytesIO())
+    for name in ("full_wave", "mix", "tableau", "dopri5"):
+        odeformer.CausalLM(vocab_size=5, max_len=4, depth=2, dim=8, heads=2, solver=name)
+    assert _stepper_classes() == before
+    for path in sorted([*(ROOT / "solvers").rglob("*.py"), *(ROOT / "odeformer").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            made = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "type" and len(node.args) == 3
+            reclassed = isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Attribute) and t.attr == "__class__" for t in node.targets
+            )
+            assert not (made or reclassed), f"{path.relative_to(ROOT)}:{node.lineno} makes or re-classes a class"
+
+
+def test_one_spelling_per_scheme():
+    """Every registered scheme is picked by its name and by nothing else: ``solver=<name>`` builds it; its class by
+    path (``solver.stepper=solvers.Class``) and a named tableau through ``solver=tableau solver.options.name=<name>``
+    are refused, each naming the one spelling. Every name of the command line's solver group has one meaning."""
+    import pytest
+
+    import odeformer
+    import odeformer.app.train as entry
+    import solvers
+
+    assert sorted(entry.choices("solver")) == sorted(odeformer.SOLVERS)
+    for name, cls in solvers.STEPPERS.items():
+        entry_ = odeformer.as_solver(name)
+        assert entry_ is odeformer.SOLVERS[name] and entry_.stepper is cls
+        assert odeformer.as_solver(cls) is entry_  # the class itself is the same entry
+        with pytest.raises(ValueError, match=f"pick it by its name, solver={name}"):
+            odeformer.solver("full_wave", stepper=f"solvers.{cls.__name__}")
+    for name in solvers.TABLEAUX:
+        with pytest.raises(ValueError, match=f"a named scheme is picked by its name: solver={name}"):
+            odeformer.solver("tableau", options={"name": name})

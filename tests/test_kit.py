@@ -862,12 +862,12 @@ def test_an_error_that_stalls_at_a_small_level_hints_at_an_inexact_coefficient()
 
 def test_evaluations_of_a_layer_are_counted_on_its_block():
     """On a block problem the attention's evaluations are counted; velocity Verlet's force is reused between layers
-    only where nothing acts between its steps (no FFN), as the layer claims on that block (``on(block)``)."""
+    only where nothing acts between its steps (no FFN), as the layer claims on that block (``claims(block)``)."""
     from solvers.testing import block_problem
 
     layer = Split(VelocityVerlet())
-    assert layer.on(block_problem(second_order=True, ffn=False).field).fsal
-    assert not layer.on(block_problem(second_order=True).field).fsal
+    assert layer.claims(block_problem(second_order=True, ffn=False).field).fsal
+    assert not layer.claims(block_problem(second_order=True).field).fsal
     for ffn in (True, False):
         check_evals(layer, block_problem(second_order=True, ffn=ffn))
 

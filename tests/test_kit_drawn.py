@@ -439,12 +439,12 @@ def test_the_docs_quote_the_thresholds_as_they_are():
             assert (low, high) == th.MAGNITUDES, value
 
 
-@pytest.mark.parametrize("name", __import__("odeformer").solver_names())
+@pytest.mark.parametrize("name", __import__("odeformer").solver_names("discrete"))
 def test_every_preset_layer_keeps_the_protocol_on_drawn_blocks(name):
-    from odeformer.presets import spec_of
+    from odeformer.registry import as_solver
     from solvers.testing import check_layer_protocol
 
-    layer = spec_of(name).build(4).double()
+    layer = as_solver(name).build(4).double()
     check_layer_protocol(layer, width=4)
 
 

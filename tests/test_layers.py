@@ -8,12 +8,14 @@ import torch.nn.functional as F
 
 import odeformer
 import solvers
-from odeformer import LAYER_SPECS, Layer, ViT
+from odeformer import SOLVERS, Layer, ViT
 from odeformer.fields import FeedForward
 from solvers import Block, Euler, Heun, PhaseState, SemiImplicitEuler, Split, Whole
 
 CHAIN_RULE = sorted(
-    name for name, p in LAYER_SPECS.items() if p.stepper.second_order and p.block_stepper is Split and p.ffn is None
+    name
+    for name, p in SOLVERS.items()
+    if isinstance(p, odeformer.Solver) and p.stepper.second_order and p.block_stepper is Split and p.ffn is None
 )
 
 
@@ -51,39 +53,42 @@ def _toggle(model, where):
 def test_reversible_refuses_dropout_switched_on_after_construction(where):
     model = ViT(depth=2, dim=16, heads=2, solver="reversible")
     _toggle(model, where)
-    with pytest.raises(ValueError, match="reversible preset needs dropout=0 \\(it was switched on after construction"):
+    with pytest.raises(ValueError, match="reversible solver needs dropout=0 \\(it was switched on after construction"):
         model(torch.randn(2, 1, 8, 8))
     model.eval()  # evaluation draws no masks: allowed
     with torch.no_grad():
         model(torch.randn(2, 1, 8, 8))
 
 
-def test_layer_is_a_stepper_over_its_own_fields():
+def test_a_layer_is_a_module_stepped_by_its_own_dt_from_its_own_time():
     torch.manual_seed(0)
     model = ViT(depth=2, dim=16, heads=2, solver="reversible").double()
     layer = model.backbone.layers[0]
+    assert type(layer) is Layer and not isinstance(layer, solvers.AbstractStepper)
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     y = PhaseState(x, torch.randn_like(x))
-    y1, _ = layer.step(None, 0.0, y, layer.dt, layer.init(None, 0.0, y))
-    back = layer.inverse(None, 0.0, y1, layer.dt)
+    y1, _ = layer.step(y, layer.init(y))
+    back = layer.inverse(y1)
     torch.testing.assert_close(back.x, y.x, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(back.v, y.v, rtol=1e-12, atol=1e-12)
-    assert (layer.reversible, layer.second_order, layer.order) == (True, True, 1)
+    claims = layer.claims()
+    assert (claims.reversible, layer.second_order, claims.order) == (True, True, 1)
+    assert [(each.t0, each.dt) for each in model.backbone.layers] == [(0.0, 0.5), (0.5, 0.5)]
 
 
 @pytest.mark.parametrize("solver", ["diffusion", "full_wave", "rk4"])
 def test_the_backbone_steps_each_layer_through_its_own_step_by_its_own_dt(solver, monkeypatch):
-    """The depth loop drives ``Layer.step`` with the layer's ``dt``, which was checked when it was set: a forward pass
-    checks no step size again."""
+    """The depth loop drives ``Layer.step``, which steps by the layer's own ``dt`` from its own time, checked when it
+    was set: a forward pass checks no step size again, and the loop hands the layer no step."""
     torch.manual_seed(0)
     model = ViT(depth=3, dim=16, heads=2, solver=solver, dt=0.25, impl="math").double().eval()
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     taken = []
     step = Layer.step
 
-    def spy(layer, field, t, y, dt, state):
-        taken.append((layer, t, dt))
-        return step(layer, field, t, y, dt, state)
+    def spy(layer, y, state, context=None):
+        taken.append((layer, layer.t0, layer.dt))
+        return step(layer, y, state, context)
 
     def refuse(dt):
         raise AssertionError("a forward pass checked a step size again")
@@ -93,9 +98,9 @@ def test_the_backbone_steps_each_layer_through_its_own_step_by_its_own_dt(solver
     out = model.backbone(x)
     layers = list(model.backbone.layers)
     assert taken == [(layer, 0.25 * i, 0.25) for i, layer in enumerate(layers)]
-    y = solvers.adapt(x, layers[0])
+    y = PhaseState(x, torch.zeros_like(x)) if layers[0].second_order else x
     for layer in layers:  # the same steps, taken by hand
-        y, _ = step(layer, None, 0.0, y, layer.dt, layer.init(None, 0.0, y))
+        y, _ = layer.block_stepper.step(layer.block(), 0.25 * layers.index(layer), y, 0.25, layer.init(y))
     torch.testing.assert_close(out, model.backbone.norm(y.x if isinstance(y, PhaseState) else y), rtol=0, atol=0)
 
 
@@ -140,7 +145,7 @@ def test_tangent_lift_of_any_rk_scheme_is_the_jacobian_of_its_map():
     torch.testing.assert_close(y1.v, jv, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("solver", sorted(set(odeformer.solver_names()) - set(LAYER_SPECS)))
+@pytest.mark.parametrize("solver", sorted(set(odeformer.solver_names("discrete")) - set(SOLVERS)))
 def test_every_registered_scheme_trains_as_a_solver(solver):
     model = ViT(depth=2, dim=16, heads=2, solver=solver)
     model(torch.randn(2, 1, 8, 8)).square().sum().backward()
@@ -148,9 +153,9 @@ def test_every_registered_scheme_trains_as_a_solver(solver):
 
 
 STRANG = [  # the second-order Strang layers measure slowly (about 15 s each): they run in the slow suite
-    odeformer.layer_spec("diffusion", splitting="strang"),
+    odeformer.solver("diffusion", splitting="strang"),
     *(
-        pytest.param(odeformer.layer_spec(n, splitting="strang"), marks=pytest.mark.slow)
+        pytest.param(odeformer.solver(n, splitting="strang"), marks=pytest.mark.slow)
         for n in ("full_wave", "velocity_verlet")
     ),
 ]
@@ -160,7 +165,11 @@ STRANG = [  # the second-order Strang layers measure slowly (about 15 s each): t
 # semi_implicit_euler's full_wave's; tableau's default is velocity Verlet's layer; rk4_38 is a second whole-block RK4;
 # the other one-step schemes' Lie layers are order 1 as full_wave's is. They run in the slow suite.
 SLOW_LAYERS = {"euler", "semi_implicit_euler", "rk4_38", "leapfrog", "damped", "velocity_verlet", "heun", "tableau"}
-LAYERS = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_LAYERS else n for n in odeformer.solver_names()]
+# The named tableaux and learnable families are whole-block first-order or Lie second-order layers like those above.
+SLOW_LAYERS |= set(solvers.TABLEAUX) | {"two_stage_rk", "symmetric_splitting", "triple_jump"}
+LAYERS = [
+    pytest.param(n, marks=pytest.mark.slow) if n in SLOW_LAYERS else n for n in odeformer.solver_names("discrete")
+]
 
 
 @pytest.mark.parametrize(
@@ -169,10 +178,11 @@ LAYERS = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_LAYERS else n for
 def test_every_layer_converges_with_its_declared_order(solver):
     """Measured on a weight-tied block of the library's own fields against the block's ODE: Lie 1, Strang 2 with
     second-order parts, whole-block schemes their stepper's order, no small-step limit declared as 0."""
-    report = odeformer.check_preset(solver)
-    chosen = odeformer.presets.spec_of(solver)
+    report = odeformer.check_solver(solver)
+    chosen = odeformer.registry.as_solver(solver)
     no_limit = ("mix", "full_wave_official", "mix_bert", "velocity_mix")
-    expected = {"heun": 2, "rk4": 4, "rk4_38": 4, **dict.fromkeys(no_limit, 0)}.get(chosen.name, 1)
+    whole = chosen.block_stepper is Whole  # the whole block: the scheme's own order
+    expected = solvers.Claims.of(chosen.stepper).order if whole else 0 if chosen.name in no_limit else 1
     if chosen.splitting == "strang" and chosen.stepper.order >= 2:
         expected = 2
     assert report["declared"] == expected
@@ -263,16 +273,18 @@ def test_post_norm_diffusion_at_unit_step_is_the_post_ln_transformer():
 
 
 def test_a_bare_stepper_gets_the_layer_its_declarations_call_for():
-    from odeformer import spec_for_stepper
+    from odeformer import Solver
 
-    wave, one_stage = spec_for_stepper(solvers.VelocityVerlet), spec_for_stepper(solvers.Euler)
-    multi_stage = spec_for_stepper(solvers.RK4)
+    wave, one_stage = Solver.for_stepper(solvers.VelocityVerlet), Solver.for_stepper(solvers.Euler)
+    multi_stage = Solver.for_stepper(solvers.RK4)
     assert (wave.block_stepper, wave.form, wave.dt) == (Split, "laplacian", 0.5)  # the force, FFN by the chain rule
     assert (one_stage.block_stepper, one_stage.form, one_stage.dt) == (Split, "residual", 1.0)
     assert (multi_stage.block_stepper, multi_stage.form, multi_stage.dt) == (Whole, "residual", 1.0)  # both
-    assert odeformer.presets.spec_of("rk4_38") == spec_for_stepper(solvers.RK4ThreeEighths, "rk4_38")
-    with pytest.raises(ValueError, match="unknown solver 'wave'; choose one of diffusion, .*, rk4_38, .*module.Class"):
-        odeformer.presets.spec_of("wave")
+    assert odeformer.registry.as_solver("rk4_38") == Solver.for_stepper(solvers.RK4ThreeEighths, "rk4_38")
+    with pytest.raises(
+        ValueError, match="unknown solver 'wave' .*; choose one of diffusion, .*, rk4_38, .*module.Class"
+    ):
+        odeformer.registry.as_solver("wave")
 
 
 def test_tied_weights_share_every_field_and_map_but_not_the_steppers():

@@ -8,10 +8,10 @@ import torch.nn.functional as F
 
 import odeformer
 import solvers
-from odeformer import LAYER_SPECS, CausalLM, MaskedLM, NodeClassifier, ViT
+from odeformer import SOLVERS, CausalLM, MaskedLM, NodeClassifier, ViT
 from solvers import PhaseState
 
-NAMES = sorted(LAYER_SPECS)
+NAMES = sorted(odeformer.solver_names("discrete"))
 TASKS = ["vit", "causal_lm", "masked_lm", "node_classifier"]
 
 
@@ -59,7 +59,6 @@ def test_every_preset_on_every_task(task, solver):
             assert p.grad.abs().sum() > 0, f"{name} gets no gradient under {solver}"
 
 
-
 @pytest.mark.parametrize("solver", ["light_wave", "damped", "mix"])
 def test_checkpoints_naming_the_block_stepper_dynamics_still_load(solver):
     """A layer's block stepper was stored under ``dynamics``: such a state dict loads strictly, each scheme
@@ -80,12 +79,10 @@ def test_checkpoints_naming_the_block_stepper_dynamics_still_load(solver):
         torch.testing.assert_close(value, state[key], rtol=0, atol=0)
 
 
-
 @pytest.mark.parametrize("solver", NAMES)
 def test_a_whole_model_pickles_and_copies(solver):
     """``torch.save(model)`` (the whole module, not only its weights) and ``copy.deepcopy`` give the same model: each
-    module of the same class (a layer made of parts is an instance of a class made at run time, with its claims) and
-    the same logits."""
+    module of the same class, with the same claims, and the same logits."""
     import copy
     import io
 
@@ -99,7 +96,7 @@ def test_a_whole_model_pickles_and_copies(solver):
         for (name, a), (_, b) in zip(model.named_modules(), other.named_modules(), strict=True):
             assert type(a) is type(b), name
         for a, b in zip(model.backbone.layers, other.backbone.layers, strict=True):
-            assert solvers.Claims.of(a) == solvers.Claims.of(b)
+            assert a.claims() == b.claims()
         torch.testing.assert_close(other(tokens), model(tokens), rtol=0, atol=0)
 
 
@@ -148,10 +145,10 @@ def _compare(task, a, b, inputs, tolerance):
 def test_mix_at_gate_zero_is_diffusion(task):
     """Equal up to rounding (the FFN runs on the stacked (x, v) in the mix, on x alone in diffusion): the official
     mix's diffusion half is the pre-LN update x + Attn(LN x); on the graph model it is DIFFormer's h + dt a(h)."""
-    mixed, _, inputs = build(task, LAYER_SPECS["mix"].with_options(theta0=-math.inf))
+    mixed, _, inputs = build(task, SOLVERS["mix"].with_options(theta0=-math.inf))
     diffusion = "diffusion"
     if task == "node_classifier":  # the graph model's diffusion is laplacian; compare at the mix's step
-        diffusion = odeformer.Preset("Euler on the laplacian form", solvers.Euler, "laplacian", 0.5)
+        diffusion = odeformer.Solver("Euler on the laplacian form", solvers.Euler, "laplacian", 0.5)
     plain, _, _ = build(task, diffusion)
     _same_weights(mixed, plain)
     _compare(task, mixed, plain, inputs, 1e-12)
@@ -159,7 +156,7 @@ def test_mix_at_gate_zero_is_diffusion(task):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_light_wave_at_zero_momentum_is_diffusion(task):
-    heavy, _, inputs = build(task, LAYER_SPECS["light_wave"].with_options(theta0=-math.inf))
+    heavy, _, inputs = build(task, SOLVERS["light_wave"].with_options(theta0=-math.inf))
     plain, _, _ = build(task, "diffusion")
     _same_weights(heavy, plain)
     _compare(task, heavy, plain, inputs, 0.0)
@@ -204,7 +201,7 @@ def test_trajectory_records_every_layer(solver):
     model, _, inputs = build("vit", solver)
     states = model.trajectory(*inputs)
     assert len(states) == 4
-    second = LAYER_SPECS[solver].stepper.second_order
+    second = SOLVERS[solver].stepper.second_order
     assert all(isinstance(s, PhaseState) == (second and i > 0) for i, s in enumerate(states))
     if second:
         assert states[1].v.abs().sum() > 0
@@ -225,7 +222,7 @@ def test_schedules_and_callables():
 def test_strang_splitting_differs_from_lie_and_both_run():
     torch.manual_seed(0)
     lie = ViT(depth=2, dim=16, heads=2, solver="full_wave")
-    strang = ViT(depth=2, dim=16, heads=2, solver=odeformer.presets.layer_spec("full_wave", splitting="strang"))
+    strang = ViT(depth=2, dim=16, heads=2, solver=odeformer.registry.solver("full_wave", splitting="strang"))
     strang.load_state_dict(lie.state_dict())
     images = torch.randn(2, 1, 8, 8)
     assert not torch.allclose(lie(images), strang(images))
@@ -243,14 +240,20 @@ def test_per_layer_parameters_are_separate():
     [
         (lambda: ViT(dim=10, heads=4), "dim must be divisible by heads: got dim=10, heads=4"),
         (lambda: ViT(depth=0), "depth must be a positive int, got 0"),
-        (lambda: ViT(solver="wave"), "unknown solver 'wave'; choose one of diffusion, full_wave"),
+        (
+            lambda: ViT(solver="wave"),
+            r"unknown solver 'wave' \(did you mean 'full_wave'\?\); choose one of diffusion, full_wave",
+        ),
         (lambda: ViT(solver=["diffusion"] * 2, depth=3), "one entry per layer: got 2 for depth 3"),
         (lambda: ViT(dt=-0.5), "dt must be positive and finite"),
         (lambda: ViT(image_size=9, patch_size=2), "image_size must be divisible by patch_size"),
-        (lambda: odeformer.layer_spec("full_wave", splitting="yoshida"), "splitting must be one of lie, strang"),
-        (lambda: odeformer.layer_spec("full_wave", dt=0.0), "dt must be positive and finite"),
-        (lambda: odeformer.layer_spec("wave"), "unknown solver 'wave'; choose one of diffusion"),
-        (lambda: CausalLM(11, 8, solver=LAYER_SPECS["mix"].with_options(thetaa=1.0)), "bad options"),
+        (lambda: odeformer.solver("full_wave", splitting="yoshida"), "splitting must be one of lie, strang"),
+        (lambda: odeformer.solver("full_wave", dt=0.0), "dt must be positive and finite"),
+        (
+            lambda: odeformer.solver("wave"),
+            r"unknown solver 'wave' \(did you mean 'full_wave'\?\); choose one of diffusion",
+        ),
+        (lambda: CausalLM(11, 8, solver=SOLVERS["mix"].with_options(thetaa=1.0)), "bad options"),
         (lambda: NodeClassifier(5, 3, dim=10, heads=3), "dim must be divisible by heads"),
         (lambda: NodeClassifier(5, 3, attention="gat"), "attention must be 'simple', 'softmax' or 'graph_softmax'"),
     ],
@@ -337,7 +340,7 @@ def test_padding_leaves_a_sentences_features_and_class_as_they_are_under_every_p
     g = torch.Generator().manual_seed(5)
     sentence = torch.randint(1, 11, (2, 7), generator=g)
     padded = torch.cat([sentence, torch.zeros(2, 9, dtype=torch.long)], dim=1)
-    for name in LAYER_SPECS:
+    for name in odeformer.solver_names("discrete"):
         if name == "reversible" and norm == "post":
             continue
         torch.manual_seed(0)

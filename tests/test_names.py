@@ -6,6 +6,8 @@ data) are users of the modules above them and import only what those export."""
 import ast
 import pathlib
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -53,7 +55,7 @@ def _readme_table(name: str) -> str:
 
 
 def test_the_readme_solver_table_is_the_generated_one():
-    from odeformer.presets import solver_table
+    from odeformer.registry import solver_table
 
     assert _readme_table("solver") == solver_table()
 
@@ -82,59 +84,67 @@ def test_the_stepper_table_states_each_schemes_claims():
         assert (cells[4] == "yes") == cls.symplectic and cells[5].startswith("yes") == cls.reversible
 
 
-def test_the_layer_spec_registry_s_old_names_are_its_new_ones():
-    """The README's and the examples' old public names stay, as the same objects; the library's are the new ones."""
+def test_old_public_names_resolve_to_the_new_ones_with_a_warning():
+    """Renames are data (``odeformer.registry.RENAMED``): each old name is the new object, with one warning."""
     import odeformer
-    from odeformer import presets
+    from odeformer import registry
 
-    assert odeformer.preset is presets.layer_spec and odeformer.PRESETS is presets.LAYER_SPECS
-    assert odeformer.Preset is presets.LayerSpec
-    assert not hasattr(odeformer, "derive") and odeformer.spec_for_stepper is presets.spec_for_stepper
-    assert odeformer.spec_of("full_wave") is presets.LAYER_SPECS["full_wave"]
+    for old, new in registry.RENAMED.items():
+        with pytest.warns(DeprecationWarning, match=f"odeformer.{old} is now odeformer.{new}"):
+            assert getattr(odeformer, old) is getattr(odeformer, new)
+    with pytest.warns(DeprecationWarning, match="Solver.for_stepper"):
+        assert odeformer.spec_for_stepper == odeformer.Solver.for_stepper
+    with pytest.raises(AttributeError, match="no attribute 'derive'"):
+        odeformer.derive  # noqa: B018
 
 
 def test_a_solver_name_means_one_thing():
     import solvers
     from odeformer.continuous import CONTINUOUS
-    from odeformer.presets import LAYER_SPECS, solver_names, spec_for_stepper, spec_of
+    from odeformer.registry import SOLVERS, Solver, as_solver, solver_names
 
-    names = solver_names()
+    names = solver_names("discrete")
     assert len(names) == len(set(names)) and not set(names) & set(CONTINUOUS)
-    for name in set(LAYER_SPECS) & set(solvers.STEPPERS):  # one entry serves both: the scheme's own layer
-        preset, derived = spec_of(name), spec_for_stepper(solvers.STEPPERS[name], name)
+    for name in set(SOLVERS) & set(solvers.STEPPERS):  # one entry serves both: the scheme's own layer
+        preset, derived = as_solver(name), Solver.for_stepper(solvers.STEPPERS[name], name)
         built, own = preset.build(4), derived.build(4)
         assert repr(built) == repr(own) and preset.form == derived.form and preset.dt == derived.dt
         assert {k: v.tolist() for k, v in built.state_dict().items()} == {
             k: v.tolist() for k, v in own.state_dict().items()
         }
     # the official mix and the gated-mix scheme: two layers, two names
-    assert spec_of("mix").build(4).stepper.order == 0 and spec_of("position_mix").build(4).stepper.order == 1
+    assert as_solver("mix").build(4).stepper.order == 0 and as_solver("position_mix").build(4).stepper.order == 1
     assert "mix" not in solvers.STEPPERS
 
 
-def test_a_taken_name_cannot_be_registered_twice(monkeypatch):
-    import pytest
+def test_a_taken_name_cannot_be_registered_twice():
+    """Uniqueness is checked when a name is written, in either table: a refused name is written to neither."""
+    from dataclasses import replace
 
     import solvers
-    from odeformer import presets
-
-    monkeypatch.setattr(presets, "LAYER_SPECS", dict(presets.LAYER_SPECS))
-    registry = solvers._registry.Registry(solvers.STEPPERS)
-    monkeypatch.setattr(solvers, "STEPPERS", registry)
+    from odeformer import registry
 
     class Other(solvers.Euler):
         pass
 
+    before = (dict(solvers.STEPPERS), dict(registry.SOLVERS))
     with pytest.raises(ValueError, match="stepper name 'euler' is taken by Euler"):
         solvers.STEPPERS["euler"] = Other
     with pytest.raises(ValueError, match="stepper name 'heun' is taken by Heun"):
         solvers.STEPPERS.update(heun=Other)
-    for name in ("full_wave", "dopri5", "position_mix"):  # a preset, a continuous solver, a scheme's own layer
-        spec = presets.layer_spec("diffusion")
+    for name in ("diffusion", "dopri5"):  # a scheme of the user's under a named layer's or a continuous solver's name
+        with pytest.raises(ValueError, match=f"stepper name '{name}' is taken by the"):
+            solvers.register_stepper(name)(Other)
+    for name in ("full_wave", "dopri5", "position_mix"):  # a named layer, a continuous solver, a scheme's own layer
         with pytest.raises(ValueError, match=f"solver name '{name}' is taken by"):
-            presets.register_solver(presets.replace(spec, name=name))
-    same = presets.replace(presets.spec_for_stepper(solvers.Euler, "euler"), doc="Euler, described")
-    assert presets.register_solver(same) is same  # a scheme's own layer, described: one entry for both
-    registry["diffusion"] = Other  # a scheme of the user's under a preset's name (solvers cannot see presets)
-    with pytest.raises(ValueError, match="solver name 'diffusion' names two things"):
-        presets.solver_names()
+            registry.register_solver(replace(registry.solver("diffusion"), name=name))
+    same = registry.SOLVERS["euler"]
+    assert registry.register_solver(same) is same  # the same entry again: no change
+    assert (dict(solvers.STEPPERS), dict(registry.SOLVERS)) == before
+    try:  # a scheme registered after import joins the one table as it is written
+        solvers.register_stepper("my_test_scheme")(Other)
+        assert registry.SOLVERS["my_test_scheme"].stepper is Other
+        assert registry.as_solver("my_test_scheme").block_stepper is solvers.Split
+    finally:
+        dict.pop(solvers.STEPPERS, "my_test_scheme", None)
+        dict.pop(registry.SOLVERS, "my_test_scheme", None)

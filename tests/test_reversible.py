@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import odeformer
-from odeformer import LAYER_SPECS, CausalLM, MaskedLM, NodeClassifier, ViT
+from odeformer import CausalLM, MaskedLM, NodeClassifier, ViT
 
 
 def _models(solver, **kw):
@@ -49,19 +49,19 @@ def test_reversible_layers_invert():
     model = model.double()
     states = model.trajectory(images.double())
     for layer, before, after in zip(model.backbone.layers[1:], states[1:], states[2:]):  # states[0]: no velocity
-        rebuilt = layer.inverse(None, 0.0, after, layer.dt)
+        rebuilt = layer.inverse(after)
         torch.testing.assert_close(rebuilt.x, before.x, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(rebuilt.v, before.v, rtol=1e-12, atol=1e-12)
 
 
 def test_reversible_refuses_dropout_and_mixed_schedules():
-    with pytest.raises(ValueError, match="reversible preset needs dropout=0"):
+    with pytest.raises(ValueError, match="reversible solver needs dropout=0"):
         ViT(depth=2, dim=16, heads=2, solver="reversible", dropout=0.1)
-    with pytest.raises(ValueError, match="cannot mix the reversible preset"):
+    with pytest.raises(ValueError, match="cannot mix the reversible solver"):
         ViT(depth=2, dim=16, heads=2, solver=["reversible", "full_wave"])
 
 
-@pytest.mark.parametrize("solver", sorted(set(LAYER_SPECS) - {"reversible"}))
+@pytest.mark.parametrize("solver", sorted(set(odeformer.solver_names("discrete")) - {"reversible"}))
 def test_activation_checkpointing_changes_nothing(solver):
     model, inputs = _models(solver)[0]
     model = model.double()
@@ -95,7 +95,7 @@ def _assert_functional_call_grads_are_the_substituted_weights(model, inputs):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9, msg=lambda m, name=name: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("solver", sorted(LAYER_SPECS))
+@pytest.mark.parametrize("solver", sorted(odeformer.solver_names("discrete")))
 def test_checkpointed_and_rebuilt_backward_under_functional_call_use_the_substituted_weights(solver):
     """``torch.func.functional_call`` binds other weights only for the call; a backward pass that recomputes steps
     (activation checkpointing) or rebuilds them (the reversible preset) runs after it, and must step with those

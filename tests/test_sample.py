@@ -36,7 +36,7 @@ def _run(tmp_path, config=None, vocabulary=VOCABULARY, name="best.pt", seed=0):
     config = config or _config()
     torch.manual_seed(seed)
     node = {k: v for k, v in config["model"].items() if not k.startswith("_")}
-    model = odeformer.CausalLM(vocab_size=len(ITOS), solver=odeformer.layer_spec(config["solver"]["name"]), **node)
+    model = odeformer.CausalLM(vocab_size=len(ITOS), solver=odeformer.solver(config["solver"]["name"]), **node)
     info = {"config": config} | ({"vocabulary": vocabulary} if vocabulary else {})
     save_checkpoint(tmp_path / name, {"format": FORMAT, "model": model.state_dict(), "info": info})
     return model.eval()

@@ -84,9 +84,12 @@ def test_the_package_has_one_checkpoint_loader():
     assert len(loader) == 1, offenders
     others = [where for where in offenders if where not in loader]
     assert not others, f"load checkpoints with odeformer.app.checkpoints.load_checkpoint, not: {others}"
-    assert "weights_only=True" in (ROOT / "odeformer" / "app" / "checkpoints.py").read_text().splitlines()[
-        int(loader[0].rsplit(":", 1)[1]) - 1
-    ]
+    assert (
+        "weights_only=True"
+        in (ROOT / "odeformer" / "app" / "checkpoints.py")
+        .read_text()
+        .splitlines()[int(loader[0].rsplit(":", 1)[1]) - 1]
+    )
 
 
 def test_a_pickled_call_in_a_checkpoint_is_refused_naming_the_file(tmp_path):
@@ -116,7 +119,7 @@ def test_reproduce_refuses_a_finished_runs_last_pt_that_would_run_code(tmp_path,
 
 def _stored_config(**solver):
     return {
-        "solver": {"_target_": "odeformer.preset", "name": "diffusion", **solver},
+        "solver": {"_target_": "odeformer.solver", "name": "diffusion", **solver},
         "model": {"_target_": "odeformer.ViT", "depth": 1, "dim": 8, "heads": 2, "patch_size": 2},
         "data": {"name": "synthetic", "root": None, "batch_size": 4, "options": {"task": "image", "n": 32}},
         "train": {"device": "cpu"},

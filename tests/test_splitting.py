@@ -100,7 +100,9 @@ class OnAttention(AbstractStepper, abstract=True):
     def __init__(self, layer: AbstractStepper, block: Block):
         super().__init__()
         self.layer, self.rest = layer, block
-        self.claim(Claims.of(layer.on(block)))
+
+    def claims(self, field=None) -> Claims:
+        return self.layer.claims(self.rest)
 
     def init(self, field, t0, y0):
         return self.layer.init(self.rest._replace(attention=field), t0, y0)

@@ -45,7 +45,7 @@ def test_heavy_ball_bound_is_its_companion_matrix_bound(theta0):
 def test_a_scheme_without_a_small_step_limit_has_no_bound():
     """The mix preset's diffusion part takes a unit step whatever dt is (order 0): no dt makes the linear test
     decay, so a bound would only ever say "unstable"."""
-    from odeformer import LAYER_SPECS
+    from odeformer import SOLVERS
 
-    layer = LAYER_SPECS["mix"].build(8)
+    layer = SOLVERS["mix"].build(8)
     assert layer.stepper.order == 0 and max_stable_dt(layer.stepper) is None

@@ -1,6 +1,7 @@
 """Schemes from coefficients: the order conditions, the derived claims, the named library, the learnable families that
 keep their guarantees, and ``solver=tableau`` from the command line (float64 throughout)."""
 
+import dataclasses
 import json
 import math
 import re
@@ -16,9 +17,21 @@ from hypothesis import strategies as st
 import odeformer
 import solvers
 from helpers import cli, cli_in_process
-from odeformer.presets import layer_spec
-from solvers import TABLEAUX, Composition, PhaseState, RungeKutta, RungeKuttaNystrom, tableau
+from odeformer.registry import solver
+from solvers import (
+    TABLEAUX,
+    ButcherTableau,
+    Claims,
+    Composition,
+    NystromTableau,
+    PhaseState,
+    RungeKutta,
+    RungeKuttaNystrom,
+    Splitting,
+    tableau,
+)
 from solvers._composition import as_nystrom, merged_sequence
+from solvers._forest_ruth import ForestRuth as _ForestRuth
 from solvers._order_conditions import rk_conditions, rk_order, rkn_order, rkn_symplectic_defect, rooted_trees
 from solvers.testing import check_evals, check_order, check_stepper
 
@@ -33,7 +46,7 @@ KNOWN_ORDERS = {
     "rk4": 4,
     "rk4_38": 4,
     "nystrom4": 4,
-    "symplectic_euler": 1,
+    "semi_implicit_euler": 1,
     "velocity_verlet": 2,
     "position_verlet": 2,
     "forest_ruth": 4,
@@ -43,7 +56,7 @@ KNOWN_ORDERS = {
     "pefrl": 4,
 }
 SYMPLECTIC = {
-    "symplectic_euler",
+    "semi_implicit_euler",
     "velocity_verlet",
     "position_verlet",
     "forest_ruth",
@@ -52,6 +65,7 @@ SYMPLECTIC = {
     "omelyan4",
     "pefrl",
 }
+ForestRuth = _ForestRuth.tableau  # the coefficients of a named scheme, given inline
 DEBUG = [
     "train=debug",
     "data=synthetic",
@@ -83,10 +97,35 @@ def test_tree_counts_and_the_classic_conditions():
 
 @pytest.mark.parametrize("name", sorted(KNOWN_ORDERS))
 def test_every_named_scheme_derives_its_known_order(name):
+    """The order the literature gives each named scheme is what the engine derives from its coefficients (none of
+    them states it), and what the class claims; a hand-written one claims what its coefficients derive."""
     cls = TABLEAUX[name]
-    assert cls.order == cls.derived.order == KNOWN_ORDERS[name]
-    assert cls.symplectic == (name in SYMPLECTIC) and cls.second_order == (name in SYMPLECTIC or name == "nystrom4")
+    derived = cls.tableau.claims
+    assert cls.tableau.derived.order == derived.order == Claims.of(cls).order == KNOWN_ORDERS[name]
+    hand_written = name == "semi_implicit_euler"  # writes its inverse: reversible, which the splitting alone is not
+    assert dataclasses.replace(derived, reversible=hand_written or derived.reversible) == Claims.of(cls)
+    assert derived.symplectic == (name in SYMPLECTIC) and derived.second_order == (
+        name in SYMPLECTIC or name == "nystrom4"
+    )
     assert "Reference" in (cls.__doc__ or sys.modules[cls.__module__].__doc__)  # the class's, or its file's
+    if name not in ("velocity_verlet", "semi_implicit_euler"):  # derived, not restated in the class's body
+        import inspect
+
+        assert not re.search(r"^\s+(order|symplectic|evals_per_step)\b", inspect.getsource(cls), re.M), name
+
+
+@pytest.mark.parametrize("name", ["velocity_verlet", "semi_implicit_euler"])
+def test_a_hand_written_scheme_steps_as_its_coefficients_do(name):
+    cls = TABLEAUX[name]
+    g = torch.Generator().manual_seed(1)
+    y = PhaseState(*torch.randn(2, 3, 4, generator=g, dtype=torch.float64))
+
+    def force(t, x):
+        return -torch.sin(x) * (1 + t)
+
+    got, _ = cls().step(force, 0.2, y, 0.3, None)
+    want, _ = tableau(drifts=cls.tableau.drifts, kicks=cls.tableau.kicks).step(force, 0.2, y, 0.3, None)
+    torch.testing.assert_close(torch.cat(got), torch.cat(want), rtol=1e-14, atol=1e-14)
 
 
 def test_evaluations_fsal_and_symmetry_follow_from_the_coefficients():
@@ -97,15 +136,15 @@ def test_evaluations_fsal_and_symmetry_follow_from_the_coefficients():
         "yoshida4": (4, True, True),
         "omelyan4": (5, True, True),
         "pefrl": (4, False, True),
-        "symplectic_euler": (1, False, False),
+        "semi_implicit_euler": (1, False, False),
         "bogacki_shampine3": (4, True, False),
         "rk4": (4, False, False),
     }
     for name, claims in expected.items():
-        cls = TABLEAUX[name]
-        assert (cls.evals_per_step, cls.fsal, cls.symmetric) == claims, name
+        derived = TABLEAUX[name].tableau.claims
+        assert (derived.evals_per_step, derived.fsal, derived.symmetric) == claims, name
     # kick ½, drift 0, kick ½ is one kick: the merged sequence of velocity Verlet run twice in a row
-    assert Composition.from_coefficients([0, 0, 1], ["1/4", "1/4", "1/2"]).evals_per_step == 2
+    assert tableau(drifts=[0, 0, 1], kicks=["1/4", "1/4", "1/2"]).evals_per_step == 2
 
 
 def test_a_typo_names_the_first_failing_condition_and_by_how_much():
@@ -116,15 +155,13 @@ def test_a_typo_names_the_first_failing_condition_and_by_how_much():
     ):
 
         class ThirdOrderMidpoint(RungeKutta):  # the midpoint rule claiming order 3
-            A = ((), (1 / 2,))
-            b = (0, 1)
+            tableau = ButcherTableau(A=((), (1 / 2,)), b=(0, 1))
             order: ClassVar[int] = 3
 
     with pytest.raises(TypeError, match=r"order conditions hold to order 1; Σ bᵢcᵢ = 1/2 is off by 0\.00667"):
 
         class TypoRK4(RungeKutta):  # a₃₂ typed 0.52 instead of 0.5
-            A = ((), (1 / 2,), (0, 0.52), (0, 0, 1))
-            b = (1 / 6, 1 / 3, 1 / 3, 1 / 6)
+            tableau = ButcherTableau(A=((), (1 / 2,), (0, 0.52), (0, 0, 1)), b=(1 / 6, 1 / 3, 1 / 3, 1 / 6))
             order: ClassVar[int] = 4
 
     derived = rk_order(((), (1 / 2,), (0, 1 / 2), (0, 0, 1)), (1 / 6, 1 / 3, 0.35, 0.15), (0, 0.5, 0.5, 1))
@@ -137,32 +174,34 @@ def test_wrong_claims_are_refused():
     with pytest.raises(TypeError, match=r"declares symplectic = True, but its symplecticity condition .* is off by"):
 
         class SymplecticNystrom(RungeKuttaNystrom):
-            A, bbar, b, c = ((), (1 / 8,), (0, 1 / 2)), (1 / 6, 1 / 3, 0), (1 / 6, 2 / 3, 1 / 6), (0, 1 / 2, 1)
+            tableau = NystromTableau(
+                ((), (1 / 8,), (0, 1 / 2)), (1 / 6, 1 / 3, 0), (1 / 6, 2 / 3, 1 / 6), (0, 1 / 2, 1)
+            )
             symplectic: ClassVar[bool] = True
 
     with pytest.raises(TypeError, match="declares symplectic = True, but no explicit Runge–Kutta method is"):
 
         class SymplecticHeun(RungeKutta):
-            A, b = ((), (1,)), (1 / 2, 1 / 2)
+            tableau = ButcherTableau(((), (1,)), (1 / 2, 1 / 2))
             symplectic: ClassVar[bool] = True
 
     with pytest.raises(TypeError, match="declares symmetric = True, but its sequence is not a palindrome"):
 
         class SymmetricEuler(Composition):
-            drifts, kicks = (0, 1), (1,)
+            tableau = Splitting((0, 1), (1,))
             symmetric: ClassVar[bool] = True
 
     with pytest.raises(TypeError, match="declares evals_per_step = 3, but it has 2 kicks after merging"):
 
         class CheapVerlet(Composition):
-            drifts, kicks = (0, 1), (1 / 2, 1 / 2)
+            tableau = Splitting((0, 1), (1 / 2, 1 / 2))
             evals_per_step: ClassVar[int] = 3
 
     # the symplecticity conditions hold for every splitting's tableau and for none of the Runge–Kutta–Nyström one here
     for name in SYMPLECTIC:
-        ops = merged_sequence(TABLEAUX[name].drifts, TABLEAUX[name].kicks)
+        ops = merged_sequence(TABLEAUX[name].tableau.drifts, TABLEAUX[name].tableau.kicks)
         assert rkn_symplectic_defect(*as_nystrom(ops))[0] < 1e-14, name
-    assert rkn_symplectic_defect(*(getattr(TABLEAUX["nystrom4"], k) for k in ("A", "bbar", "b", "c")))[0] > 0.01
+    assert rkn_symplectic_defect(*(getattr(TABLEAUX["nystrom4"].tableau, k) for k in ("A", "bbar", "b", "c")))[0] > 0.01
 
 
 @pytest.mark.parametrize(
@@ -175,10 +214,8 @@ def test_wrong_claims_are_refused():
         ({"drifts": [0.5, 0.4], "kicks": [1]}, "Σ drifts = 1 is off by 0.1"),
         ({"drifts": [1, 0, 0], "kicks": [1]}, "3 drifts and 1 kicks do not interleave"),
         ({"A": [[], [0.5]], "bbar": [0.5], "b": [0.5, 0.5], "c": [0, 1]}, "bbar has 1 entries but b has 2"),
-        ({"name": "forest_ruth", "b": [1]}, "give a tableau's name or its coefficients, not both"),
         ({"drifts": [1], "b": [1]}, "a splitting takes drifts and kicks, and only them"),
         ({"A": [[], ["1/x"]], "b": [0, 1]}, "A[1][0] must be a number such as 0.5 or 1/3"),
-        ({"name": "rk5"}, "unknown tableau 'rk5'"),
     ],
 )
 def test_inconsistent_coefficients_are_one_line_errors(coefficients, message):
@@ -216,9 +253,9 @@ def test_the_engine_steps_as_the_hand_written_formulas():
 
 
 def test_a_splitting_kicks_at_the_time_its_drifts_have_reached():
-    cls = Composition.from_coefficients(["1/4", "3/4"], [1])
+    cls = tableau(drifts=["1/4", "3/4"], kicks=[1])
     times = []
-    y, _ = cls().step(lambda t, x: times.append(t) or -x, 1.0, PhaseState(torch.ones(2), torch.ones(2)), 0.4, None)
+    y, _ = cls.step(lambda t, x: times.append(t) or -x, 1.0, PhaseState(torch.ones(2), torch.ones(2)), 0.4, None)
     assert times == [pytest.approx(1.1)]
     torch.testing.assert_close(y.x, torch.full((2,), 1 + 0.1 + 0.3 * (1 - 0.4 * 1.1)))
 
@@ -249,7 +286,7 @@ def test_a_scheme_typed_as_coefficients_passes_the_kit():
 @given(alpha=st.floats(0.2 + 1e-6, 1.5 - 1e-6), lam=st.floats(1e-6, 0.5 - 1e-6))
 def test_the_families_meet_their_order_conditions_at_every_parameter(alpha, lam):
     rk2 = solvers.TwoStageRK(alpha0=alpha).double()
-    t = rk2.tableau()
+    t = rk2.coefficients()
     assert rk_order(tuple(tuple(r) for r in t["A"]), t["b"], t["c"]).order == 2
     two = rkn_order(*as_nystrom(merged_sequence([lam, 1 - 2 * lam, lam], [0.5, 0.5])))
     assert two.order == 2
@@ -349,8 +386,8 @@ def test_families_are_learnable_per_layer_and_per_channel_and_keep_their_range()
     assert scalar.theta.shape == ()
     with torch.no_grad():
         scalar.theta.fill_(40.0)
-    assert 0 < float(scalar.lam) <= 0.5
-    assert 0.2 < float(solvers.TwoStageRK(alpha0=1.49).alpha) < 1.5
+    assert 0 < float(scalar.lam()) <= 0.5
+    assert 0.2 < float(solvers.TwoStageRK(alpha0=1.49).alpha()) < 1.5
     with pytest.raises(ValueError, match=r"alpha0 must lie in \(0.2, 1.5\)"):
         solvers.TwoStageRK(alpha0=0.0)
     with pytest.raises(ValueError, match=r"lambda0 must lie in \(0, 1/2\)"):
@@ -360,27 +397,31 @@ def test_families_are_learnable_per_layer_and_per_channel_and_keep_their_range()
 # -- the tableau solver ------------------------------------------------------------------------------------------------
 
 
-def test_the_tableau_preset_lays_out_the_layer_its_claims_call_for():
-    second = layer_spec("tableau", options={"name": "forest_ruth"})
+def test_the_tableau_solver_lays_out_the_layer_its_claims_call_for():
+    second = solver("tableau", options={"drifts": ForestRuth.drifts, "kicks": ForestRuth.kicks})
     assert (second.stepper, second.form, second.dt, second.block_stepper) == (
-        TABLEAUX["forest_ruth"],
+        solvers.Tableau,
         "laplacian",
         0.5,
         solvers.Split,
     )
-    first = layer_spec("tableau", options={"A": [[], ["2/3"]], "b": ["1/4", "3/4"]})
+    assert solver("forest_ruth").stepper is TABLEAUX["forest_ruth"]  # a named one is picked by its name
+    with pytest.raises(ValueError, match="a named scheme is picked by its name: solver=forest_ruth"):
+        solver("tableau", options={"name": "forest_ruth"})
+    first = solver("tableau", options={"A": [[], ["2/3"]], "b": ["1/4", "3/4"]})
     assert (first.form, first.dt, first.block_stepper, first.stepper.order) == ("residual", 1.0, solvers.Whole, 2)
     assert first.scheme["A"] == [[], [2 / 3]] and first.scheme["order"] == 2 and not first.scheme["symplectic"]
     model = odeformer.ViT(depth=2, dim=8, heads=2, solver=second)
     model(torch.randn(2, 1, 8, 8)).sum().backward()
-    assert type(model.backbone.layers[0].stepper).__name__ == "ForestRuth"
+    assert type(model.backbone.layers[0].stepper) is solvers.Tableau
+    assert model.backbone.layers[0].stepper.tableau == ForestRuth
 
 
 @pytest.mark.slow  # two layer-order measurements (about 10 s each)
 def test_tableau_layers_measure_their_declared_order():
-    splitting = layer_spec("tableau", options={"drifts": [0, 1], "kicks": [0.5, 0.5]})
-    assert odeformer.check_preset(splitting)["declared"] == 1
-    assert odeformer.check_preset(layer_spec("tableau", options={"name": "ralston"}))["declared"] == 2
+    splitting = solver("tableau", options={"drifts": [0, 1], "kicks": [0.5, 0.5]})
+    assert odeformer.check_solver(splitting)["declared"] == 1
+    assert odeformer.check_solver(solver("tableau", options={"A": [[], ["2/3"]], "b": ["1/4", "3/4"]}))["declared"] == 2
 
 
 @pytest.mark.slow  # trains from the command line (about 10 s); bad coefficients are checked in the default suite
@@ -406,7 +447,7 @@ def test_cli_trains_inline_coefficients_and_records_them(tmp_path):
 @pytest.mark.slow  # a CLI training run (about 10 s)
 def test_cli_trains_a_named_tableau(tmp_path):
     out = tmp_path / "run"
-    done = cli(*DEBUG, "solver=tableau", "solver.options.name=forest_ruth", f"train.out_dir={out}")
+    done = cli(*DEBUG, "solver=forest_ruth", f"train.out_dir={out}")
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "summary.json").read_text())["scheme"]["order"] == 4
 
@@ -417,7 +458,7 @@ def test_cli_trains_a_named_tableau(tmp_path):
         (["solver.options.drifts=[0.5,0.4]", "solver.options.kicks=[1]"], "Σ drifts = 1 is off by 0.1"),
         (["solver.options.A=[[0,1],[0.5,0]]", "solver.options.b=[0,1]"], "A is not explicit"),
         (["solver.options.A=[[],[0.5]]", "solver.options.b=[0.1,0.1]"], "order conditions hold to order 0"),
-        (["solver.options.name=nope"], "unknown tableau 'nope'"),
+        (["solver.options.name=forest_ruth"], "a named scheme is picked by its name: solver=forest_ruth"),
     ],
 )
 def test_cli_bad_coefficients_are_one_line_and_exit_2(tmp_path, args, message):

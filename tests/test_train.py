@@ -14,18 +14,17 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+import odeformer
 import odeformer.app.builder as builder
 import odeformer.app.train as entry
-import solvers
 from helpers import cli, cli_in_process
-from odeformer import LAYER_SPECS
+from odeformer import SOLVERS
 from odeformer.app.batches import EpochSampler, WindowSampler
 from odeformer.app.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from odeformer.continuous import ContinuousBackbone
 from odeformer.data import load
 from odeformer.joint import JointLayerNorm
 from odeformer.tasks import TASK_MODELS, task_of
-from solvers import STEPPERS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2"]
@@ -68,7 +67,8 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
             "model.heads=2",
         ]
     )
-    if model == "difformer" and solver not in LAYER_SPECS and solver not in STEPPERS:
+    discrete = isinstance(SOLVERS[solver], odeformer.Solver)
+    if model == "difformer" and not discrete:
         with pytest.raises(ValueError, match=f"continuous solver '{solver}' has no layers"):
             builder.build(OmegaConf.to_container(cfg, resolve=True))
         return
@@ -77,12 +77,11 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
             builder.build(OmegaConf.to_container(cfg, resolve=True))
         return
     data, net, info = builder.build(OmegaConf.to_container(cfg, resolve=True))
-    if solver in LAYER_SPECS or solver in STEPPERS:
-        scheme = LAYER_SPECS[solver].stepper if solver in LAYER_SPECS else STEPPERS[solver]
+    if discrete:
         assert len(net.backbone.layers) == 2 and info["solver"] == solver
-        assert solvers.made_as(type(net.backbone.layers[0].stepper)) is scheme  # the class it was made as
+        assert type(net.backbone.layers[0].stepper) is SOLVERS[solver].stepper  # the class it was constructed as
     else:  # a continuous solver: one weight-tied block, recorded at depth + 1 times
-        assert isinstance(net.backbone, ContinuousBackbone) and net.backbone.preset.name == solver
+        assert isinstance(net.backbone, ContinuousBackbone) and net.backbone.solver.name == solver
         assert len(net.trajectory(*_inputs(data))) == 3 and net.solver_stats()["nfe"] > 0
 
 
@@ -457,7 +456,10 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["solver=wave"], "unknown solver 'wave'; did you mean solver=full_wave? choose one of: bosh3, damped"),
+        (
+            ["solver=wave"],
+            "unknown solver 'wave'; did you mean solver=full_wave? choose one of: bogacki_shampine3, bosh3, damped",
+        ),
         (["model=gpt"], "unknown model 'gpt'; choose one of: causal_lm, difformer, masked_lm, node_classifier, vit"),
         (["solver=rk4", "solver.splitting=strang"], "solver rk4 takes the whole block as its field, so splitting"),
         (
@@ -688,12 +690,11 @@ def test_an_out_dir_that_is_a_file_is_one_line_and_exit_2(tmp_path):
     assert afile.read_text() == "kept\n"
 
 
-@pytest.mark.parametrize("solver", sorted(LAYER_SPECS))
+@pytest.mark.parametrize("solver", odeformer.solver_names("discrete"))
 def test_weight_decay_reaches_every_layer_weight_and_no_scheme_parameter(solver):
     """``train.decay=matrices``: every weight matrix of the layers' fields is decayed, whatever the
     scheme; a scheme's own parameters (under a layer's ``block_stepper``) never are, nor vectors and embeddings. Read
-    from the parameter names here, independently of how the trainer finds the schemes (a layer is itself a stepper,
-    and once every one of its weights went undecayed)."""
+    from the parameter names here, independently of how the trainer finds the schemes."""
     from odeformer import CausalLM
     from odeformer.app.trainer import decayed
 

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 import odeformer
-from odeformer.presets import layer_spec
+from odeformer.registry import solver
 
 SCHEMES = '''
 from typing import ClassVar
@@ -56,55 +56,55 @@ def test_options_the_class_takes_reach_it_and_the_named_solvers_others_are_dropp
     theta0 gets the value the config holds, which is what the run records: before, a theta0 typed equal to that
     default was silently replaced by the class's own (3.0), while the config said -2. Given no options (Python), the
     class starts from its own default; given as a class instead of a dotted path, the same."""
-    made = layer_spec("light_wave", options={"theta0": -2.0}, stepper=f"{schemes}.ThetaGate")
+    made = solver("light_wave", options={"theta0": -2.0}, stepper=f"{schemes}.ThetaGate")
     assert made.build(4).stepper.theta0 == -2.0
-    given = layer_spec("light_wave", options={"theta0": 1.0}, stepper=f"{schemes}.ThetaGate")
+    given = solver("light_wave", options={"theta0": 1.0}, stepper=f"{schemes}.ThetaGate")
     assert given.build(4).stepper.theta0 == 1.0
-    assert layer_spec("light_wave", stepper=f"{schemes}.ThetaGate").build(4).stepper.theta0 == 3.0
+    assert solver("light_wave", stepper=f"{schemes}.ThetaGate").build(4).stepper.theta0 == 3.0
     cls = importlib.import_module(schemes).ThetaGate
-    assert layer_spec("light_wave", options={"theta0": 0.5}, stepper=cls).build(4).stepper.theta0 == 0.5
-    mix = odeformer.LAYER_SPECS["mix"].options  # a scheme that takes none of mix's options is not handed them
-    assert layer_spec("mix", options=dict(mix), stepper=f"{schemes}.Kick").options == {}
+    assert solver("light_wave", options={"theta0": 0.5}, stepper=cls).build(4).stepper.theta0 == 0.5
+    mix = odeformer.SOLVERS["mix"].options  # a scheme that takes none of mix's options is not handed them
+    assert solver("mix", options=dict(mix), stepper=f"{schemes}.Kick").options == {}
 
 
 def test_dim_is_the_models_width_not_a_scheme_option(schemes):
     with pytest.raises(ValueError, match=r"dim is not a scheme option of ThetaGate: .* \(model.dim\)"):
-        layer_spec("light_wave", options={"dim": 3}, stepper=f"{schemes}.ThetaGate")
+        solver("light_wave", options={"dim": 3}, stepper=f"{schemes}.ThetaGate")
     with pytest.raises(ValueError, match="stepper must be a solvers.AbstractStepper subclass or 'module.Class'"):
-        layer_spec("light_wave", stepper=int)
+        solver("light_wave", stepper=int)
 
 
 def test_a_class_of_the_solvers_kind_keeps_the_solvers_layout(schemes):
-    reversible = layer_spec("reversible", stepper=f"{schemes}.Kick")
+    reversible = solver("reversible", stepper=f"{schemes}.Kick")
     assert (reversible.memory, reversible.ffn, reversible.stepper.__name__) == (
         "rebuild",
         "semi_implicit_euler",
         "Kick",
     )
-    assert layer_spec("mix", stepper=f"{schemes}.Kick").ffn_dt == 1.0  # the mix layout's unit FFN step
-    derived = layer_spec("diffusion", stepper=f"{schemes}.Kick")  # another kind: the layer follows its declarations
+    assert solver("mix", stepper=f"{schemes}.Kick").ffn_dt == 1.0  # the mix layout's unit FFN step
+    derived = solver("diffusion", stepper=f"{schemes}.Kick")  # another kind: the layer follows its declarations
     assert (derived.form, derived.dt, derived.memory) == ("laplacian", 0.5, "store")
 
 
 def test_classes_that_cannot_be_a_layer_are_one_line_errors(schemes):
     with pytest.raises(ValueError, match="Family is abstract: it declares no order, symplectic"):
-        layer_spec("diffusion", stepper=f"{schemes}.Family")
+        solver("diffusion", stepper=f"{schemes}.Family")
     with pytest.raises(
         ValueError, match=r"bad options \{'theta0': 1.0\} for Kick: it takes no theta0 \(allowed: none\)"
     ):
-        layer_spec("diffusion", options={"theta0": 1.0}, stepper=f"{schemes}.Kick")
+        solver("diffusion", options={"theta0": 1.0}, stepper=f"{schemes}.Kick")
 
 
 def test_a_failed_import_leaves_the_python_path_as_it_was(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = list(sys.path)
     with pytest.raises(ValueError, match="cannot import stepper 'no_such_module_here.X'"):
-        layer_spec("diffusion", stepper="no_such_module_here.X")
+        solver("diffusion", stepper="no_such_module_here.X")
     assert sys.path == before
 
 
 def test_a_changed_preset_says_what_it_changed():
     """A preset's equation text is its defaults'; a layer built with other settings says which."""
-    changed = layer_spec("diffusion", splitting="strang", dt=0.25)
+    changed = solver("diffusion", splitting="strang", dt=0.25)
     assert changed.equation.endswith("[changed: dt=0.25, splitting=strang]")
-    assert layer_spec("full_wave") == odeformer.LAYER_SPECS["full_wave"]
+    assert solver("full_wave") == odeformer.SOLVERS["full_wave"]

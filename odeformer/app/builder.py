@@ -25,9 +25,10 @@ from torch import nn
 from ..data import TaskData, data_kind, load
 from ..tasks import TASK_MODELS, TaskSpec
 from .checkpoints import load_checkpoint
+from .upgrade import CONTINUOUS_TARGET, SOLVER_TARGET, upgrade_config
 
-SOLVER_TARGETS = ("odeformer.preset", "odeformer.continuous.continuous")
-"""The ``_target_`` a solver node may name: a (discrete) preset, or a continuous-depth solver."""
+SOLVER_TARGETS = (SOLVER_TARGET, CONTINUOUS_TARGET)
+"""The ``_target_`` a solver node may name: a (discrete) solver, or a continuous-depth solver."""
 
 
 def model_targets() -> dict[str, TaskSpec]:
@@ -76,7 +77,7 @@ def target(node: dict[str, Any], allowed: tuple[str, ...], group: str, source: P
 
     from .. import continuous
 
-    builders = {"odeformer.preset": odeformer.layer_spec, "odeformer.continuous.continuous": continuous.continuous}
+    builders = {SOLVER_TARGET: odeformer.solver, CONTINUOUS_TARGET: continuous.continuous}
     return {**model_targets(), **builders}[name]
 
 
@@ -87,8 +88,7 @@ def _arguments(node: dict[str, Any]) -> dict[str, Any]:
 def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | None) -> None:
     """A config read from a file names registered solvers only; its scheme of the user's own is imported only if the
     command line names the same ``module.Class`` (``stepper``)."""
-    from ..continuous import CONTINUOUS
-    from ..presets import solver_names
+    from ..registry import solver_names
 
     if source is None:
         return
@@ -100,14 +100,14 @@ def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | No
             "in a file is not imported (a file could name any code). If you trust it, name it on the command line "
             f"(--stepper {own})."
         )
-    names = CONTINUOUS if solver.get("_target_") == SOLVER_TARGETS[1] else solver_names()
+    names = solver_names("continuous" if solver.get("_target_") == CONTINUOUS_TARGET else "discrete")
     if solver.get("name") not in names and own is None:
         raise UsageError(
             f"{source}: its config names solver {solver.get('name')!r}, which is not registered; refused: a stored "
             f"config may name only registered solvers ({', '.join(names)})."
         )
     ffn = solver.get("ffn")
-    if ffn is not None and ffn not in solver_names():
+    if ffn is not None and ffn not in solver_names("discrete"):
         raise UsageError(f"{source}: its config names ffn scheme {ffn!r}, which is not registered; refused.")
 
 
@@ -129,7 +129,10 @@ def build(
 
     ``source``: the file the config was read from (a checkpoint), named in errors; such a config's own scheme
     (``solver.stepper``) is imported only if ``stepper`` (from the command line) names the same class. Sizes that are
-    not positive, and a model that cannot fit in this machine's memory, are one-line errors before it is built."""
+    not positive, and a model that cannot fit in this machine's memory, are one-line errors before it is built. A
+    config read from a file is read as today's (:func:`~odeformer.app.upgrade.upgrade_config`)."""
+    if source is not None:
+        config = upgrade_config(config)
     solver, model_node, data_node = config["solver"], config["model"], config["data"]
     solver_target = target(solver, SOLVER_TARGETS, "solver", source)
     spec = target(model_node, tuple(model_targets()), "model", source)
@@ -137,22 +140,23 @@ def build(
     options = data_node.get("options") or {}
     check_sizes(config, source)
     _check_kind(spec, data_node["name"], data_kind(data_node["name"], options))
-    preset = solver_target(**_arguments(solver))  # a bad solver option fails before the data is read
+    chosen = solver_target(**_arguments(solver))  # a bad solver option fails before the data is read
     data = load(data_node["name"], data_node.get("root"), **options)
     _check_kind(spec, data_node["name"], data.kind)
     sizes = {key: data.meta[key] for key in spec.sizes}
     check_memory(config, data.meta, source)
-    model = spec.model(solver=preset, **_arguments(model_node), **sizes)
+    model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
+    step = model_node.get("dt")
     info = {
-        "solver": getattr(preset, "name", None) or solver["name"],
+        "solver": getattr(chosen, "name", None) or solver["name"],
         "model": spec.name,
         "data": data_node["name"],
         "depth": model_node["depth"],
-        "dt": model.backbone.layers[0].dt if model.backbone.layers else preset.T / model_node["depth"],
+        "dt": chosen.T / model_node["depth"] if hasattr(chosen, "T") else (chosen.dt if step is None else step),
         "config": config,
     }
-    if getattr(preset, "scheme", None):  # a scheme made from coefficients: they and its derived claims
-        info["scheme"] = preset.scheme
+    if getattr(chosen, "scheme", None):  # a scheme made from coefficients: they and its derived claims
+        info["scheme"] = chosen.scheme
     return data, model, info
 
 
@@ -190,8 +194,10 @@ def check_sizes(config: dict[str, Any], source: Path | None = None) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{_from(source)}{key} must be a positive int, got {value!r}.")
     ratio = model.get("mlp_ratio")
-    if model.get("mlp_hidden") is None and ratio is not None and not (
-        isinstance(ratio, (int, float)) and math.isfinite(ratio) and int(ratio * model["dim"]) >= 1
+    if (
+        model.get("mlp_hidden") is None
+        and ratio is not None
+        and not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and int(ratio * model["dim"]) >= 1)
     ):
         raise UsageError(
             f"{_from(source)}model.mlp_ratio={ratio!r} gives an FFN of {ratio!r} x {model['dim']} hidden units; it "

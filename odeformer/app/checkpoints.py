@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import yaml
 
+from .upgrade import upgrade_config, upgrade_overrides
+
 FORMAT = "odeformer-checkpoint-1"
 LOCK = ".lock"  # the run directory's lock file: the PID of the process writing the run
 HISTORY = "history.jsonl"  # what happened to a run beyond its metrics: a stop for divergence, a resume's changes
@@ -387,7 +389,7 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
     allowed after a divergence."""
     last = Path(out_dir) / "last.pt"
     info = payload.get("info") if isinstance(payload.get("info"), dict) else {}
-    stored = info.get("config")
+    stored = upgrade_config(info.get("config"))  # a config of an earlier version, read as today's
     if not isinstance(stored, dict):
         _check_identity(last, info, config)
         return []
@@ -450,10 +452,11 @@ def _show(value: Any) -> str:
 
 def run_overrides(out_dir: Path, payload: dict[str, Any]) -> list[str] | None:
     """The command-line overrides the run in ``out_dir`` was last run with: those stored in its checkpoint, else (an
-    older checkpoint) those of the first config snapshot, ``.hydra/<date>_<time>/overrides.yaml``; None if neither."""
+    older checkpoint) those of the first config snapshot, ``.hydra/<date>_<time>/overrides.yaml``; None if neither.
+    They are given in today's spelling (:func:`~odeformer.app.upgrade.upgrade_overrides`)."""
     stored = (payload.get("info") or {}).get("overrides")
     if stored is not None:
-        return [str(o) for o in stored]
+        return upgrade_overrides([str(o) for o in stored])
     snapshots = sorted((out_dir / ".hydra").glob("*/overrides.yaml"))
     if not snapshots:
         return None
@@ -461,4 +464,4 @@ def run_overrides(out_dir: Path, payload: dict[str, Any]) -> list[str] | None:
         overrides = yaml.safe_load(snapshots[0].read_text())
     except (OSError, yaml.YAMLError):
         return None
-    return [str(o) for o in overrides] if isinstance(overrides, list) else None
+    return upgrade_overrides([str(o) for o in overrides]) if isinstance(overrides, list) else None

@@ -2,8 +2,9 @@
 
 Plain dataclasses: ``odeformer/app/train.py`` (the only module that imports Hydra) stores every node of
 :func:`group_options` in Hydra's ConfigStore, so each group option is a typed node (a wrong type or an unknown key
-fails at start-up) and there is no YAML to copy for a new scheme: the ``solver`` group holds every preset, every
-scheme registered in :data:`solvers.STEPPERS` and every continuous-depth solver; the ``model`` group one node per
+fails at start-up) and there is no YAML to copy for a new scheme: the ``solver`` group holds every name of
+:data:`odeformer.SOLVERS` (the named layers, every registered scheme, every continuous-depth solver); the ``model``
+group one node per
 registered task model (:data:`odeformer.tasks.TASK_MODELS`), made from its constructor's signature
 (:func:`model_config`), so the command line's defaults are the Python class's. ``configs/`` holds the top-level
 ``train.yaml``, the experiments and per-experiment training settings; YAML of your own on Hydra's search path
@@ -26,18 +27,18 @@ from typing import Any, Optional  # OmegaConf reads these annotations at runtime
 import solvers
 
 from ..continuous import CONTINUOUS
-from ..presets import solver_names, spec_of, stepper_parameters
+from ..registry import as_solver, solver_names, stepper_parameters
 from ..tasks import TASK_MODELS, TaskSpec
+from .upgrade import SOLVER_TARGET
 
 
 @dataclass
 class SolverConfig:
-    """The block dynamics: a solver name (a preset or a registered scheme) and its changes, which
-    :func:`odeformer.presets.layer_spec` applies. The ``_target_`` is an identifier the builder's table looks up
-    (``odeformer.app.builder.SOLVER_TARGETS``), never imported; it keeps the function's old name, which saved runs
-    hold."""
+    """The block dynamics: a solver name (a named layer or a registered scheme) and its changes, which
+    :func:`odeformer.solver` applies. The ``_target_`` is an identifier the builder's table looks up
+    (``odeformer.app.builder.SOLVER_TARGETS``), never imported."""
 
-    _target_: str = "odeformer.preset"
+    _target_: str = SOLVER_TARGET
     name: str = "diffusion"
     stepper: Optional[str] = None  # module.Class: a scheme of your own (its layer follows from its declarations)
     form: Optional[str] = None  # residual | laplacian; None: the solver's
@@ -59,7 +60,7 @@ class ContinuousSolverConfig:
     atol: float = 1e-4
     T: float = 1.0  # depth-time; model.depth sets how many states a trajectory records
     adjoint: bool = False  # torchdiffeq.odeint_adjoint
-    dynamics: str = "diffusion"  # diffusion: x' = F_a + F_f | wave: x' = v + F_f, v' = F_a + J_F_f v
+    equation: str = "diffusion"  # diffusion: x' = F_a + F_f | wave: x' = v + F_f, v' = F_a + J_F_f v
     time_embedding: bool = False
     steps: int = 8  # fixed grid only
     max_steps: int = 1000
@@ -131,7 +132,7 @@ def _default(value: Any) -> Any:
 
 def stepper_options(name: str) -> dict[str, Any]:
     """The options a solver's stepper takes, with the solver's defaults: what ``solver.options`` may set."""
-    chosen = spec_of(name)
+    chosen = as_solver(name)
     out = {}
     for key, parameter in stepper_parameters(chosen.stepper).items():
         if key == "dim" or parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
@@ -207,7 +208,9 @@ def loader_options(name: str) -> dict[str, Any]:
 
 def group_options() -> dict[str, dict[str, Any]]:
     """Every generated option of every config group: ``{group: {name: node}}`` (see the module docstring)."""
-    solver: dict[str, Any] = {name: SolverConfig(name=name, options=stepper_options(name)) for name in solver_names()}
+    solver: dict[str, Any] = {
+        name: SolverConfig(name=name, options=stepper_options(name)) for name in solver_names("discrete")
+    }
     for name, settings in CONTINUOUS.items():
         solver[name] = ContinuousSolverConfig(name=name, **settings)
     data = {}

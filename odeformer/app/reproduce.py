@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solvers import OMELYAN_LAMBDA
+
 BEGIN, END = "<!-- begin: odeformer-reproduce -->", "<!-- end: odeformer-reproduce -->"
 MATCH_ABOVE = 1.1  # rows costing more than this many times diffusion's training time get a compute-matched row
 
@@ -224,32 +226,28 @@ SECTIONS = {
     ),
 }
 LEARNED = {  # each learnable family beside the fixed members it passes through
-    "splitting λ learned per channel (from Omelyan's 0.1932)": [
-        "solver=full_wave",
-        "solver.stepper=solvers.SymmetricSplitting",
-    ],
-    "omelyan2 (λ fixed at 0.1932)": ["solver=tableau", "solver.options.name=omelyan2"],
+    "splitting λ learned per channel (from Omelyan's 0.1932)": ["solver=symmetric_splitting"],
+    "omelyan2 (λ fixed at 0.1932)": ["solver=omelyan2"],
     "velocity_verlet (λ → 0)": ["solver=velocity_verlet"],
-    "position_verlet (λ → ½)": ["solver=tableau", "solver.options.name=position_verlet"],
-    "two-stage RK, c₂ = α learned per layer (from Ralston's 2/3)": ["solver=heun", "solver.stepper=solvers.TwoStageRK"],
-    "ralston (α = 2/3)": ["solver=tableau", "solver.options.name=ralston"],
-    "midpoint (α = ½)": ["solver=tableau", "solver.options.name=midpoint"],
+    "position_verlet (λ → ½)": ["solver=position_verlet"],
+    "two-stage RK, c₂ = α learned per layer (from Ralston's 2/3)": ["solver=two_stage_rk"],
+    "ralston (α = 2/3)": ["solver=ralston"],
+    "midpoint (α = ½)": ["solver=midpoint"],
     "heun (α = 1)": ["solver=heun"],
 }
 LEARNED_ORDER4 = {  # the fourth-order family beside its two ends (λ → ½ is Forest–Ruth, λ → 0 Yoshida's triple jump)
     "triple jump of the λ-splitting, λ learned per channel (from Omelyan's), order 4, 6 evaluations": [
-        "solver=full_wave",
-        "solver.stepper=solvers.TripleJump",
+        "solver=triple_jump"
     ],
-    "forest_ruth (λ → ½), 3 evaluations": ["solver=tableau", "solver.options.name=forest_ruth"],
-    "yoshida4 (λ → 0), 3 evaluations": ["solver=tableau", "solver.options.name=yoshida4"],
+    "forest_ruth (λ → ½), 3 evaluations": ["solver=forest_ruth"],
+    "yoshida4 (λ → 0), 3 evaluations": ["solver=yoshida4"],
 }
 LEARNED_TEXT = LEARNED  # the same rows on text: each family beside the fixed members it passes through
 MEMBERS = {
-    "λ": {"velocity Verlet": 0.0, "Omelyan": 0.1931833275037836, "position Verlet": 0.5},
+    "λ": {"velocity Verlet": 0.0, "Omelyan": OMELYAN_LAMBDA, "position Verlet": 0.5},
     "α": {"midpoint": 0.5, "Ralston": 2 / 3, "Heun": 1.0},
 }
-MEMBERS_ORDER4 = {"λ": {"Yoshida-4": 0.0, "Omelyan inside": 0.1931833275037836, "Forest–Ruth": 0.5}}
+MEMBERS_ORDER4 = {"λ": {"Yoshida-4": 0.0, "Omelyan inside": OMELYAN_LAMBDA, "Forest–Ruth": 0.5}}
 LEARNED_NOTE = (
     "Each learnable family keeps its guarantee at every value of its parameter (the λ-splitting symplectic, symmetric "
     "and of order 2; the two-stage family of order 2; the triple jump of the λ-splitting symplectic, symmetric and of "
@@ -369,8 +367,9 @@ def config_drift(run_dir: Path, overrides: list[str]) -> list[str]:
 
     from . import train
     from .checkpoints import load_checkpoint
+    from .upgrade import upgrade_config
 
-    saved = (load_checkpoint(run_dir / "last.pt").get("info") or {}).get("config")
+    saved = upgrade_config((load_checkpoint(run_dir / "last.pt").get("info") or {}).get("config"))
     if not isinstance(saved, dict):
         raise ValueError(
             f"{run_dir / 'last.pt'} stores no config, so its run cannot be checked; delete the folder to "
@@ -628,8 +627,8 @@ COEFFICIENTS = ("lam", "alpha")  # what a learnable scheme calls its coefficient
 
 def coefficients(model: Any) -> list[tuple[str, list[float]]]:
     """Each layer's learnable integrator coefficient, ``(name, values)`` (one value, or one per channel), in layer
-    order: read from the scheme's own property (``lam``: ``λ``, ``alpha``: ``α``), so the mapping from the
-    unconstrained parameter is the scheme's, not copied here. Layers without one are left out."""
+    order: read from the scheme's own method (``lam()``: ``λ``, ``alpha()``: ``α``), so the mapping from the
+    unconstrained parameter is the scheme's, not copied here. Layers without a learnable one are left out."""
     import solvers
 
     out = []
@@ -639,7 +638,7 @@ def coefficients(model: Any) -> list[tuple[str, list[float]]]:
                 (n for n in COEFFICIENTS if isinstance(module, solvers.AbstractStepper) and hasattr(module, n)), None
             )
             if name is not None and any(p.requires_grad for p in module.parameters()):
-                out.append(("λ" if name == "lam" else "α", getattr(module, name).detach().reshape(-1).tolist()))
+                out.append(("λ" if name == "lam" else "α", getattr(module, name)().detach().reshape(-1).tolist()))
                 break
     return out
 
@@ -653,16 +652,13 @@ def learned_coefficients(
 ) -> tuple[str, dict[str, dict[str, Any]]]:
     """The learnable rows' coefficients after training (best checkpoint), per layer and seed: a PNG of each layer's
     value (the per-channel spread as a band) against the section's known members, and a table of the per-layer means
-    with the nearest known member. A scheme of one's own is rebuilt from the row's own overrides (code), not from
-    what its checkpoint says."""
+    with the nearest known member; rows whose schemes learn no coefficient are left out. A scheme of one's own is
+    rebuilt from the row's own overrides (code), not from what its checkpoint says."""
     from .builder import load_run
 
     found: dict[str, dict[str, Any]] = {}
     for name, row, _, seed, overrides, _ in results:
-        stepper = _stepper_override(overrides)
-        if stepper is None:
-            continue
-        _, model, _ = load_run(runs_dir / name, stepper=stepper)
+        _, model, _ = load_run(runs_dir / name, stepper=_stepper_override(overrides))
         layers = coefficients(model)
         if layers:
             record = found.setdefault(row, {"symbol": layers[0][0], "seeds": {}})

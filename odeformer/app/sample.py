@@ -82,7 +82,7 @@ def _stepper_class(path: str | None, allowed: str | None) -> type | None:
             f"the run's config names a scheme of your own, solver.stepper={path!r}{named}; a path stored in a file is "
             f"not imported (a file could name any code). If you trust it, name it: --stepper {path}"
         )
-    from ..presets import import_stepper
+    from ..registry import import_stepper
 
     return import_stepper(path)
 
@@ -100,11 +100,13 @@ def text_models() -> dict[str, TaskSpec]:
 def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = None) -> nn.Module:
     """The run's model (a registered text model, e.g. ``CausalLM``) from its stored config, through the package's
     registered builders only: the model's ``_target_`` is looked up in the task registry, never imported."""
-    from ..continuous import CONTINUOUS, continuous
-    from ..presets import layer_spec, solver_names
+    from ..continuous import continuous
+    from ..registry import solver, solver_names
+    from .upgrade import upgrade_config
 
-    solver, model = config.get("solver"), config.get("model")
-    if not isinstance(solver, dict) or not isinstance(model, dict):
+    config = upgrade_config(config)
+    chosen_solver, model = config.get("solver"), config.get("model")
+    if not isinstance(chosen_solver, dict) or not isinstance(model, dict):
         raise SampleError("the checkpoint stores no run config (solver, model), so its model cannot be rebuilt.")
     models = text_models()
     spec = models.get(model.get("_target_"))
@@ -113,23 +115,24 @@ def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = N
         raise SampleError(
             f"odeformer-sample continues text with a {names} run; this run's model is {model.get('_target_')!r}."
         )
-    target = solver.get("_target_")
+    target = chosen_solver.get("_target_")
     if target not in SOLVER_TARGETS:
         raise SampleError(f"the run's solver._target_={target!r} is not one of {', '.join(SOLVER_TARGETS)}; refused.")
-    options = {k: v for k, v in solver.items() if not k.startswith("_")}
+    options = {k: v for k, v in chosen_solver.items() if not k.startswith("_")}
     if target == SOLVER_TARGETS[1]:
-        if options.get("name") not in CONTINUOUS:
+        if options.get("name") not in solver_names("continuous"):
             raise SampleError(f"the run's continuous solver {options.get('name')!r} is not registered; refused.")
         chosen = continuous(**options)
     else:
         own = _stepper_class(options.get("stepper"), stepper)
-        if options.get("name") not in solver_names() and own is None:
+        names = solver_names("discrete")
+        if options.get("name") not in names and own is None:
             raise SampleError(
-                f"the run's solver {options.get('name')!r} is not registered ({', '.join(solver_names())}); refused."
+                f"the run's solver {options.get('name')!r} is not registered ({', '.join(names)}); refused."
             )
-        if options.get("ffn") is not None and options["ffn"] not in solver_names():
+        if options.get("ffn") is not None and options["ffn"] not in names:
             raise SampleError(f"the run's ffn scheme {options['ffn']!r} is not registered; refused.")
-        chosen = layer_spec(**{**options, "stepper": own})
+        chosen = solver(**{**options, "stepper": own})
     arguments = {k: v for k, v in model.items() if not k.startswith("_")}
     try:
         return spec.model(vocab_size=vocab_size, solver=chosen, **arguments)

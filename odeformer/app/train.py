@@ -152,6 +152,9 @@ def _one_line(error: Exception, overrides: list[str]) -> str:
     if match:
         key = match.group(1)
         parent, _, leaf = key.rpartition(".")
+        named = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+~").startswith("solver.options.name=")), None)
+        if key == "solver.options.name" and named is not None:  # the old spelling of a named scheme
+            return f"a named scheme is picked by its name: solver={named} (solver=tableau takes coefficients)."
         if "not in struct" in str(cause) or "Key '" in str(cause):
             rest = [o for o in overrides if not o.lstrip("+~").startswith(key + "=")]
             keys = _keys(parent, rest)

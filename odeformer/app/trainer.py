@@ -124,13 +124,10 @@ def decayed(model: nn.Module, scope: str) -> tuple[list[nn.Parameter], list[nn.P
     """``(decayed, not decayed)`` parameters. ``scope="matrices"``: weights of two or more dimensions outside the
     embeddings; ``"all"``: every parameter (DIFFormer's protocol). Scheme parameters (a stepper's momentum, gate or
     damping: the parameters of every ``solvers.AbstractStepper`` in the model) are never decayed: decay would pull
-    them toward 0, i.e. toward a particular scheme (λ = ½ for a sigmoid gate). A :class:`~odeformer.layer.Layer` is a
-    stepper too, but over fields it owns: its scheme parameters are its block stepper's, not its fields'."""
+    them toward 0, i.e. toward a particular scheme (λ = ½ for a sigmoid gate)."""
     from solvers import AbstractStepper
 
-    from ..layer import Layer
-
-    steppers = (m for m in model.modules() if isinstance(m, AbstractStepper) and not isinstance(m, Layer))
+    steppers = (m for m in model.modules() if isinstance(m, AbstractStepper))
     scheme = {id(p) for m in steppers for p in m.parameters()}
     on, off = [], []
     for name, p in model.named_parameters():

@@ -19,10 +19,10 @@ import torch
 from torch import Tensor, nn
 
 import solvers
-from solvers import transformed
+from solvers import transforms_active
 
-from ..backbone import Fields, Solver, schedule, transformer
-from ..continuous import ContinuousPreset
+from ..backbone import Fields, SolverSchedule, schedule, transformer
+from ..continuous import ContinuousSolver
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
 from ..joint import JointLayerNorm, JointSequential, vjp_with_graph
 from ..layer import JointDropout
@@ -85,10 +85,10 @@ class GraphDiffusionField(nn.Module):
         return out - h if self.form == "laplacian" else out
 
 
-def _laplacian_mix(solver: Solver, depth: int):
+def _laplacian_mix(solver: SolverSchedule, depth: int):
     """The mix preset gates the wave against this model's own diffusion step ``h + dt a(h)`` (DIFFormer's), not the
     transformer's unit residual step (without LayerNorm, ``h + y`` would double the state every layer)."""
-    if isinstance(solver, ContinuousPreset):
+    if isinstance(solver, ContinuousSolver):
         return solver
     graph = {"diffusion_dt": None, "diffusion_shift": 0.0}
     return [
@@ -113,7 +113,7 @@ class NodeClassifier(TaskModel):
         dim: int = 64,
         heads: int = 1,
         dt: float | None = 0.2,
-        solver: Solver = "diffusion",
+        solver: SolverSchedule = "diffusion",
         graph_weight: float = 0.5,
         attention: str = "simple",
         form: str = "laplacian",
@@ -183,7 +183,9 @@ class GlobalSimpleAttention(nn.Module):
             raise ValueError("GlobalSimpleAttention is all-pair and takes no attn_mask.")
         B, N, D = h.shape
         H = self.heads
-        plain = transformed()  # torch.func / forward-mode AD: ordinary operations (the Functions are reverse-mode)
+        plain = (
+            transforms_active()
+        )  # torch.func / forward-mode AD: ordinary operations (the Functions are reverse-mode)
         total = h.sum(1)  # (B, D): Σ_j h_j
         gram = _gram(h) if plain else _Gram.apply(h)  # (B, D, D): hᵀ h
         Wq, Wk = self.query.weight.view(H, D, D), self.key.weight.view(H, D, D)  # (H, D_out, D_in)
@@ -327,7 +329,7 @@ class _SparseLinear(torch.autograd.Function):
 
 def propagate(adjacency: Tensor, h: Tensor) -> Tensor:
     """``Â h`` for ``h`` of shape ``(N, D)`` and a symmetric sparse ``Â`` (as :func:`normalized_adjacency` builds)."""
-    if transformed():
+    if transforms_active():
         return torch.sparse.mm(adjacency, h)  # transforms compose with PyTorch's own sparse product
     return _SymmetricPropagation.apply(adjacency, h)
 
@@ -372,7 +374,7 @@ class DIFFormer(TaskModel):
         dim: int = 64,
         heads: int = 1,
         dt: float | None = 0.5,
-        solver: Solver = "diffusion",
+        solver: SolverSchedule = "diffusion",
         dropout: float = 0.2,
         norm: str = "post",
         propagation: str = "sum",
@@ -383,7 +385,7 @@ class DIFFormer(TaskModel):
         super().__init__()
         if norm not in ("post", "none"):
             raise ValueError(f"DIFFormer norm must be 'post' (LayerNorm after every layer) or 'none', got {norm!r}.")
-        if isinstance(solver, ContinuousPreset):
+        if isinstance(solver, ContinuousSolver):
             raise ValueError(
                 f"DIFFormer normalises and drops out the state after every layer, and the continuous solver "
                 f"{solver.name!r} has no layers: pick a stepping solver (e.g. solver=diffusion)."
@@ -428,7 +430,7 @@ class DIFFormer(TaskModel):
 
     def _encode(self, features: Tensor) -> Tensor:
         """The encoder; its first product reads sparse features as sparse (CPU, no gradient wanted for them)."""
-        if features.device.type != "cpu" or features.requires_grad or transformed():
+        if features.device.type != "cpu" or features.requires_grad or transforms_active():
             return self.encoder(features)
         key = (features.data_ptr(), features._version, tuple(features.shape), features.dtype)
         if self._features is None or self._features[0] != key:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from ..backbone import Solver, transformer
+from ..backbone import SolverSchedule, transformer
 from ..generate import generate
 from ._common import TaskModel, TaskSpec, check_tokens, register
 
@@ -47,7 +47,7 @@ class CausalLM(TaskModel):
         dim: int = 128,
         heads: int = 4,
         dt: float | None = None,
-        solver: Solver = "diffusion",
+        solver: SolverSchedule = "diffusion",
         **backbone_options,
     ):
         super().__init__()
@@ -95,7 +95,7 @@ class MaskedLM(TaskModel):
         dim: int = 64,
         heads: int = 4,
         dt: float | None = None,
-        solver: Solver = "diffusion",
+        solver: SolverSchedule = "diffusion",
         num_classes: int | None = None,
         pad_id: int = 0,
         pool: str = "mean",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..backbone import Solver, transformer
+from ..backbone import SolverSchedule, transformer
 from ._common import TaskModel, TaskSpec, register
 
 
@@ -26,7 +26,7 @@ class ViT(TaskModel):
         dim: int = 64,
         heads: int = 4,
         dt: float | None = None,
-        solver: Solver = "diffusion",
+        solver: SolverSchedule = "diffusion",
         pool: str = "cls",
         **backbone_options,
     ):

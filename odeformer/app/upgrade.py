@@ -1,0 +1,120 @@
+"""Configs and command lines written by earlier versions, read as today's: every rename is data here.
+
+A run directory keeps the config its checkpoints were trained with and the overrides that made it. When a name
+changes, saved runs must keep loading, resuming and comparing equal to what their overrides make now, so each rename
+is an entry below and :func:`upgrade_config` / :func:`upgrade_overrides` apply them, warning once per kind:
+
+- ``solver._target_: odeformer.preset`` is ``odeformer.solver`` (the function's new name);
+- ``solver=tableau solver.options.name=X`` is ``solver=X`` (a named scheme is picked by its name; ``tableau`` takes
+  coefficients with no name), and ``symplectic_euler`` is ``semi_implicit_euler``;
+- ``solver.stepper=solvers.C`` for a class registered as ``n`` is ``solver=n`` (read from the ``solvers`` package's
+  own names: nothing is imported because a file says so);
+- a continuous solver's ``dynamics`` is ``equation``.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any
+
+SOLVER_TARGET = "odeformer.solver"
+CONTINUOUS_TARGET = "odeformer.continuous.continuous"
+OLD_TARGETS = {"odeformer.preset": SOLVER_TARGET}
+SCHEME_NAMES = {"symplectic_euler": "semi_implicit_euler"}
+CONTINUOUS_KEYS = {"dynamics": "equation"}
+
+_warned: set[str] = set()
+
+
+def _warn(kind: str, message: str) -> None:
+    if kind not in _warned:
+        _warned.add(kind)
+        warnings.warn(message, DeprecationWarning, stacklevel=3)
+
+
+def registered_name(path: Any) -> str | None:
+    """The solver name of ``solvers.Class`` when that class is a registered scheme (``None`` otherwise); only the
+    ``solvers`` package's own names are read, nothing is imported."""
+    import solvers
+
+    if not isinstance(path, str) or not path.startswith("solvers.") or path.count(".") != 1:
+        return None
+    cls = getattr(solvers, path.split(".", 1)[1], None)
+    return next((name for name, c in solvers.STEPPERS.items() if c is cls), None)
+
+
+def upgrade_solver(node: dict[str, Any]) -> dict[str, Any]:
+    """A solver config node as today's (a copy): old target, a named tableau, a registered class by path."""
+    node = copy.deepcopy(node)
+    target = node.get("_target_")
+    if target in OLD_TARGETS:
+        _warn("target", f"a saved solver._target_={target!r} is read as {OLD_TARGETS[target]!r}")
+        node["_target_"] = target = OLD_TARGETS[target]
+    if target == CONTINUOUS_TARGET:
+        for old, new in CONTINUOUS_KEYS.items():
+            if old in node:
+                _warn(old, f"a saved solver.{old} is read as solver.{new}")
+                node[new] = node.pop(old)
+        return node
+    options = node.get("options")
+    if node.get("name") == "tableau" and isinstance(options, dict) and "name" in options:
+        named = options.pop("name")
+        if named is not None:
+            _warn("tableau", f"a saved solver=tableau solver.options.name={named} is read as solver={named}")
+            node["name"] = SCHEME_NAMES.get(named, named)
+            node["options"] = {k: v for k, v in options.items() if v is not None}
+    name = registered_name(node.get("stepper"))
+    if name is not None:
+        _warn("stepper", f"a saved solver.stepper={node['stepper']} is read as solver={name}")
+        node["name"], node["stepper"] = name, None
+        node["options"] = {**_defaults(name), **(node.get("options") or {})}  # what solver=<name> fills in
+    return node
+
+
+def _defaults(name: str) -> dict[str, Any]:
+    from .config import stepper_options
+
+    return stepper_options(name)
+
+
+def upgrade_config(config: Any) -> Any:
+    """A resolved run config as today's (a copy; anything that is not a config is returned as it is)."""
+    if not isinstance(config, dict) or not isinstance(config.get("solver"), dict):
+        return config
+    return {**config, "solver": upgrade_solver(config["solver"])}
+
+
+def upgrade_overrides(overrides: list[str]) -> list[str]:
+    """Command-line overrides as today's spelling (the same run): ``solver=tableau solver.options.name=X`` as
+    ``solver=X``, a registered ``solver.stepper=solvers.C`` as ``solver=<its name>``, ``solver.dynamics`` as
+    ``solver.equation``."""
+    out = list(overrides)
+
+    def value(key: str) -> tuple[int, str] | None:
+        for i, item in enumerate(out):
+            if item.split("=", 1)[0].lstrip("+~") == key and "=" in item:
+                return i, item.split("=", 1)[1]
+        return None
+
+    def set_solver(name: str) -> None:
+        found = value("solver")
+        if found is None:
+            out.append(f"solver={name}")
+        else:
+            out[found[0]] = f"solver={name}"
+
+    named = value("solver.options.name")
+    chosen = value("solver")
+    if named is not None and (chosen is None or chosen[1] == "tableau"):
+        del out[named[0]]
+        set_solver(SCHEME_NAMES.get(named[1], named[1]))
+    stepper = value("solver.stepper")
+    if stepper is not None and registered_name(stepper[1]) is not None:
+        del out[stepper[0]]
+        set_solver(registered_name(stepper[1]))
+    for old, new in CONTINUOUS_KEYS.items():
+        found = value(f"solver.{old}")
+        if found is not None:
+            out[found[0]] = out[found[0]].replace(f"solver.{old}=", f"solver.{new}=", 1)
+    return out
