@@ -1,4 +1,4 @@
-"""Design a second-order scheme as coefficients: its claims derived, proven by the kit, its layer measured, trained.
+"""Design a second-order scheme as coefficients: its claims derived, checked by the kit, its layer measured, trained.
 
 The scheme: kick 1/6, drift 1/2, kick 2/3, drift 1/2, kick 1/6 — Simpson's weights on the force. Nothing about it is
 written by hand: the order comes from the Nyström-tree order conditions, symplecticity from its being a splitting,
@@ -44,13 +44,14 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=150)
     args = parser.parse_args(argv)
 
-    Simpson = solvers.tableau(drifts=DRIFTS, kicks=KICKS)  # a stepper class, its declarations derived
+    Simpson = solvers.tableau(drifts=DRIFTS, kicks=KICKS)  # a stepper, its claims derived from the coefficients
     claims = Simpson.describe()
     print({key: claims[key] for key in ("order", "symplectic", "symmetric", "evals_per_step", "fsal")})
     print(claims["order_conditions"])  # which condition stops it at order 2, and by how much
 
     report = check_stepper(Simpson)  # the kit measures what the coefficients claim
-    print(f"kit: order slopes {', '.join(f'{s:.2f}' for s in report['order'])}; symplectic and reversible proven")
+    slopes = ", ".join(f"{s:.2f}" for s in report["order"])
+    print(f"kit: order slopes {slopes}; symplectic and reversible checked on drawn problems (evidence, not proof)")
 
     layer = odeformer.solver("tableau", options={"drifts": DRIFTS, "kicks": KICKS})
     measured = odeformer.check_solver(layer)  # attention by the scheme, then the FFN: a Lie layer, order 1

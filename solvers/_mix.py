@@ -19,6 +19,10 @@ Both evaluate the field at ``(t, x)``; that evaluation is made once and shared, 
 evaluation per step and a custom pair one fewer than its two parts together (every registered stepper begins by
 evaluating at ``(t, x)``). Neither symplectic nor reversible. Reference: the Wavy Transformer paper's mixed residual
 and its official code (github.com/noguchisatoshi/Wavy-Transformer, ``WavyBlockParallel``).
+
+Not to be confused with :class:`~solvers.VelocityMix` (the official BERT code's mix, which blends the *velocity*
+with the force) nor with the ``mix`` solver, which is this scheme laid out as the official ViT layer (its diffusion
+half and FFN at unit step: order 0); this scheme is the ``position_mix`` solver.
 """
 
 import math

@@ -7,7 +7,9 @@ gives the two-step Störmer recurrence ``x_{n+1} = 2 x_n - x_{n-1} + dt² a(x_n)
 ``v = 0`` moves ``x`` like Euler with step ``dt²``. The step is a composition of two shears, so it is invertible:
 :meth:`SemiImplicitEuler.inverse` (drift back, then kick back) recovers ``y`` from ``y1`` up to rounding, which lets a
 network rebuild its states instead of storing them.
-Reference: Hairer, Lubich & Wanner, *Geometric Numerical Integration*, §I.1.2 and Theorem VI.3.3.
+Also called symplectic Euler. Not to be confused with ``leapfrog`` (the same recurrence with a second-order start)
+nor ``velocity_verlet`` (kick-drift-kick, order 2). Reference: Hairer, Lubich & Wanner, *Geometric Numerical
+Integration*, §I.1.2 and Theorem VI.3.3.
 """
 
 from typing import ClassVar

@@ -14,6 +14,9 @@ alone has a limit: eliminating ``v`` gives heavy-ball momentum, ``x_{n+1} = x_n 
 dt (1 - lam + lam dt) a(x_n)``, which for a fixed ``lam < 1`` converges with order 1 to ``x' = a`` (tested beside the
 kit). One evaluation per step; neither symplectic nor reversible. Reference: the Wavy Transformer paper's mixed
 residual and its official code (github.com/noguchisatoshi/Wavy-Transformer, ``src/bert/models/attention.py``).
+
+Not to be confused with :class:`~solvers.Mix` (the ViT code's mix, which blends the *positions* of a wave and a
+diffusion step); this scheme laid out as the BERT layer is the ``mix_bert`` solver.
 """
 
 from typing import ClassVar

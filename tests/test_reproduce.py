@@ -284,3 +284,20 @@ def test_rows_whose_labels_share_a_run_folder_are_refused():
     section = Section("t", [], {"λ learned": ["solver=a"], "α learned": ["solver=b"]}, seeds=[0])
     with pytest.raises(ValueError, match="share the run folder 'learned__seed=0'"):
         section.runs()
+
+
+@pytest.mark.parametrize("name", __import__("odeformer").solver_names("discrete"))
+def test_learned_coefficients_are_read_from_every_solver(name):
+    """``coefficients`` reads each layer's learnable integrator coefficient through the scheme's own method: one entry
+    per layer where the scheme learns a ``λ`` (a splitting's drift, a gate, a momentum) or an ``α``, none elsewhere; it
+    once crashed on the schemes whose ``lam`` was a method while others' was a property."""
+    import odeformer
+    from odeformer.app.reproduce import coefficients
+
+    model = odeformer.ViT(depth=2, dim=8, heads=2, solver=name)
+    found = coefficients(model)
+    learnable = {"symmetric_splitting": "λ", "triple_jump": "λ", "two_stage_rk": "α", "light_wave": "λ", "mix": "λ"}
+    learnable |= {"mix_bert": "λ", "position_mix": "λ", "velocity_mix": "λ"}
+    assert [symbol for symbol, _ in found] == [learnable[name]] * 2 if name in learnable else found == []
+    for _, values in found:
+        assert len(values) in (1, 8) and all(0 < v < 1.5 for v in values)
