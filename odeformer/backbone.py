@@ -79,6 +79,8 @@ class Backbone(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norm = nn.Identity() if norm is None else norm
         self.checkpoint = checkpoint
+        self.substeps = 1  # > 1: each layer's step taken as that many steps of dt / substeps (odeformer.atlas.refined)
+        self.observer: Callable[[int, Layer, Any, Any], None] | None = None  # sees each layer's input (the atlas)
         memory = {layer.solver.memory for layer in layers}
         if len(memory) > 1:
             raise ValueError(
@@ -116,7 +118,8 @@ class Backbone(nn.Module):
                 raise ValueError(f"the cache has {len(cache.layers)} layers, the backbone {len(layers)}.")
             cache.begin(x.shape[1])
             contexts = [{**context, "cache": c} for c in cache.layers]
-        if self.reversible and record is None and cache is None and torch.is_grad_enabled():
+        plain = self.substeps == 1 and self.observer is None
+        if self.reversible and plain and record is None and cache is None and torch.is_grad_enabled():
             y = self._rebuilding(x, contexts)
         else:
             run = (
@@ -125,17 +128,32 @@ class Backbone(nn.Module):
             if record is not None:
                 record.append(x)
             y, state, previous = x, None, None
-            for layer, context_l in zip(layers, contexts):
+            for i, (layer, context_l) in enumerate(zip(layers, contexts)):
                 if previous is None or not layer.continues(previous):
                     y = _entering(y, layer)
                     state = layer.init(y, context_l)
-                y, state = layer.step(y, state, context_l) if run is None else run(layer.step, y, state, context_l)
+                if not plain:
+                    y, state = self._observed(i, layer, y, state, context_l)
+                elif run is None:
+                    y, state = layer.step(y, state, context_l)
+                else:
+                    y, state = run(layer.step, y, state, context_l)
                 previous = layer
                 if record is not None:
                     record.append(y)
             if cache is not None:
                 cache.end()
         return self.norm(y.x if isinstance(y, PhaseState) else y)
+
+    def _observed(self, i: int, layer: Layer, y: Any, state: Any, context: dict[str, Any]) -> tuple[Any, Any]:
+        """Layer ``i``'s step as an observer sees it (its input), taken as ``substeps`` steps of ``dt / substeps``."""
+        if self.observer is not None:
+            self.observer(i, layer, y, context)
+        if self.substeps == 1:
+            return layer.step(y, state, context)
+        for part in range(self.substeps):
+            y, state = layer.substep(y, state, context, part, self.substeps)
+        return y, state
 
     def _rebuilding(self, x: Tensor, contexts: list[dict[str, Any]]) -> Any:
         """The reversible schedule's forward, whose backward rebuilds each layer's input by inverting it."""

@@ -131,6 +131,12 @@ class Layer(nn.Module):
 
     forward = step
 
+    def substep(self, y: Y, state: Carry, context: dict[str, Any] | None, part: int, parts: int) -> tuple[Y, Carry]:
+        """Step ``part`` of ``parts`` equal steps that together cover this layer's step: ``dt / parts`` from
+        ``t0 + part dt / parts`` (the piecewise-constant-in-depth ODE the layer discretises, refined)."""
+        h = self.dt / parts
+        return self.block_stepper.step(self.block(context), self.t0 + part * h, y, h, state)
+
     def inverse(self, y1: Y, context: dict[str, Any] | None = None) -> Y:
         """The input of :meth:`step` from its output (a reversible block stepper, no maps)."""
         return self.block_stepper.inverse(self.block(context), self.t0, y1, self.dt)

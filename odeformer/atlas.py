@@ -1,0 +1,392 @@
+"""The stability atlas of a trained model, and whether the trained model behaves like the ODE its layers discretise.
+
+**Atlas.** For each layer, at the state the layer receives on a batch of data, the leading eigenvalues of the
+Jacobian ``J`` of that layer's attention field (the field its scheme steps), found by a Krylov method with
+Jacobian-vector products: no dense Jacobian is formed. The Krylov space starts from the state itself (its mean-free
+part, and its velocity for a second-order layer), so on a field that is linear in the state the space is invariant
+after as many vectors as the state has distinct modes, and everything computed on it is exact. Per layer:
+
+- ``eigenvalues``: the Ritz values of ``J`` of largest modulus (``λ``; the scheme sees ``dt·λ``, and a second-order
+  scheme ``x'' = a(x)`` sees ``dt²·λ``);
+- ``headroom``: the largest factor by which ``dt`` could grow with every measured ``λ`` still inside the scheme's
+  stability region: the one-step map of the scheme on ``y' = λ y`` (``x'' = λ x`` for a second-order scheme), with the
+  layer's own scheme parameters (per channel), has spectral radius at most one (the radius is measured by stepping
+  the scheme itself; see :func:`radius`);
+- ``predicted_contraction``: the ratio of Dirichlet energies across the layer that the scheme gives on the linear
+  field ``J`` at the measured spectrum: the scheme steps the projected system ``z' = H z`` (``H = QᵀJQ``), started
+  from the state's projection, and the result is lifted back;
+- ``measured_contraction``: the same ratio across the trained layer itself (:func:`odeformer.diagnostics.
+  dirichlet_energy`, the batch's sum), FFN and norms included.
+
+On a linear field (fixed row-stochastic attention, no FFN) the prediction equals the measurement to rounding; on a
+trained layer the difference is what the FFN, the norms and the field's nonlinearity do.
+
+**Refinement** (:func:`refinement`). Each layer's step split into ``k`` steps of ``dt/k`` with that layer's weights,
+the piecewise-constant-in-depth ODE the network discretises: the relative change of the logits and of the last hidden
+state against the finest ``k``, and the observed order of convergence (the slope of the change against ``k``). A
+network that is a consistent discretisation changes little and converges at its scheme's order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from solvers import AbstractStepper, PhaseState
+
+from .diagnostics import dirichlet_energy
+
+INSIDE = 1e-6
+"""A point is inside the stability region when the measured spectral radius is at most ``1 + INSIDE``."""
+
+
+# -- the layers' inputs -------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def observing(backbone: nn.Module, observer: Callable[[int, nn.Module, Any, dict[str, Any]], None]) -> Iterator[None]:
+    """Within the block, ``observer(index, layer, y, context)`` sees each layer's input state and context."""
+    before = backbone.observer
+    backbone.observer = observer
+    try:
+        yield
+    finally:
+        backbone.observer = before
+
+
+@contextlib.contextmanager
+def refined(backbone: nn.Module, parts: int) -> Iterator[None]:
+    """Within the block, every layer's step is taken as ``parts`` steps of ``dt / parts`` with its weights."""
+    if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
+        raise ValueError(f"a layer's step is split into a positive whole number of parts, got {parts!r}.")
+    before = backbone.substeps
+    backbone.substeps = parts
+    try:
+        yield
+    finally:
+        backbone.substeps = before
+
+
+def _backbone(model: nn.Module) -> nn.Module:
+    backbone = getattr(model, "backbone", model)
+    if not getattr(backbone, "layers", None):
+        raise ValueError(
+            "the atlas reads a discrete backbone's layers; a continuous-depth model has one adaptive block and no "
+            "layer steps to analyse."
+        )
+    return backbone
+
+
+# -- Krylov ---------------------------------------------------------------------------------------------------------
+
+
+def _centred(x: Tensor) -> Tensor:
+    return x - x.mean(dim=-2, keepdim=True)  # (B, N, D): the mean-free part over the tokens
+
+
+def krylov(operator: Callable[[Tensor], Tensor], starts: Sequence[Tensor], size: int) -> tuple[Tensor, Tensor]:
+    """An orthonormal basis ``Q`` (``n × m``) of the Krylov space of ``operator`` from ``starts``, and ``H = QᵀJQ``.
+
+    The space grows by applying the operator to its newest basis vector (after the start vectors, one by one, with two
+    passes of Gram–Schmidt) until it has ``size`` vectors or stops growing (the space is invariant: then everything
+    computed on it is exact for a linear operator). Everything is float64."""
+    basis: list[Tensor] = []
+    images: list[Tensor] = []
+
+    def add(vector: Tensor) -> bool:
+        vector = vector.double().reshape(-1)
+        scale = vector.norm()
+        for _ in range(2):
+            for q in basis:
+                vector = vector - (q @ vector) * q
+        if not float(vector.norm()) > 1e-10 * max(float(scale), 1e-300):
+            return False
+        basis.append(vector / vector.norm())
+        return True
+
+    for start in starts:
+        add(start)
+    done = 0
+    while done < len(basis) and len(basis) < size:
+        images.append(operator(basis[done]).double().reshape(-1))
+        add(images[-1])
+        done += 1
+    while done < len(basis):  # the image of every basis vector, for H
+        images.append(operator(basis[done]).double().reshape(-1))
+        done += 1
+    Q = torch.stack(basis, dim=1)  # (n, m)
+    return Q, Q.T @ torch.stack(images, dim=1)
+
+
+def _jvp_operator(field: Callable[[Any, Tensor], Tensor], t: float, x: Tensor) -> Callable[[Tensor], Tensor]:
+    """``v ↦ J v`` for the field's Jacobian at ``x``, by forward-mode AD in the model's own precision."""
+    x = x.detach()
+
+    def apply(v: Tensor) -> Tensor:
+        _, out = torch.func.jvp(lambda z: field(t, z), (x,), (v.reshape(x.shape).to(x.dtype),))
+        return out.double()
+
+    return apply
+
+
+# -- the scalar test problem --------------------------------------------------------------------------------------
+
+
+def _complex_field(lam: Tensor) -> Callable[[Any, Tensor], Tensor]:
+    """``x ↦ λ x`` on a complex state held as ``(2, P, D)`` (real and imaginary parts), ``λ`` of shape ``(P,)``."""
+    re, im = lam.real.double()[:, None], lam.imag.double()[:, None]
+
+    def field(t: Any, x: Tensor) -> Tensor:
+        return torch.stack((re * x[0] - im * x[1], im * x[0] + re * x[1]))
+
+    return field
+
+
+def _float64(stepper: AbstractStepper) -> AbstractStepper:
+    """``stepper`` in float64 (a copy, when its parameters or buffers are of another precision)."""
+    tensors = [*stepper.parameters(), *stepper.buffers()]
+    if all(t.dtype == torch.float64 for t in tensors):
+        return stepper
+    import copy
+
+    return copy.deepcopy(stepper).double()
+
+
+def _width(stepper: AbstractStepper) -> int:
+    return max([p.shape[-1] for p in stepper.parameters() if p.dim() >= 1] + [1])
+
+
+def radius(stepper: AbstractStepper, dt: float, lam: Tensor) -> Tensor:
+    """The spectral radius of ``stepper``'s linear map on ``y' = λ y`` (first order) or ``x'' = λ x`` (second order)
+    at step ``dt``, for each ``λ`` (a complex tensor ``(P,)``), the largest over the stepper's channels (its own
+    parameters, per channel, included).
+
+    A one-step scheme's map is read from the step itself: one step from each basis state of the real form (``y`` as
+    ``(re, im)``, and ``v`` too for a second-order scheme) gives its columns, and the radius is its eigenvalues' largest
+    modulus. A multistep scheme's map includes its history, which its ``state`` holds in a form of its own: its radius
+    is the growth rate of a long run (:data:`RADIUS_STEPS` steps, the largest magnitude over the last quarter against
+    the second)."""
+    lam = lam.reshape(-1).to(torch.complex128)
+    if not lam.numel():
+        return torch.zeros(0, dtype=torch.float64)
+    stepper = _float64(stepper)
+    if stepper.multistep:
+        return _long_run_radius(stepper, dt, lam)
+    width, points = _width(stepper), lam.numel()
+    size = 4 if stepper.second_order else 2
+    start = _basis(size, points, width)
+    field = _complex_field(lam.repeat(size))
+    y: Any = PhaseState(start[:2].contiguous(), start[2:].contiguous()) if stepper.second_order else start
+    with torch.no_grad():
+        y1, _ = stepper.step(field, 0.0, y, dt, stepper.init(field, 0.0, y))
+    out = torch.cat((y1.x, y1.v)) if isinstance(y1, PhaseState) else y1  # (size, size * P, D): row i, column k
+    values = torch.linalg.eigvals(_as_maps(out, size, points, width)).abs()
+    return torch.nan_to_num(values, nan=math.inf).amax(dim=(-1, -2))
+
+
+RADIUS_STEPS = 1024
+"""Steps of the long run that measures a multistep scheme's radius."""
+
+
+def _long_run_radius(stepper: AbstractStepper, dt: float, lam: Tensor) -> Tensor:
+    width, points = _width(stepper), lam.numel()
+    field = _complex_field(lam)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, points, width, generator=generator, dtype=torch.float64)
+    y: Any = PhaseState(x, torch.randn_like(x)) if stepper.second_order else x
+    state, t, sizes = stepper.init(field, 0.0, y), 0.0, []
+    with torch.no_grad():
+        for _ in range(RADIUS_STEPS):
+            y, state = stepper.step(field, t, y, dt, state)
+            t += dt
+            flat = torch.cat((y.x, y.v)) if isinstance(y, PhaseState) else y
+            sizes.append(flat.abs().amax(dim=0))  # (P, D)
+    quarter = RADIUS_STEPS // 4
+    late = torch.stack(sizes[3 * quarter :]).amax(dim=0)
+    early = torch.stack(sizes[quarter : 2 * quarter]).amax(dim=0)
+    rate = (torch.log(late) - torch.log(early)) / (2 * quarter)
+    return torch.nan_to_num(rate, nan=math.inf, posinf=math.inf).exp().amax(dim=-1)
+
+
+def _basis(size: int, points: int, width: int) -> Tensor:
+    """``(size, size * P, D)``: copy ``k`` of every point holds the basis vector ``e_k`` of the real form."""
+    eye = torch.eye(size, dtype=torch.float64)
+    return eye[:, None, :, None].expand(size, points, size, width).permute(2, 0, 1, 3).reshape(size, -1, width)
+
+
+def _as_maps(out: Tensor, size: int, points: int, width: int) -> Tensor:
+    """The images of :func:`_basis`'s copies as matrices ``(P, D, size, size)`` (column ``k``: the image of ``e_k``)."""
+    return out.reshape(size, size, points, width).permute(2, 3, 0, 1)
+
+
+def exact_growth(stepper: AbstractStepper, dt: float, lam: Tensor) -> Tensor:
+    """The growth factor per step ``dt`` of the flow the scheme converges to (:meth:`~solvers.AbstractStepper.
+    limit_field`) on ``y' = λ y`` (``x'' = λ x``), at least 1: the most the scheme may grow at ``λ`` and still be
+    stable. Heavy ball converges to ``x' = λ x / (1 − β)``, so its flow is that one; a scheme with no small-step
+    limit (order 0) may not grow at all."""
+    lam = lam.reshape(-1).to(torch.complex128)
+    width, points = _width(stepper), lam.numel()
+    size = 4 if stepper.second_order else 2
+    start = _basis(size, points, width)
+    field = _complex_field(lam.repeat(size))
+    try:
+        limit = stepper.limit_field(field)
+    except ValueError:
+        return torch.ones(points, dtype=torch.float64)
+    y: Any = PhaseState(start[:2].contiguous(), start[2:].contiguous()) if stepper.second_order else start
+    with torch.no_grad():
+        out = limit(0.0, y)
+    out = torch.cat((out.x, out.v)) if isinstance(out, PhaseState) else out
+    rate = torch.linalg.eigvals(_as_maps(out.double(), size, points, width)).real.amax(dim=(-1, -2))
+    return torch.exp(dt * rate).clamp(min=1.0)
+
+
+def inside(stepper: AbstractStepper, dt: float, lam: Tensor) -> Tensor:
+    """Whether each ``λ`` is inside the scheme's stability region at step ``dt``: its map grows no faster than the flow
+    it converges to (:func:`radius` at most :func:`exact_growth`, to :data:`INSIDE`)."""
+    stepper = _float64(stepper)
+    return radius(stepper, dt, lam) <= exact_growth(stepper, dt, lam) * (1 + INSIDE)
+
+
+def headroom(stepper: AbstractStepper, dt: float, lam: Tensor, upper: float = 64.0) -> float:
+    """The largest factor ``c`` (at most ``upper``) such that every ``λ`` stays inside the region at step ``c·dt``
+    (:func:`inside`): a scan over ``c`` (doubling from 1/64), then bisection at the first step out; ``upper`` when it
+    never leaves."""
+    if not lam.numel():
+        return upper
+
+    def fits(c: float) -> bool:
+        return bool(inside(stepper, c * dt, lam).all())
+
+    low, high = 0.0, 1.0 / 64
+    while fits(high):
+        low, high = high, 2 * high
+        if high > upper:
+            return upper
+    for _ in range(30):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+# -- the atlas ------------------------------------------------------------------------------------------------------
+
+
+def _predicted(layer: Any, y: Any, operator: Callable[[Tensor], Tensor]) -> Tensor:
+    """The layer's scheme stepping the field linearised at the layer's input, ``z' = J z`` (``z'' = J z``), from the
+    state's mean-free part: the step ``R(dt J)`` the measured spectrum gives, on the whole state."""
+
+    def field(t: Any, z: Tensor) -> Tensor:
+        return operator(z).reshape(z.shape).to(z.dtype)
+
+    x = _centred(y.x if isinstance(y, PhaseState) else y)
+    z: Any = PhaseState(x, _centred(y.v)) if isinstance(y, PhaseState) else x
+    stepper = layer.stepper
+    with torch.no_grad():
+        z1, _ = stepper.step(field, layer.t0, z, layer.dt, stepper.init(field, layer.t0, z))
+    return z1.x if isinstance(z1, PhaseState) else z1
+
+
+def _moving(lam: Tensor) -> Tensor:
+    """The eigenvalues that are not zero (to the rounding of the largest)."""
+    return lam[lam.abs() > 1e-9 * max(float(lam.abs().max()), 1e-300)] if lam.numel() else lam
+
+
+def atlas(model: nn.Module, inputs: Sequence[Any], count: int = 16, size: int = 48) -> list[dict[str, Any]]:
+    """The stability atlas of ``model`` on ``inputs`` (one batch), one entry per layer (see the module docstring):
+    ``layer``, ``scheme``, ``second_order``, ``dt``, ``eigenvalues`` (at most ``count`` pairs ``(re, im)``: ``J``'s
+    Ritz values of largest modulus), ``headroom``, ``predicted_contraction``, ``measured_contraction`` and
+    ``krylov`` (the dimension of the space, at most ``size``).
+
+    The headroom is read at the eigenvalues that move the state (:func:`_moving`: a zero eigenvalue, such as the mean
+    a laplacian field leaves alone, sets no bound)."""
+    backbone = _backbone(model)
+    model = model.eval()
+    seen: list[tuple[Any, Any, dict[str, Any]]] = []
+    record: list = []
+    with observing(backbone, lambda i, layer, y, context: seen.append((layer, y, context))), torch.no_grad():
+        model(*inputs, record=record)
+    out = []
+    for index, ((layer, y, context), y1) in enumerate(zip(seen, record[1:])):
+        x = y.x if isinstance(y, PhaseState) else y
+        starts = [_centred(x)] + ([_centred(y.v)] if isinstance(y, PhaseState) else [])
+        operator = _jvp_operator(layer.block(context).attention, layer.t0, x)
+        _, H = krylov(operator, starts, size)
+        ritz = torch.linalg.eigvals(H)
+        leading = ritz[torch.argsort(ritz.abs(), descending=True)][:count]
+        energy = float(dirichlet_energy(x.double()).sum())
+        predicted = _predicted(layer, y, operator)
+        x1 = y1.x if isinstance(y1, PhaseState) else y1
+        out.append(
+            {
+                "layer": index + 1,
+                "scheme": type(layer.stepper).__name__,
+                "second_order": bool(layer.second_order),
+                "dt": layer.dt,
+                "eigenvalues": [[float(v.real), float(v.imag)] for v in leading],
+                "headroom": headroom(layer.stepper, layer.dt, _moving(leading)),
+                "predicted_contraction": float(dirichlet_energy(predicted).sum()) / energy,
+                "measured_contraction": float(dirichlet_energy(x1.double()).sum()) / energy,
+                "krylov": int(H.shape[0]),
+            }
+        )
+    return out
+
+
+# -- refinement -----------------------------------------------------------------------------------------------------
+
+
+def _features(model: nn.Module, inputs: Sequence[Any]) -> tuple[Tensor, Tensor]:
+    record: list = []
+    logits = model(*inputs, record=record)
+    last = record[-1]
+    return logits.double(), (last.x if isinstance(last, PhaseState) else last).double()
+
+
+def refinement(
+    model: nn.Module,
+    inputs: Sequence[Any],
+    parts: Sequence[int] = (2, 4, 8),
+    metric: Callable[[Tensor], float] | None = None,
+) -> dict[str, Any]:
+    """The model with each layer's step split into ``k`` steps of ``dt/k`` (``k = 1`` and each of ``parts``): per
+    ``k``, the relative change of the logits and of the last hidden state against the finest ``k``, and ``metric``
+    of the logits if given; and ``observed_order``: the least-squares slope of ``log ‖L_k − L_k'‖`` against
+    ``log(1/k)`` over consecutive ``k < k'`` (Richardson's estimate: with ``k`` doubling, each difference is ``2^p``
+    times the next for a method of order ``p``, with no bias from a reference), or ``None`` with fewer than two
+    differences or a zero one."""
+    ks = sorted({1, *parts})
+    if len(ks) < 2:
+        raise ValueError("refinement needs at least one k > 1 to compare with.")
+    backbone = _backbone(model)
+    model = model.eval()
+    found = {}
+    with torch.no_grad():
+        for k in ks:
+            with refined(backbone, k):
+                found[k] = _features(model, inputs)
+    fine_logits, fine_hidden = found[ks[-1]]
+    rows = []
+    for k in ks:
+        logits, hidden = found[k]
+        row = {
+            "k": k,
+            "logit_change": float((logits - fine_logits).norm() / fine_logits.norm()),
+            "hidden_change": float((hidden - fine_hidden).norm() / fine_hidden.norm()),
+        }
+        if metric is not None:
+            row["metric"] = float(metric(logits))
+        rows.append(row)
+    steps = [(a, float((found[a][0] - found[b][0]).norm() / fine_logits.norm())) for a, b in zip(ks, ks[1:])]
+    order = None
+    if len(steps) >= 2 and all(change > 0 for _, change in steps):
+        xs = [math.log(1 / k) for k, _ in steps]
+        ys = [math.log(change) for _, change in steps]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        order = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+    return {"refinement": rows, "observed_order": order}
