@@ -509,6 +509,26 @@ def test_interleaved_takes_turns_rotating_with_warmup_settle_and_repeats():
     assert timed == list("aaabbbccc") + list("bbbcccaaa") + list("cccaaabbb")
 
 
+def test_medians_are_taken_in_the_timing_module_only():
+    """Every benchmark's medians come from benchmarks/timing.py: no other module takes them itself."""
+    takes = [
+        path.name
+        for path in sorted((ROOT / "benchmarks").glob("*.py"))
+        if path.name != "timing.py" and "statistics" in {n.split(".")[0] for n in _imported_names(path)}
+    ]
+    assert takes == []
+
+
+def _imported_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
 def test_gpu_throughput_times_blocks_of_steps_taking_turns(monkeypatch):
     """benchmarks.gpu's throughput without a GPU (the models and the device's clock stubbed): each model's step runs
     3 warm-up calls, one untimed block, then ``rounds`` timed blocks of ``steps`` calls, the models in turn."""
