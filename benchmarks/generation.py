@@ -25,6 +25,7 @@ from collections.abc import Callable
 import torch
 
 import odeformer
+from benchmarks.timing import cpu_threads, interleaved
 
 GEN = dict(dim=128, depth=6, heads=4, vocab=65, batch=1, prompt=16, new=256, threads=1)
 """Generation sizes: GPT-2 of the benchmark's language-model shape, one prompt of 16 tokens, 256 new tokens; on the
@@ -156,18 +157,11 @@ def generation_times(
     """Median seconds of each generation in :func:`generation_calls`, interleaved round by round (no warm-up round:
     one generation is hundreds of passes), and whether their outputs agree. On the CPU torch runs ``threads``
     threads meanwhile (0: its default)."""
-    previous = torch.get_num_threads()
-    if device == "cpu" and threads:
-        torch.set_num_threads(threads)
-    try:
+    with cpu_threads(device, threads):
         return _generation_times(rounds, device, tokens)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _generation_times(rounds: int, device: str, tokens: int) -> tuple[dict[str, float], dict[str, bool]]:
-    from benchmarks.run import interleaved
-
     outputs: dict[str, torch.Tensor] = {}
 
     def kept(name: str, call: Callable[[], torch.Tensor]) -> Callable[[], None]:

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import odeformer
+from benchmarks.timing import interleaved
 
 SOLVERS = ("diffusion", "light_wave", "full_wave", "reversible")
 ANCHORS = ("hf_vit", "torch_vit")
@@ -157,8 +158,6 @@ def throughput(
     Each model is built and warmed up (compiled, its CUDA graphs recorded) in turn, its seconds for that recorded as
     ``warmup_s``; once ``time_limit`` seconds have passed, the models not yet started are skipped (returned second),
     so that a slow compiler leaves the ones already compiled to be timed."""
-    from benchmarks.run import interleaved
-
     started = time.perf_counter()
     runs, out, skipped = {}, {}, []
     for name in names or models():
@@ -173,19 +172,11 @@ def throughput(
         torch.cuda.synchronize()
         out[name] = {"warmup_s": time.perf_counter() - begin}
     for mode in ("train", "inference"):
-        blocks = {name: _repeat(runs[name][mode], steps) for name in runs}
-        seconds = interleaved(blocks, rounds, warmup=1, device="cuda")
+        calls = {name: runs[name][mode] for name in runs}
+        seconds = interleaved(calls, rounds, warmup=1, device="cuda", repeats=steps)  # a step's, timed in blocks
         for name in runs:
-            out[name][f"{mode}_images_per_s"] = steps * batch / seconds[name]
+            out[name][f"{mode}_images_per_s"] = batch / seconds[name]
     return out, skipped
-
-
-def _repeat(fn: Callable[[], None], times: int) -> Callable[[], None]:
-    def block() -> None:
-        for _ in range(times):
-            fn()
-
-    return block
 
 
 BEGIN, END = "<!-- begin: gpu -->", "<!-- end: gpu -->"

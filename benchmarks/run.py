@@ -3,10 +3,11 @@
     python -m benchmarks.run [--quick | --smoke] [--json PATH] [--results docs/RESULTS.md]
 
 Times are medians over repeated training steps (forward + backward + AdamW step) after warm-up, with the
-configurations interleaved round by round so that machine noise hits all of them alike. Memory is measured per
-configuration in a fresh subprocess (``benchmarks/memory.py``). The JSON holds every key of :data:`GOALS` (plus the
-raw medians); ``--results`` rewrites the benchmark block of ``docs/RESULTS.md``. ``--smoke`` runs every measure once,
-with a small memory batch, to check that each one runs and is reported (about a minute; its numbers mean nothing).
+configurations interleaved round by round so that machine noise hits all of them alike (``benchmarks/timing.py``).
+Memory is measured per configuration in a fresh subprocess (``benchmarks/memory.py``). The JSON holds every key of
+:data:`GOALS` (plus the raw medians); ``--results`` rewrites the benchmark block of ``docs/RESULTS.md``. ``--smoke``
+runs every measure once, with a small memory batch, to check that each one runs and is reported (about a minute; its
+numbers mean nothing).
 
 The anchors (``benchmarks/anchors.py``) are what users run instead: Hugging Face's ``ViTForImageClassification`` and
 ``GPT2LMHeadModel`` and a ViT on ``nn.TransformerEncoder(norm_first=True)``, each of the same shape as the diffusion
@@ -22,7 +23,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -38,6 +38,7 @@ from benchmarks.generation import GEN, generation_times
 from benchmarks.generation import ratios as generation_ratios
 from benchmarks.tableau import ratios as tableau_ratios
 from benchmarks.tableau import tableau_times
+from benchmarks.timing import interleaved
 from odeformer.app.reproduce import write_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,24 +131,6 @@ def train_step(model: torch.nn.Module, batch: int, image: int, device: str) -> C
         optimiser.step()
 
     return step
-
-
-def interleaved(functions: dict[str, Callable[[], None]], rounds: int, warmup: int, device: str) -> dict[str, float]:
-    """Median seconds per call of each function, calling them in turn (rotating the order) ``rounds`` times."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    names = list(functions)
-    for _ in range(warmup):
-        for name in names:
-            functions[name]()
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            sync()
-            start = time.perf_counter()
-            functions[name]()
-            sync()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def inference_step(model: torch.nn.Module, inputs: torch.Tensor) -> Callable[[], None]:

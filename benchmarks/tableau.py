@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 
 import odeformer
+from benchmarks.timing import cpu_threads, interleaved
 from solvers import RK4, AbstractStepper
 
 
@@ -39,16 +38,6 @@ class HandWrittenRK4(AbstractStepper):
         k3 = field(t + half, x + half * k2)
         k4 = field(t + dt, x + dt * k3)
         return x + (dt / 6) * (k1 + 2 * (k2 + k3) + k4), state
-
-
-def _time(fn, repeats: int, sync) -> float:
-    fn()  # warm
-    sync()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    sync()
-    return (time.perf_counter() - start) / repeats
 
 
 def _model_case(stepper: type[AbstractStepper], device: str):
@@ -85,25 +74,14 @@ CASES = {
 
 def tableau_times(rounds: int, device: str = "cpu", threads: int = 1) -> dict[str, dict[str, float]]:
     """Median seconds per call of each case (:data:`CASES`) under the hand-written RK4 and the engine's, the two
-    alternating which goes first in every round; on the CPU with ``threads`` threads (0: torch's default). What
-    ``python -m benchmarks.run`` (``make bench``) reports as ``tableau_rk4_*``."""
-    previous = torch.get_num_threads()
-    if device == "cpu" and threads:
-        torch.set_num_threads(threads)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    try:
+    alternating which goes first in every round, each sample after one untimed call; on the CPU with ``threads``
+    threads (0: torch's default). What ``python -m benchmarks.run`` (``make bench``) reports as ``tableau_rk4_*``."""
+    with cpu_threads(device, threads):
         medians = {}
         for case, (_, make, repeats) in CASES.items():
             runs = {"hand-written": make(HandWrittenRK4, device), "engine": make(RK4, device)}
-            times: dict[str, list[float]] = {name: [] for name in runs}
-            for r in range(rounds):
-                order = list(runs) if r % 2 == 0 else list(reversed(runs))  # alternate which goes first
-                for name in order:
-                    times[name].append(_time(runs[name], repeats, sync))
-            medians[case] = {name: statistics.median(values) for name, values in times.items()}
+            medians[case] = interleaved(runs, rounds, warmup=0, device=device, repeats=repeats, settle=1)
         return medians
-    finally:
-        torch.set_num_threads(previous)
 
 
 def ratios(medians: dict[str, dict[str, float]]) -> dict[str, float]:

@@ -1,5 +1,6 @@
 """The benchmark suite runs and reports every key (slow: it runs every measure once, ``--smoke``)."""
 
+import ast
 import json
 import subprocess
 import sys
@@ -437,3 +438,113 @@ def test_the_hand_written_rk4_of_the_tableau_benchmark_takes_the_engines_step():
     engine, _ = solvers.RK4().step(field, 0.3, x, 0.1, None)
     hand, _ = HandWrittenRK4().step(field, 0.3, x, 0.1, None)
     assert float((engine - hand).abs().max()) < 1e-14
+
+
+def _import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports (at the top or inside a function, absolute or relative)."""
+    name = package.name
+    modules = {path.stem for path in package.glob("*.py")} - {"__init__"}
+    graph: dict[str, set[str]] = {}
+    for module in sorted(modules):
+        found = set()
+        for node in ast.walk(ast.parse((package / f"{module}.py").read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(f"{name}.")}
+            elif isinstance(node, ast.ImportFrom):
+                parts = (node.module or "").split(".") if node.level == 0 else [name, *(node.module or "").split(".")]
+                if parts[0] == name:
+                    found |= {parts[1]} if len(parts) > 1 and parts[1] else {a.name for a in node.names}
+        graph[module] = found & modules - {module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each import circle once, as the path that closes it (``[a, b, a]``)."""
+    found, done = [], set()
+
+    def visit(module: str, path: list[str]) -> None:
+        for target in sorted(graph[module]):
+            if target in path:
+                cycle = path[path.index(target) :] + [target]
+                if frozenset(cycle) not in done:
+                    done.add(frozenset(cycle))
+                    found.append(cycle)
+            else:
+                visit(target, path + [target])
+
+    for module in sorted(graph):
+        visit(module, [module])
+    return found
+
+
+def test_the_benchmarks_import_no_circle():
+    """One benchmark module imports another only downhill (the timing machinery is imported, never importing)."""
+    assert _cycles(_import_graph(ROOT / "benchmarks")) == []
+
+
+def test_the_circle_check_finds_a_circle_through_a_lazy_or_relative_import(tmp_path):
+    package = tmp_path / "bench"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from bench.b import x\nimport bench.timing\n")
+    (package / "b.py").write_text("def f():\n    from .a import y\n")
+    (package / "c.py").write_text("from bench import timing\n")
+    (package / "timing.py").write_text("import json\n")
+    graph = _import_graph(package)
+    assert graph == {"a": {"b", "timing"}, "b": {"a"}, "c": {"timing"}, "timing": set()}
+    assert _cycles(graph) == [["a", "b", "a"]]
+
+
+def test_interleaved_takes_turns_rotating_with_warmup_settle_and_repeats():
+    """The order of calls: warm-up rounds in order, then each round from the next function on, every timed sample
+    after its untimed settling calls; one median per function, of per-call seconds."""
+    from benchmarks.timing import interleaved
+
+    calls = []
+    functions = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    medians = interleaved(functions, rounds=3, warmup=1, device="cpu", repeats=2, settle=1)
+    assert set(medians) == set("abc") and all(m >= 0 for m in medians.values())
+    warm, timed = calls[:6], calls[6:]
+    assert warm == list("aabbcc")
+    assert timed == list("aaabbbccc") + list("bbbcccaaa") + list("cccaaabbb")
+
+
+def test_medians_are_taken_in_the_timing_module_only():
+    """Every benchmark's medians come from benchmarks/timing.py: no other module takes them itself."""
+    takes = [
+        path.name
+        for path in sorted((ROOT / "benchmarks").glob("*.py"))
+        if path.name != "timing.py" and "statistics" in {n.split(".")[0] for n in _imported_names(path)}
+    ]
+    assert takes == []
+
+
+def _imported_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_gpu_throughput_times_blocks_of_steps_taking_turns(monkeypatch):
+    """benchmarks.gpu's throughput without a GPU (the models and the device's clock stubbed): each model's step runs
+    3 warm-up calls, one untimed block, then ``rounds`` timed blocks of ``steps`` calls, the models in turn."""
+    from benchmarks import gpu
+
+    calls = []
+    monkeypatch.setattr(gpu, "_model", lambda name, compile_mode=None: name)
+    monkeypatch.setattr(
+        gpu,
+        "_steps",
+        lambda model, batch, mode=None: {m: (lambda m=m: calls.append((model, m))) for m in ("train", "inference")},
+    )
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    out, skipped = gpu.throughput(batch=4, steps=2, rounds=3, names=("diffusion", "full_wave"))
+    assert skipped == [] and set(out) == {"diffusion", "full_wave"}
+    assert all(out[n][f"{m}_images_per_s"] > 0 for n in out for m in ("train", "inference"))
+    timed = [name for name, mode in calls if mode == "train"][6:]  # after the 3 warm-up calls of each model
+    block = ["diffusion"] * 2 + ["full_wave"] * 2
+    assert timed == block + block + block[2:] + block[:2] + block

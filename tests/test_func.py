@@ -97,7 +97,7 @@ def test_vmap_over_a_batch_is_the_batched_model(solver):
             torch.testing.assert_close(batched[i], single, rtol=1e-10, atol=1e-12, msg=name)
 
 
-OUTSIDE_FORWARD_AD: dict[str, str] = {}  # presets whose forward-mode AD fails in code outside odeformer/joint.py
+OUTSIDE_FORWARD_AD: dict[str, str] = {}  # presets whose forward-mode AD fails in code outside odeformer/joint/
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_forward_mode_ad_is_torch_func_jvp(solver):
     torch.testing.assert_close(tangent, expected, rtol=1e-12, atol=1e-12)
 
 
-OUTSIDE_DOUBLE_BACKWARD: dict[str, str] = {}  # presets whose double backward is wrong outside odeformer/joint.py
+OUTSIDE_DOUBLE_BACKWARD: dict[str, str] = {}  # presets whose double backward is wrong outside odeformer/joint/
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,15 @@ def test_the_wheel_is_named_for_pypi_and_carries_the_configs(wheel):
     assert {"solvers/testing/__init__.py", "solvers/testing/thresholds.py"} <= names  # the property kit's package
 
 
+def test_the_wheel_carries_every_module_of_the_library(wheel):
+    """A sub-package missing from pyproject's list would import in the repository and fail once installed."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = {
+        p.relative_to(ROOT).as_posix() for package in ("odeformer", "solvers") for p in (ROOT / package).rglob("*.py")
+    }
+    assert modules - names == set()
+
+
 @pytest.mark.slow  # installs the wheel in a fresh venv and trains (about 15 s)
 def test_odeformer_train_runs_from_the_installed_wheel_outside_the_repository(wheel, tmp_path):
     target = tmp_path / "site"

@@ -1,0 +1,65 @@
+"""Timing side by side: every benchmark's medians come from :func:`interleaved`.
+
+The configurations of one comparison run in one process, taking turns round by round (the order rotating, so that
+clock ramps, a busy neighbour and cache state hit all of them alike); each reports the median of its samples. Only the
+ratios of those medians are read: this machine is shared and its absolute times are noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    """What waits for the device's queued work before a clock is read (nothing on the CPU)."""
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def interleaved(
+    functions: dict[str, Callable[[], object]],
+    rounds: int,
+    warmup: int,
+    device: str,
+    repeats: int = 1,
+    settle: int = 0,
+) -> dict[str, float]:
+    """Median seconds per call of each function, timed in turn (rotating the order) ``rounds`` times.
+
+    First ``warmup`` untimed rounds of every function in order. A timed sample is ``repeats`` calls in a row, its time
+    divided by ``repeats``; ``settle`` untimed calls go before each sample (to warm caches again after the others ran).
+    """
+    sync = synchronizer(device)
+    names = list(functions)
+    for _ in range(warmup):
+        for name in names:
+            for _ in range(repeats):
+                functions[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            for _ in range(settle):
+                functions[name]()
+            sync()
+            start = time.perf_counter()
+            for _ in range(repeats):
+                functions[name]()
+            sync()
+            times[name].append((time.perf_counter() - start) / repeats)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+@contextmanager
+def cpu_threads(device: str, threads: int) -> Iterator[None]:
+    """On the CPU, torch runs ``threads`` threads meanwhile (0: its default); the previous count is restored."""
+    previous = torch.get_num_threads()
+    if device == "cpu" and threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
