@@ -69,7 +69,12 @@ class TanhField(torch.nn.Module):
         return torch.tanh(x @ self.weight.T + self.bias) + 0.1 * t
 
 
-def cli(*args, cwd=None, env=None, timeout=300):
+HANG = 1800
+"""Seconds after which a test's subprocess counts as hung: a guard against a hang, never a speed limit (a loaded
+machine is many times slower than an idle one)."""
+
+
+def cli(*args, cwd=None, env=None, timeout=HANG):
     """Run ``python -m odeformer.app.train`` and return the completed process."""
     return subprocess.run(
         [sys.executable, "-m", "odeformer.app.train", *args],

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import solvers
+from helpers import HANG
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {
@@ -46,7 +47,7 @@ def test_smoke_benchmark_writes_every_key(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.read_text())
@@ -68,7 +69,7 @@ def test_reference_vit_computes_the_diffusion_model_exactly():
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
     )
     assert done.returncode == 0, done.stderr
     assert float(done.stdout.strip()) == 0.0
@@ -156,7 +157,7 @@ def test_gpu_results_render_into_their_own_block(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     text = results.read_text()

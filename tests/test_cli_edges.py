@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import cli_in_process
+from helpers import HANG, cli_in_process
 from odeformer.app import diagnose, reproduce
 
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2", "train.eval_batches=1"]
@@ -181,7 +181,7 @@ def test_one_signal_to_the_process_group_stops_a_reproduction_sweep_and_leaves_n
         time.sleep(0.1)
     os.killpg(process.pid, signum)
     try:
-        _, stderr = process.communicate(timeout=120)
+        _, stderr = process.communicate(timeout=HANG)
         time.sleep(2)  # the workers are gone with the parent: no process of its group is left
         try:
             os.killpg(process.pid, 0)

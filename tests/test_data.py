@@ -22,6 +22,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from helpers import HANG
 from odeformer.data import DATASETS, DatasetNotFound, TaskData, load
 from odeformer.data.fashion_mnist import DEFAULT_DIR, FILES
 from odeformer.data.synthetic import SIZE_OPTIONS
@@ -560,8 +561,12 @@ def test_a_damaged_feature_file_stops_the_command_with_exit_2(tmp_path, write_da
     write_data.pickle(clean.folder / "ind.toy.tx", _damaged(clean.tx, "index far out of range"))
     out = tmp_path / "run"
     done = cli_in_process(
-        "data=planetoid", f"data.root={tmp_path / 'data'}", "data.options.name=toy", "model=node_classifier",
-        "train=debug", f"train.out_dir={out}",
+        "data=planetoid",
+        f"data.root={tmp_path / 'data'}",
+        "data.options.name=toy",
+        "model=node_classifier",
+        "train=debug",
+        f"train.out_dir={out}",
     )
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -580,7 +585,9 @@ def test_files_that_differ_from_the_published_ones_are_read_with_one_warning(tmp
     tiny = write_data.planetoid(tmp_path, name="cora")
     published = tuple(
         sources.Remote(
-            f"planetoid/{path.name}", "https://example.invalid", hashlib.sha256(path.read_bytes()).hexdigest(),
+            f"planetoid/{path.name}",
+            "https://example.invalid",
+            hashlib.sha256(path.read_bytes()).hexdigest(),
             path.stat().st_size,
         )
         for path in sorted(tiny.folder.iterdir())
@@ -881,12 +888,12 @@ def test_data_mark_in_a_real_pytest_run(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("ODEFORMER_DATA", "ODEFORMER_REQUIRE_DATA")}
     run = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-W", "ignore::UserWarning"]
     given = subprocess.run(
-        run, cwd=tmp_path, env={**env, "ODEFORMER_DATA": str(empty)}, capture_output=True, text=True, timeout=120
+        run, cwd=tmp_path, env={**env, "ODEFORMER_DATA": str(empty)}, capture_output=True, text=True, timeout=HANG
     )
     assert given.returncode == 1 and "2 passed, 1 error" in given.stdout, given.stdout + given.stderr
     assert "ODEFORMER_DATA=" + str(empty) in given.stdout and "odeformer-data cora" in given.stdout
     fresh = subprocess.run(
-        run, cwd=tmp_path, env={**env, "ODEFORMER_NO_SHARED_DATA": "1"}, capture_output=True, text=True, timeout=120
+        run, cwd=tmp_path, env={**env, "ODEFORMER_NO_SHARED_DATA": "1"}, capture_output=True, text=True, timeout=HANG
     )
     assert "2 passed, 1 skipped" in fresh.stdout, fresh.stdout + fresh.stderr
     assert "needs the cora data: set ODEFORMER_DATA" in fresh.stdout

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import solvers
+from helpers import HANG
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(sys.executable).parent
@@ -37,7 +38,7 @@ def commands(text):
     return out
 
 
-def shell(command, cwd, timeout=600):
+def shell(command, cwd, timeout=HANG):
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     return subprocess.run(shlex.split(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 

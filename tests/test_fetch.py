@@ -83,7 +83,7 @@ def server(tiny_root, monkeypatch):
     yield httpd
     httpd.shutdown()
     httpd.server_close()
-    thread.join(timeout=5)
+    thread.join(timeout=120)
 
 
 def _sha(path):
@@ -116,7 +116,7 @@ def dest(tmp_path):
 def _run(capsys, sources, *args):
     """``odeformer-data args`` in process; returns ``(exit code, stdout, stderr)``."""
     try:
-        code = main(["--quiet", "--timeout", "5", *args], sources=sources)
+        code = main(["--quiet", "--timeout", "120", *args], sources=sources)
     except SystemExit as exit_:  # argparse errors
         code = exit_.code
     out, err = capsys.readouterr()

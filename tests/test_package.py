@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import HANG
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -19,7 +21,7 @@ def wheel(tmp_path_factory):
         [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
     )
     assert build.returncode == 0, build.stderr
     (path,) = out.glob("*.whl")
@@ -50,7 +52,7 @@ def test_odeformer_train_runs_from_the_installed_wheel_outside_the_repository(wh
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
     )
     assert install.returncode == 0, install.stderr
     work = tmp_path / "elsewhere"
@@ -72,7 +74,7 @@ def test_odeformer_train_runs_from_the_installed_wheel_outside_the_repository(wh
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
     )
     assert run.returncode == 0, run.stderr
     assert json.loads((out / "summary.json").read_text())["steps"] == 3

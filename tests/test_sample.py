@@ -12,6 +12,7 @@ import tomllib
 import torch
 
 import odeformer
+from helpers import HANG
 from odeformer.app.checkpoints import FORMAT, save_checkpoint
 from odeformer.app.config import DataConfig, SolverConfig, model_config, stepper_options
 from odeformer.app.sample import EvalSample, main
@@ -159,7 +160,7 @@ def test_a_character_level_run_logs_samples_and_odeformer_sample_reads_it(tmp_pa
         sys.executable, "-m", "odeformer.app.train", "model=causal_lm", "data=synthetic", "data.options.task=text",
         "train=debug", "model.depth=1", "model.dim=16", "model.max_len=16", f"train.out_dir={run}",
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=HANG)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     samples = [row["sample"] for row in rows if "sample" in row]
@@ -167,7 +168,7 @@ def test_a_character_level_run_logs_samples_and_odeformer_sample_reads_it(tmp_pa
     assert json.loads((run / "summary.json").read_text())["sample"] == samples[-1]
     done = subprocess.run(
         [sys.executable, "-m", "odeformer.app.sample", str(run), "--prompt", "012", "--tokens", "10"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=HANG,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.startswith("012") and len(done.stdout) == 14, done.stderr
 

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 import odeformer
 import odeformer.app.builder as builder
 import odeformer.app.train as entry
-from helpers import cli, cli_in_process
+from helpers import HANG, cli, cli_in_process
 from odeformer import SOLVERS
 from odeformer.app.batches import EpochSampler, WindowSampler
 from odeformer.app.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
@@ -430,7 +430,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     while not (out / "metrics.jsonl").exists() and time.time() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
-    stdout, _ = process.communicate(timeout=120)
+    stdout, _ = process.communicate(timeout=HANG)
     assert process.returncode == 143  # 128 + SIGTERM, as shells expect: a script can tell it from a finished run
     assert "checkpoint saved" in stdout
     step = load_checkpoint(out / "last.pt")["step"]
@@ -656,7 +656,7 @@ def test_torchrun_two_cpu_processes_stay_in_sync(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
