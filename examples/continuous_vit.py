@@ -8,6 +8,7 @@ as the block trains.
 """
 
 import argparse
+import sys
 import time
 
 import torch
@@ -67,4 +68,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        sys.exit(0 if main() is not None else 2)
+    except KeyboardInterrupt:
+        sys.exit("interrupted")  # one line and exit 1, not a traceback

@@ -11,6 +11,7 @@ last kick is the next step's first). The same scheme trains from the command lin
 """
 
 import argparse
+import sys
 import time
 
 import torch
@@ -66,4 +67,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        sys.exit(0 if main() is not None else 2)
+    except KeyboardInterrupt:
+        sys.exit("interrupted")  # one line and exit 1, not a traceback

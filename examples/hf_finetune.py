@@ -11,6 +11,7 @@ the same batches; the script prints each one's test accuracy and time.
 """
 
 import argparse
+import sys
 import time
 
 import torch
@@ -82,4 +83,7 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        sys.exit(0 if main() is not None else 2)
+    except KeyboardInterrupt:
+        sys.exit("interrupted")  # one line and exit 1, not a traceback

@@ -10,6 +10,7 @@ First-order schemes run on the stacked state ``[x, v]`` with field ``[v, -x]``.
 
 import argparse
 import pathlib
+import sys
 
 import matplotlib
 
@@ -79,4 +80,7 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        sys.exit(0 if main() is not None else 2)
+    except KeyboardInterrupt:
+        sys.exit("interrupted")  # one line and exit 1, not a traceback

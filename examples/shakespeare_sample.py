@@ -7,11 +7,12 @@ continues the same prompt with the same draws (``CausalLM.generate`` with its ke
     ODEFORMER_DATA=/path/to/data python examples/shakespeare_sample.py [--steps 300] [--prompt "ROMEO:"]
 
 Without ``text/tinyshakespeare.txt`` under ``$ODEFORMER_DATA`` (``odeformer-data shakespeare`` fetches it) it says so
-and exits without training.
+and exits with code 2 without training.
 """
 
 import argparse
 import itertools
+import sys
 import textwrap
 import time
 
@@ -71,7 +72,7 @@ def main(argv=None):
     try:
         data = load("shakespeare")
     except DatasetNotFound as missing:
-        print(f"skipped: {' '.join(str(missing).split())}")
+        print(f"skipped: {' '.join(str(missing).split())}", file=sys.stderr)
         return None
     itos = data.meta["itos"]
     train_stream, val_stream = data.splits["train"][0], data.splits["val"][0]
@@ -99,4 +100,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        sys.exit(0 if main() is not None else 2)
+    except KeyboardInterrupt:
+        sys.exit("interrupted")  # one line and exit 1, not a traceback

@@ -48,3 +48,18 @@ def test_hf_finetune_example_runs(capsys):
     assert results["initial_gap"] < 1e-5  # the diffusion copy computes the HF model
     assert all(0.0 <= results[s]["accuracy"] <= 1.0 for s in ("diffusion", "full_wave"))
     assert "full_wave    test accuracy" in capsys.readouterr().out
+
+
+def test_an_example_without_its_data_says_so_and_exits_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from helpers import HANG
+
+    env = {**os.environ, "ODEFORMER_DATA": str(tmp_path / "none")}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "shakespeare_sample.py")],
+        env=env, capture_output=True, text=True, timeout=HANG, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2 and "skipped:" in done.stderr and "odeformer-data shakespeare" in done.stderr

@@ -52,6 +52,10 @@ def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+FETCH = {"shakespeare": "shakespeare", "sst2": "sst2", "planetoid": "cora"}
+"""The ``odeformer-data`` name of each file-based dataset's files (Planetoid: Cora's)."""
+
+
 def resolve_root(root: str | os.PathLike | None, dataset: str, expects: str) -> Path:
     """The data root: ``root`` if given, else ``$ODEFORMER_DATA``; raise :class:`DatasetNotFound` if neither is set
     or the folder does not exist. ``expects`` names what the loader reads under it (for the message)."""
@@ -60,13 +64,14 @@ def resolve_root(root: str | os.PathLike | None, dataset: str, expects: str) -> 
     if root is None:
         raise DatasetNotFound(
             f"{dataset} reads files from a data root, but none was given: set {ENV_VAR} or data.root to the folder "
-            f"holding {expects}."
+            f"holding {expects} (`odeformer-data {FETCH.get(dataset, '')} --root DIR` downloads them there)."
         )
     path = Path(root).expanduser()
     if not path.is_dir():
         what = "is a file, not a folder" if path.exists() else "does not exist"
         raise DatasetNotFound(
-            f"{dataset}: data root {path} {what}; set {ENV_VAR} or data.root to the folder holding {expects}."
+            f"{dataset}: data root {path} {what}; set {ENV_VAR} or data.root to the folder holding {expects} "
+            f"(`odeformer-data {FETCH.get(dataset, '')} --root DIR` downloads them there)."
         )
     return path
 
