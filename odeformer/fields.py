@@ -135,9 +135,9 @@ class AttentionField(nn.Module):
     def attend(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """``Attn(LN(x))``: the attention output before the form is applied."""
         q, k, v = self._qkv(x)  # each (B, H, N, Dh)
-        mask = self._mask(x, attn_mask)
         if self._fused():
-            causal = self.mask == "causal" and attn_mask is None
+            causal = self.mask == "causal" and attn_mask is None  # the kernel's own causal mask: no N × N tensor
+            mask = None if causal else self._mask(x, attn_mask)
             out = F.scaled_dot_product_attention(
                 q,
                 k,

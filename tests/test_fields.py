@@ -209,3 +209,21 @@ def test_simple_attention_low_rank_spectrum_matches_the_dense_one(seed, heads, n
     k = min(small.shape[-1], n)
     torch.testing.assert_close(small[..., :k], dense[..., :k], rtol=1e-8, atol=1e-8)
     assert torch.all(dense[..., k:] < 1e-8)  # the rest of the dense spectrum is zero (rank <= Dh + 1)
+
+
+def test_fused_causal_attention_builds_no_mask(monkeypatch):
+    """The fused kernel applies its own causal mask: no N × N mask is built for it and thrown away."""
+    import odeformer.fields as fields
+
+    field = fields.AttentionField(8, 2, mask="causal")
+    built = []
+    original = fields.AttentionField._mask
+    monkeypatch.setattr(fields.AttentionField, "_mask", lambda self, x, m: built.append(1) or original(self, x, m))
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        fused = field(0.0, x)
+    assert built == []
+    math_path = fields.AttentionField(8, 2, mask="causal", impl="math")
+    math_path.load_state_dict(field.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(math_path(0.0, x), fused, rtol=1e-5, atol=1e-6)  # still causal
