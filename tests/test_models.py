@@ -270,8 +270,10 @@ def test_bad_inputs_are_one_clear_sentence():
     lm = CausalLM(vocab_size=11, max_len=8)
     with pytest.raises(ValueError, match="sequence length 9 exceeds max_len=8"):
         lm(torch.zeros(1, 9, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 11\)"):
+    with pytest.raises(RuntimeError, match=r"token ids must lie in \[0, 11\)"):  # training: on the device
         lm(torch.full((1, 4), 11))
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 11\), got \[11, 11\]"):
+        lm.eval()(torch.full((1, 4), 11))
     with pytest.raises(ValueError, match=r"integer tokens of shape \(B, T\)"):
         lm(torch.zeros(4))
     with pytest.raises(ValueError, match="needs a classification head"):

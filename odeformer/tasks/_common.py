@@ -28,15 +28,23 @@ class TaskModel(nn.Module):
         return stats() if callable(stats) else {}
 
 
-def check_tokens(tokens: Tensor, vocab_size: int, max_len: int, name: str) -> None:
+def check_tokens(tokens: Tensor, vocab_size: int, max_len: int, name: str, values: bool = True) -> None:
+    """Shape, dtype and the ids' range. With ``values`` the range is read on the host and a bad id is a ValueError
+    naming it; without (a model in training mode), it is asserted on the device (``torch._assert_async``: an error
+    all the same, from the device, but no host read, so a training step never waits on the device for it)."""
     if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"{name} expects integer tokens of shape (B, T), got {tuple(tokens.shape)} {tokens.dtype}.")
     if tokens.shape[1] > max_len:
         raise ValueError(f"{name}: sequence length {tokens.shape[1]} exceeds max_len={max_len}.")
-    if not torch.compiler.is_compiling() and tokens.numel():
-        low, high = (int(bound) for bound in torch.aminmax(tokens))  # one reduction (checked on every pass)
-        if low < 0 or high >= vocab_size:
-            raise ValueError(f"{name}: token ids must lie in [0, {vocab_size}), got [{low}, {high}].")
+    if torch.compiler.is_compiling() or not tokens.numel():
+        return
+    low, high = torch.aminmax(tokens)  # one reduction (checked on every pass)
+    if not values:
+        torch._assert_async((low >= 0) & (high < vocab_size), f"{name}: token ids must lie in [0, {vocab_size}).")
+        return
+    low, high = int(low), int(high)
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{name}: token ids must lie in [0, {vocab_size}), got [{low}, {high}].")
 
 
 DiagnosticBatch = Callable[[Any, nn.Module, int], tuple[tuple[Any, ...], dict[str, Any]]]

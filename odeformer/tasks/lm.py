@@ -60,7 +60,7 @@ class CausalLM(TaskModel):
     def encode(self, tokens: Tensor, *, record: list | None = None, cache: KVCache | None = None) -> Tensor:
         """Contextual features ``(B, T, D)`` (after the final norm), before the head. With ``cache`` (a
         :class:`~odeformer.generate.KVCache`), ``tokens`` are the positions after those the cache holds."""
-        check_tokens(tokens, self.vocab_size, self.max_len, "CausalLM")
+        check_tokens(tokens, self.vocab_size, self.max_len, "CausalLM", values=not self.training)
         if cache is None:
             return self.backbone(self.embed(tokens), record=record)
         start = cache.length
@@ -118,7 +118,7 @@ class MaskedLM(TaskModel):
 
     def encode(self, tokens: Tensor, padding_mask: Tensor | None = None, *, record: list | None = None) -> Tensor:
         """Contextual features ``(B, T, D)``."""
-        check_tokens(tokens, self.vocab_size, self.max_len, "MaskedLM")
+        check_tokens(tokens, self.vocab_size, self.max_len, "MaskedLM", values=not self.training)
         keys = self._real_tokens(tokens, padding_mask)[:, None, None, :]  # (B, 1, 1, T): queries see real tokens only
         return self.backbone(self.embed_norm(self.embed(tokens)), record=record, attn_mask=keys)
 
