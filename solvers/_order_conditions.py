@@ -174,22 +174,24 @@ def _size(tree: tuple) -> int:
     return size if size is not None else 1 + sum(_size(child) for child in tree)
 
 
+def _choose(n: int, total: int, high: int, chosen: list[int], made: list) -> None:
+    """Append to ``made`` every tree of ``n`` vertices whose children (indices at most ``high``, non-increasing,
+    after ``chosen``) have ``total`` vertices left to place, with its sort key."""
+    if total == 0:
+        children = tuple(_TREES[i] for i in reversed(chosen))
+        made.append(((n, tuple(_KEY[id(child)] for child in children)), children))
+        return
+    for index in range(min(high, _UPTO[total] - 1), -1, -1):
+        chosen.append(index)
+        _choose(n, total - _SIZE[id(_TREES[index])], index, chosen, made)
+        chosen.pop()
+
+
 def _grow_trees(order: int) -> None:
     while len(_UPTO) <= order:
         n = len(_UPTO)  # make the trees with n vertices
         made: list[tuple[tuple, tuple]] = []
-
-        def choose(total: int, high: int, chosen: list[int]) -> None:
-            if total == 0:
-                children = tuple(_TREES[i] for i in reversed(chosen))
-                made.append(((n, tuple(_KEY[id(child)] for child in children)), children))
-                return
-            for index in range(min(high, _UPTO[total] - 1), -1, -1):
-                chosen.append(index)
-                choose(total - _SIZE[id(_TREES[index])], index, chosen)
-                chosen.pop()
-
-        choose(n - 1, len(_TREES) - 1, [])
+        _choose(n, n - 1, len(_TREES) - 1, [], made)
         for key, tree in sorted(made, key=lambda item: item[0]):
             _TREES.append(tree)
             _SIZE[id(tree)] = n

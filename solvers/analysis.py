@@ -450,9 +450,10 @@ class _Measured:
     def _running_state(self, field: Callable, batch: tuple[int, ...]) -> Any:
         """The state after one step from ``init`` (start-up over), for the history protocol."""
         generator = torch.Generator().manual_seed(0)
-        parts = [torch.randn(*batch, 2, self.width, generator=generator, dtype=torch.float64) for _ in range(
-            self.coordinates
-        )]
+        parts = [
+            torch.randn(*batch, 2, self.width, generator=generator, dtype=torch.float64)
+            for _ in range(self.coordinates)
+        ]
         y = self._y(parts)
         _, state = self._step(field, y, self._init(field, y))
         return state
@@ -919,18 +920,14 @@ def _dispersion(measured: _Measured, omega_dt: Sequence[float], channel: slice |
     return phase, amplitude
 
 
-def dispersion(
-    scheme: Any, omega_dt: Sequence[float], dt: float = 1.0, channel: int | None = None
-) -> Dispersion:
+def dispersion(scheme: Any, omega_dt: Sequence[float], dt: float = 1.0, channel: int | None = None) -> Dispersion:
     """Phase and amplitude errors per step of the oscillator at each ``ω dt`` (see the module docstring)."""
     measured = _Measured(scheme, dt)
     _second_order(measured, "dispersion")
     if channel is None and measured.width > 1:
         raise ValueError(f"{measured.name} has per-channel parameters ({measured.width}): pass channel=k.")
     phase, amplitude = _dispersion(measured, omega_dt, measured.channels(channel))
-    return Dispersion(
-        tuple(float(x) for x in omega_dt), tuple(phase[:, 0].tolist()), tuple(amplitude[:, 0].tolist())
-    )
+    return Dispersion(tuple(float(x) for x in omega_dt), tuple(phase[:, 0].tolist()), tuple(amplitude[:, 0].tolist()))
 
 
 def _order_of(h: Sequence[float], errors: Sequence[float]) -> tuple[int | None, float | None]:
@@ -983,7 +980,9 @@ def error_coefficients(scheme: Any) -> ErrorCoefficients:
     coefficients are (or read back as fractions). A scheme without coefficients is a one-line ValueError."""
     t = tableau_of(scheme)
     if t is None:
-        raise ValueError(f"error constants need a tableau's coefficients; {_name(scheme)} is defined by its step alone.")
+        raise ValueError(
+            f"error constants need a tableau's coefficients; {_name(scheme)} is defined by its step alone."
+        )
     if t["kind"] == "runge_kutta":
         A = _lower(t["A"])
         order = rk_order(A, t["b"], t["c"])
