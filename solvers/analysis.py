@@ -1016,7 +1016,8 @@ def analyze(scheme: Any, dt: float = 1.0, channel: int | None = None) -> dict[st
     """The numbers of the analysis as a plain dict: ``order``, ``second_order``, and for first-order schemes
     ``stability_polynomial`` (floats from ``z⁰`` up, and ``stability_polynomial_exact`` as strings when exact; None
     for a scheme with a history), ``real_stability_interval``, ``imaginary_stability_interval``; for second-order
-    ones ``oscillator_stability_interval``, ``dispersion_order``, ``dissipation_order``; and
+    ones ``oscillator_stability_interval``, ``dispersion_order``, ``dissipation_order`` (None, with a
+    ``dispersion_note`` saying why, for a scheme without a small-step limit to compare with); and
     ``principal_error_norm`` for tableaux (None otherwise). ``math.inf`` marks an unbounded interval."""
     stepper = _stepper(scheme)
     target = scheme if isinstance(scheme, Mapping) else stepper
@@ -1030,10 +1031,14 @@ def analyze(scheme: Any, dt: float = 1.0, channel: int | None = None) -> dict[st
         out["order"] = derived.order
         out["order_at_least"] = derived.at_least
     if stepper.second_order:
-        orders = dispersion_orders(target, channel=channel)
         out["oscillator_stability_interval"] = oscillator_stability_interval(target, dt, channel)
-        out["dispersion_order"] = orders.dispersion_order
-        out["dissipation_order"] = orders.dissipation_order
+        try:
+            orders = dispersion_orders(target, channel=channel)
+            out["dispersion_order"] = orders.dispersion_order
+            out["dissipation_order"] = orders.dissipation_order
+        except ValueError as error:  # no small-step limit to compare with (velocity_mix)
+            out["dispersion_order"] = out["dissipation_order"] = None
+            out["dispersion_note"] = str(error)
     else:
         try:
             p = stability_polynomial(target)

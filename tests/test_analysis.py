@@ -340,6 +340,31 @@ def test_analyze_gives_the_numbers_a_report_needs():
     assert dataclasses.asdict(analysis.dispersion_orders(solvers.Leapfrog))["dispersion_order"] == 2
 
 
+LEARNABLE = [solvers.TwoStageRK, solvers.SymmetricSplitting, solvers.TripleJump]
+
+
+@pytest.mark.parametrize(
+    "scheme",
+    [*solvers.STEPPERS.values(), *TABLEAUX.values(), *LEARNABLE],
+    ids=[
+        *(f"stepper-{n}" for n in solvers.STEPPERS),
+        *(f"tableau-{n}" for n in TABLEAUX),
+        *(c.__name__ for c in LEARNABLE),
+    ],
+)
+def test_every_registered_scheme_is_analysed(scheme):
+    numbers = analysis.analyze(scheme)
+    keys = ("oscillator_stability_interval", "dispersion_order", "dissipation_order")
+    if not scheme.second_order:
+        keys = ("stability_polynomial", "real_stability_interval", "imaginary_stability_interval")
+    assert set(keys) | {"order", "principal_error_norm"} <= set(numbers)
+    interval = numbers[keys[0] if scheme.second_order else keys[1]]
+    assert 0 < interval < math.inf  # every one of them is stable somewhere, and explicit: not everywhere
+    assert (numbers["principal_error_norm"] is not None) == (analysis.tableau_of(scheme()) is not None)
+    assert numbers["order"] >= 0
+    json.dumps(numbers)
+
+
 def test_bad_input_is_one_line():
     cases = [
         (lambda: analysis.real_stability_interval(solvers.VelocityVerlet), "is for first-order schemes"),
