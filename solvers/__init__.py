@@ -146,8 +146,8 @@ def __getattr__(name: str):
         new = _RENAMED[name]
         warnings.warn(f"solvers.{name} is now solvers.{new}", DeprecationWarning, stacklevel=2)
         return globals()[new]
-    if name == "testing":  # the property kit needs hypothesis; import it only when asked for
+    if name in ("testing", "analysis"):  # the kit needs hypothesis, and neither is needed to step: load when asked
         import importlib
 
-        return importlib.import_module(".testing", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'solvers' has no attribute {name!r}")

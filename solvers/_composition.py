@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from torch import Tensor
 
 from ._base import AbstractStepper, Claims, PhaseState, axpy
-from ._order_conditions import parse_vector, rkn_order
+from ._order_conditions import parse_exact_vector, parse_vector, rkn_order
 from ._tableau import _same_time, _Stage, engine_claims
 
 YOSHIDA_W1 = 1 / (2 - 2 ** (1 / 3))
@@ -41,8 +41,8 @@ YOSHIDA_W1 = 1 / (2 - 2 ** (1 / 3))
 def merged_sequence(drifts: Any, kicks: Any) -> tuple[tuple[str, float], ...]:
     """The step as ``(("drift", a), ("kick", b), ...)`` with zeros dropped and neighbours of one kind merged; a
     one-line ValueError for lengths that do not interleave or an inconsistent sequence."""
-    a = parse_vector(drifts, "drifts")
-    b = parse_vector(kicks, "kicks")
+    a = parse_exact_vector(drifts, "drifts")  # as given: "1/2" and ints exact, so the conditions are checked exactly
+    b = parse_exact_vector(kicks, "kicks")
     if len(a) not in (len(b), len(b) + 1):
         raise ValueError(
             f"{len(a)} drifts and {len(b)} kicks do not interleave: drift a₁, kick b₁, drift a₂, … has as many "
@@ -53,8 +53,9 @@ def merged_sequence(drifts: Any, kicks: Any) -> tuple[tuple[str, float], ...]:
         total = sum(values)
         if abs(total - 1) > 1e-12 * (1 + sum(abs(x) for x in values)):
             raise ValueError(
-                f"the sequence is not consistent (order 0): Σ {label} = 1 is off by {abs(total - 1):.3g} "
-                f"(the {label} sum to {total:.6g}), so a step does not advance {'x' if label == 'drifts' else 'v'} by "
+                f"the sequence is not consistent (order 0): Σ {label} = 1 is off by {float(abs(total - 1)):.3g} "
+                f"(the {label} sum to {float(total):.6g}), so a step does not advance "
+                f"{'x' if label == 'drifts' else 'v'} by "
                 "dt times its derivative."
             )
     ops: list[list] = []
@@ -71,7 +72,7 @@ def merged_sequence(drifts: Any, kicks: Any) -> tuple[tuple[str, float], ...]:
 
 def as_nystrom(ops: tuple[tuple[str, float], ...]) -> tuple:
     """The Runge–Kutta–Nyström tableau ``(Ā, b̄, b, c)`` of a merged sequence whose drifts sum to one."""
-    c, b, time = [], [], 0.0
+    c, b, time = [], [], 0
     for kind, coefficient in ops:
         if kind == "drift":
             time += coefficient
@@ -97,6 +98,7 @@ class Splitting:
 
     def __init__(self, drifts: Any, kicks: Any):
         ops = merged_sequence(drifts, kicks)
+        self.exact = parse_exact_vector(drifts, "drifts"), parse_exact_vector(kicks, "kicks")  # as given
         self.drifts, self.kicks = parse_vector(drifts, "drifts"), parse_vector(kicks, "kicks")
         self.derived = rkn_order(*as_nystrom(ops))
         if self.derived.order == 0:
@@ -110,7 +112,7 @@ class Splitting:
         )  # fmt: skip
         program, time = [], 0.0
         for kind, coefficient in ops:
-            program.append((kind, coefficient, time))
+            program.append((kind, float(coefficient), float(time)))
             if kind == "drift":
                 time += coefficient
         self._program = tuple(program)

@@ -53,3 +53,13 @@ class Leapfrog(AbstractStepper):
         v1 = axpy(v, dt, a) + correction
         x1 = axpy(axpy(x, dt, v), 0.5 * dt, dt * a + 2 * correction)
         return PhaseState(x1, v1), _History(a, dt)
+
+    def history(self, state):
+        """The history the next step reads: the force at the previous step's start (``solvers.analysis``'s protocol;
+        the previous step size is kept as it is)."""
+        return (state.a,)
+
+    def with_history(self, state, history):
+        """The running state with the previous force replaced."""
+        (a,) = history
+        return _History(a, state.dt)

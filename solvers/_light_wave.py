@@ -51,6 +51,15 @@ class LightWave(AbstractStepper):
         previous = x if state is None else state
         return torch.addcmul(axpy(x, dt, field(t, x)), self.lam().to(x.dtype), x - previous), x
 
+    def history(self, state):
+        """The history the next step reads: the previous position (``solvers.analysis``'s protocol)."""
+        return (state,)
+
+    def with_history(self, state, history):
+        """The running state with the previous position replaced."""
+        (previous,) = history
+        return previous
+
     def limit_field(self, field):
         lam = self.lam()
         return lambda t, x: field(t, x) / (1 - lam.to(x.dtype))

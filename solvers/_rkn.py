@@ -5,7 +5,8 @@ One evaluation per stage, no first-order rewrite (the velocity never enters a st
 makes these methods cheaper than Runge–Kutta on the doubled system. :class:`NystromTableau` holds ``A`` (``Ā``, by
 its strictly lower rows), ``bbar``, ``b`` and ``c`` and what they imply, derived when it is made:
 
-- ``order`` from the Nyström-tree order conditions (``_order_conditions.py``); inconsistent coefficients are a
+- ``order`` from the Nyström-tree order conditions (``_order_conditions.py``, up to order 9, exactly for exact
+  coefficients); inconsistent coefficients are a
   one-line ValueError naming the first failing condition;
 - ``symplectic`` from the symplecticity conditions ``b̄ᵢ = bᵢ (1 − cᵢ)``, ``bᵢ (b̄ⱼ − āᵢⱼ) = bⱼ (b̄ᵢ − āⱼᵢ)``
   (Hairer, Lubich & Wanner, *Geometric Numerical Integration*, §VI.4; Suris 1989, Okunbor & Skeel 1992);
@@ -26,19 +27,28 @@ from typing import Any, ClassVar
 from torch import Tensor
 
 from ._base import AbstractStepper, Claims, PhaseState, axpy
-from ._order_conditions import parse_vector, rkn_order, rkn_symmetric, rkn_symplectic_defect
+from ._order_conditions import (
+    parse_exact_vector,
+    parse_vector,
+    rkn_fsal,
+    rkn_order,
+    rkn_symmetric,
+    rkn_symplectic_defect,
+)
 from ._tableau import _same_time, _Stage, engine_claims, validate_rk
 
 
-def validate_rkn(A: Any, bbar: Any, b: Any, c: Any) -> tuple:
-    """``(Ā, b̄, b, c)`` as tuples of floats, ``Ā`` strictly lower; a one-line ValueError for anything inconsistent."""
+def validate_rkn(A: Any, bbar: Any, b: Any, c: Any, exact: bool = False) -> tuple:
+    """``(Ā, b̄, b, c)`` as tuples of floats (``exact``: as given, see :func:`~solvers._tableau.validate_rk`), ``Ā``
+    strictly lower; a one-line ValueError for anything inconsistent."""
     if c is None:
         raise ValueError("c is missing: a Runge–Kutta–Nyström tableau gives each stage's time c (Ā, b̄, b and c).")
-    times = parse_vector(c, "c")
-    lower, weights, _ = validate_rk(A, b)
+    parse = parse_exact_vector if exact else parse_vector
+    times = parse(c, "c")
+    lower, weights, _ = validate_rk(A, b, exact=exact)
     if len(times) != len(weights):
         raise ValueError(f"c has {len(times)} entries but b has {len(weights)}: one time per stage.")
-    position = parse_vector(bbar, "bbar")
+    position = parse(bbar, "bbar")
     if len(position) != len(weights):
         raise ValueError(f"bbar has {len(position)} entries but b has {len(weights)}: one weight per stage.")
     return lower, position, weights, times
@@ -50,15 +60,16 @@ class NystromTableau:
     kind = "runge_kutta_nystrom"
 
     def __init__(self, A: Any, bbar: Any, b: Any, c: Any):
-        self.A, self.bbar, self.b, self.c = A, bbar, b, c = validate_rkn(A, bbar, b, c)
-        self.derived = rkn_order(A, bbar, b, c)
+        self.exact = validate_rkn(A, bbar, b, c, exact=True)  # as given: the order conditions are checked on these
+        self.A, self.bbar, self.b, self.c = A, bbar, b, c = validate_rkn(A, bbar, b, c)  # floats, for the step
+        self.derived = rkn_order(*self.exact)
         if self.derived.order == 0:
             raise ValueError(f"the tableau is not consistent (order 0): {self.derived.message()}.")
         defect, self._which = rkn_symplectic_defect(A, bbar, b, c)
         self._defect = defect
         symmetric = rkn_symmetric(A, bbar, b, c)
         s = len(b)
-        fsal = s > 1 and c[0] == 0 and c[-1] == 1 and A[-1] == bbar[:-1] and bbar[-1] == 0
+        fsal = rkn_fsal(*self.exact)
         self.claims = Claims(
             order=self.derived.order, second_order=True, symplectic=defect <= 1e-12, reversible=symmetric,
             evals_per_step=s, fsal=fsal, symmetric=symmetric,

@@ -3,10 +3,12 @@
 ``kᵢ = f(t + cᵢ dt, x + dt Σⱼ₍ⱼ₍ᵢ₎ aᵢⱼ kⱼ)``, ``x₁ = x + dt Σᵢ bᵢ kᵢ``. :class:`ButcherTableau` holds the coefficients
 and what they imply, derived when it is made:
 
-- ``order`` from the rooted-tree order conditions (``_order_conditions.py``); inconsistent coefficients (order 0) are
+- ``order`` from the rooted-tree order conditions (``_order_conditions.py``, up to order 9; exactly when the
+  coefficients are exact: ints, Fractions, strings such as ``"1/6"``); inconsistent coefficients (order 0) are
   a one-line ValueError naming the first failing condition (``Σ bᵢ = 1 is off by 0.5``);
 - ``evals_per_step`` = the number of stages;
-- ``fsal`` when the last stage is the next step's first (``c_s = 1``, the last row of ``A`` equal to ``b``): the
+- ``fsal`` when the last stage is the next step's first (``c_s = 1``, the last row of ``A`` equal to ``b``, to a
+  rounding for float coefficients): the
   step keeps that evaluation in ``state`` and the next step, on the same field, reuses it;
 - never ``symplectic`` nor ``reversible`` (no explicit Runge–Kutta method is: its symplecticity condition
   ``bᵢaᵢⱼ + bⱼaⱼᵢ = bᵢbⱼ`` at ``i = j`` asks ``bᵢ = 0``).
@@ -31,7 +33,7 @@ from typing import Any, ClassVar, NamedTuple
 from torch import Tensor
 
 from ._base import CLAIMS, AbstractStepper, Claims, axpy
-from ._order_conditions import parse_vector, rk_order
+from ._order_conditions import parse_exact_vector, parse_vector, rk_fsal, rk_order
 
 
 class _Stage(NamedTuple):
@@ -45,16 +47,18 @@ def _same_time(a: Any, b: Any) -> bool:
     return a is b or (not isinstance(a, Tensor) and not isinstance(b, Tensor) and a == b)
 
 
-def validate_rk(A: Any, b: Any, c: Any = None) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...], tuple]:
-    """``(A, b, c)`` as tuples of floats, ``A`` given by its strictly lower rows (``A[i]`` has ``i`` entries, or ``s``
-    with zeros on and above the diagonal); a one-line ValueError for anything inconsistent."""
+def validate_rk(A: Any, b: Any, c: Any = None, exact: bool = False) -> tuple[tuple[tuple, ...], tuple, tuple]:
+    """``(A, b, c)`` as tuples of floats (``exact``: each coefficient as given, ``"1/6"`` and ints as Fractions),
+    ``A`` given by its strictly lower rows (``A[i]`` has ``i`` entries, or ``s`` with zeros on and above the
+    diagonal); a one-line ValueError for anything inconsistent."""
+    parse = parse_exact_vector if exact else parse_vector
     if isinstance(A, (str, bytes)):
         raise ValueError(f"A must be a list of rows, got {A!r}.")
     try:
-        rows = [parse_vector(row, f"A[{i}]") for i, row in enumerate(A)]
+        rows = [parse(row, f"A[{i}]") for i, row in enumerate(A)]
     except TypeError:
         raise ValueError(f"A must be a list of rows, got {A!r}.") from None
-    weights = parse_vector(b, "b")
+    weights = parse(b, "b")
     s = len(weights)
     if s == 0:
         raise ValueError("b is empty: a tableau has at least one stage.")
@@ -69,21 +73,22 @@ def validate_rk(A: Any, b: Any, c: Any = None) -> tuple[tuple[tuple[float, ...],
         if len(row) == s and any(x != 0 for x in row[i:]):
             j = next(j for j in range(i, s) if row[j] != 0)
             raise ValueError(
-                f"A is not explicit: a{i + 1}{j + 1} = {row[j]:g} is on or above the diagonal (an implicit stage); "
+                f"A is not explicit: a{i + 1}{j + 1} = {float(row[j]):g} is on or above the diagonal (an implicit "
+                "stage); "
                 "explicit methods have a strictly lower-triangular A."
             )
         lower.append(tuple(row[:i]))
     sums = tuple(sum(row) for row in lower)
     if c is None:
         return tuple(lower), weights, sums
-    times = parse_vector(c, "c")
+    times = parse(c, "c")
     if len(times) != s:
         raise ValueError(f"c has {len(times)} entries but b has {s}: one time per stage.")
     for i, (ci, si) in enumerate(zip(times, sums)):
         if abs(ci - si) > 1e-12 * (1 + abs(si)):
             raise ValueError(
-                f"c{i + 1} = {ci:g} is not the row sum Σⱼ a{i + 1}ⱼ = {si:g}: each stage sits at the time its "
-                "increments reach (leave c out to have it computed)."
+                f"c{i + 1} = {float(ci):g} is not the row sum Σⱼ a{i + 1}ⱼ = {float(si):g}: each stage sits at the "
+                "time its increments reach (leave c out to have it computed)."
             )
     return tuple(lower), weights, times
 
@@ -116,12 +121,13 @@ class ButcherTableau:
     kind = "runge_kutta"
 
     def __init__(self, A: Any, b: Any, c: Any = None):
-        self.A, self.b, self.c = validate_rk(A, b, c)
-        self.derived = rk_order(self.A, self.b, self.c)
+        self.exact = validate_rk(A, b, c, exact=True)  # as given: the order conditions are checked on these
+        self.A, self.b, self.c = validate_rk(A, b, c)  # floats: what a step computes with
+        self.derived = rk_order(*self.exact)
         if self.derived.order == 0:
             raise ValueError(f"the tableau is not consistent (order 0): {self.derived.message()}.")
         s = len(self.b)
-        fsal = s > 1 and self.c[-1] == 1 and self.A[-1] == self.b[:-1] and self.b[-1] == 0
+        fsal = rk_fsal(*self.exact)
         self.claims = Claims(
             order=self.derived.order, second_order=False, symplectic=False, reversible=False, evals_per_step=s,
             fsal=fsal,

@@ -195,8 +195,8 @@ def test_the_shakespeare_example_samples_both_models_side_by_side(capsys):
 def test_the_shakespeare_example_skips_cleanly_without_the_data(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ODEFORMER_DATA", str(tmp_path))
     assert _example().main(["--steps", "1"]) is None
-    out = capsys.readouterr().out
-    assert out.startswith("skipped:") and out.count("\n") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("skipped:") and err.count("\n") == 1 and "odeformer-data shakespeare" in err
 
 
 def test_a_character_level_run_logs_a_sample_at_each_evaluation(tmp_path):
