@@ -518,3 +518,32 @@ def test_the_learned_integrators_sections_compose_and_build():
             assert len(found) in (0, 2) and all(symbol in section.learned for symbol, _ in found)
     expected = {"SymmetricSplitting", "TwoStageRK", "TripleJump", "Omelyan2", "Ralston", "Midpoint", "Heun"}
     assert expected | {"ForestRuth", "Yoshida4", "VelocityVerlet", "PositionVerlet"} <= kinds
+
+
+def test_dormand_prince_given_inline_reuses_its_last_stage():
+    """Dormand–Prince 5 with ``c`` computed from ``A``'s row sums (``c₇`` rounds to 0.9999999999999998): first same
+    as last, so ten steps on one field cost 7 + 9 × 6 evaluations, not 7 each (Dormand & Prince, J. Comput. Appl.
+    Math. 6 (1980), the 5th-order weights)."""
+    A = [
+        [],
+        [1 / 5],
+        [3 / 40, 9 / 40],
+        [44 / 45, -56 / 15, 32 / 9],
+        [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729],
+        [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656],
+        [35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84],
+    ]
+    b = [35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0]
+    dp5 = tableau(A=A, b=b)
+    assert (dp5.order, dp5.evals_per_step, dp5.fsal) == (5, 7, True)
+    calls = []
+
+    def field(t, x):
+        calls.append(t)
+        return -x
+
+    x, state, t = torch.ones(3, dtype=torch.float64), None, 0.0
+    for _ in range(10):
+        x, state = dp5.step(field, t, x, 0.1, state)
+        t += 0.1  # as the depth loop advances time
+    assert len(calls) == 7 + 9 * 6
