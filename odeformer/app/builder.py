@@ -23,27 +23,12 @@ import torch
 from torch import nn
 
 from ..data import TaskData, data_kind, load
-from ..tasks import TASK_MODELS, TaskSpec
+from ..tasks import TaskSpec
 from .checkpoints import load_checkpoint
+from .identity import default_model, model_targets
 
 SOLVER_TARGETS = ("odeformer.preset", "odeformer.continuous.continuous")
 """The ``_target_`` a solver node may name: a (discrete) preset, or a continuous-depth solver."""
-
-
-def model_targets() -> dict[str, TaskSpec]:
-    """The ``_target_`` a model node may name, and its registered task model (:data:`odeformer.tasks.TASK_MODELS`)."""
-    return {spec.target: spec for spec in TASK_MODELS.values()}
-
-
-def model_name(target: Any) -> str | None:
-    """The config name of the task model a model node's ``_target_`` names (None: not a registered one)."""
-    spec = model_targets().get(target)
-    return spec.name if spec else None
-
-
-def default_model(kind: str) -> str | None:
-    """The config name of the task model the commands choose for ``kind`` of data (None: no model trains on it)."""
-    return next((spec.name for spec in TASK_MODELS.values() if spec.data == kind and spec.default), None)
 
 
 def _check_kind(spec: TaskSpec, data_name: str, kind: str | None) -> None:
@@ -109,17 +94,6 @@ def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | No
     ffn = solver.get("ffn")
     if ffn is not None and ffn not in solver_names():
         raise UsageError(f"{source}: its config names ffn scheme {ffn!r}, which is not registered; refused.")
-
-
-def describe(config: dict[str, Any]) -> dict[str, Any]:
-    """The solver, model, data and depth names :func:`build` gives ``config``'s run, without building it."""
-    target = config["model"].get("_target_")
-    return {
-        "solver": config["solver"].get("name"),
-        "model": model_name(target) or str(target or "").rsplit(".", 1)[-1],
-        "data": config["data"].get("name"),
-        "depth": config["model"].get("depth"),
-    }
 
 
 def build(

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import yaml
 
+from .identity import IDENTITY, describe
+
 FORMAT = "odeformer-checkpoint-1"
 LOCK = ".lock"  # the run directory's lock file: the PID of the process writing the run
 HISTORY = "history.jsonl"  # what happened to a run beyond its metrics: a stop for divergence, a resume's changes
@@ -376,9 +378,6 @@ def _settings(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
-IDENTITY = ("solver", "model", "data", "depth")  # what a checkpoint's info names even without its config
-
-
 def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """Refuse to resume the run whose ``last.pt`` holds ``payload`` with a ``config`` that differs from the one it was
     started with (beyond :data:`RESUME_MAY_CHANGE`, and :data:`AFTER_DIVERGENCE` after a stop for divergence): one
@@ -422,8 +421,6 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
 
 def _check_identity(last: Path, info: dict[str, Any], config: dict[str, Any]) -> None:
     """A ``last.pt`` without a stored config: resume it only into the solver, model, data and depth it names."""
-    from .builder import describe  # the names build() gives a config, without building it
-
     now = describe(config)
     missing = [key for key in IDENTITY if info.get(key) is None]
     if missing:

@@ -43,7 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..data import DatasetNotFound
-from .builder import UsageError, build, model_name
+from .builder import UsageError, build
 from .checkpoints import (
     CheckpointError,
     CheckpointWriteError,
@@ -54,6 +54,7 @@ from .checkpoints import (
     lock_run_directory,
 )
 from .config import Config, group_options
+from .identity import model_name
 from .stability import max_stable_dt, stable
 from .trainer import Settings, Trainer, TrainingDiverged
 
