@@ -173,54 +173,35 @@ def check_sizes(config: dict[str, Any], source: Path | None = None) -> None:
         )
 
 
-def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool = True) -> dict[str, float]:
+def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool = True) -> dict[str, float] | None:
     """A lower estimate, in bytes, of the memory the run takes: ``parameters`` (with their gradients and AdamW's two
-    moments when ``training``) and ``activations`` (what one batch's forward keeps for the backward pass: per layer the
-    state, the attention's inputs and the FFN's hidden units; the n x n attention scores only with ``impl=math``,
-    which keeps them; the output logits). A lower estimate: it refuses, before building, only what cannot fit."""
+    moments when ``training``) and ``activations`` (what one batch's forward keeps: every layer's share for the
+    backward pass when ``training``, unless the layers are recomputed; every layer's state when not). What the model
+    holds and keeps is its task's own count (:attr:`odeformer.tasks.TaskSpec.footprint`); this adds the batch (its
+    share per process under ``torchrun``), the precision and what training keeps. None: the task gives no count."""
     model, solver, data, train = config["model"], config["solver"], config["data"], config.get("train") or {}
-    kind = model_targets()[model["_target_"]].data
-    d, depth, heads = model["dim"], model["depth"], model.get("heads") or 1
-    hidden = model.get("mlp_hidden") or int((model.get("mlp_ratio") or 4.0) * d)
+    spec = model_targets()[model["_target_"]]
+    if spec.footprint is None:
+        return None
+    depth = model["depth"]
     continuous = solver.get("_target_") == SOLVER_TARGETS[1]
     blocks = 1 if (continuous or model.get("tie_weights")) else depth
+    footprint = spec.footprint(_arguments(model), meta, blocks)
     world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    batch = math.ceil(data.get("batch_size", 1) / world)
-    if kind == "graph":
-        n, batch = meta.get("num_nodes", 1), 1
-        per_block = 4 * d * d + 8 * d
-        params = meta.get("in_features", 1) * d + blocks * per_block + d * meta.get("num_classes", 1)
-        per_layer = n * 6 * d  # fused attention need not keep the n x n scores: a lower estimate leaves them out
-        head = n * meta.get("num_classes", 1)
-    else:
-        if kind == "image":
-            patch = model.get("patch_size") or 1
-            n = (meta.get("image_size", 1) // patch) ** 2 + 1
-            embed = patch * patch * meta.get("in_chans", 1) * d + n * d
-            classes = meta.get("num_classes", 1)
-        else:
-            n = model.get("max_len") or meta.get("max_len", 1)
-            embed = meta.get("vocab_size", 1) * d + n * d
-            classes = meta.get("vocab_size", 1) if kind == "text" else meta.get("num_classes", 1)
-        per_block = 4 * d * d + 2 * d * hidden + hidden + 9 * d
-        params = embed + blocks * per_block + (d * classes if kind != "text" else 0)
-        scores = heads * n * n if model.get("impl") == "math" else 0
-        per_layer = batch * (n * (6 * d + 2 * hidden) + 2 * scores)
-        head = batch * n * classes * (2 if kind == "text" else 1)
+    batch = math.ceil(data.get("batch_size", 1) / world) if footprint.per_item else 1
     cuda = train.get("device") == "cuda" or (train.get("device", "auto") == "auto" and torch.cuda.is_available())
     bf16 = train.get("precision") == "bf16" or (train.get("precision", "auto") == "auto" and cuda)
     width = 2 if bf16 else 4
     if not training:
-        layers_kept = depth + 1  # the diagnostics keep every layer's state
-        per_layer = batch * n * d if kind != "graph" else n * d
+        layers_kept, per_layer = depth + 1, footprint.state  # the diagnostics keep every layer's state
     elif model.get("checkpoint") or (continuous and solver.get("adjoint")):
-        layers_kept = 1
+        layers_kept, per_layer = 1, footprint.layer
     else:
-        layers_kept = depth
+        layers_kept, per_layer = depth, footprint.layer
     return {
-        "parameters": float(params) * (16 if training else 4),
-        "parameter_count": float(params),
-        "activations": float(per_layer * layers_kept + head) * width,
+        "parameters": float(footprint.parameters) * (16 if training else 4),
+        "parameter_count": float(footprint.parameters),
+        "activations": float(batch * (per_layer * layers_kept + footprint.head)) * width,
     }
 
 
@@ -251,6 +232,8 @@ def check_memory(
     """Refuse, in one line with the estimate and the limit, a run whose :func:`estimate_memory` exceeds the memory of
     the device it would run on."""
     estimate = estimate_memory(config, meta, training)
+    if estimate is None:
+        return
     need = estimate["parameters"] + estimate["activations"]
     limit, where = memory_limit(config)
     if need <= limit:
