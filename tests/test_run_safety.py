@@ -15,18 +15,12 @@ from pathlib import Path
 
 import pytest
 
-import odeformer.app.train as entry
+import odeformer.app.commands.train as entry
 from helpers import cli_in_process
-from odeformer.app.builder import build, estimate_memory
-from odeformer.app.checkpoints import (
-    CheckpointError,
-    CheckpointWriteError,
-    RunDirectoryBusy,
-    hydra_quote,
-    load_checkpoint,
-    lock_run_directory,
-    save_checkpoint,
-)
+from odeformer.app.run.builder import build, estimate_memory
+from odeformer.app.run.checkpoints import CheckpointError, CheckpointWriteError, load_checkpoint, save_checkpoint
+from odeformer.app.run.locks import RunDirectoryBusy, lock_run_directory
+from odeformer.app.run.resume import hydra_quote
 
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2", "train.eval_batches=1"]
 
@@ -167,7 +161,7 @@ def test_the_parameter_estimate_is_the_models_count_within_a_few_percent(overrid
 
 def _diverge_from(monkeypatch, step):
     """Make the loss NaN from training step ``step`` on, as a blow-up of the dynamics does."""
-    import odeformer.app.trainer as trainer
+    import odeformer.app.run.trainer as trainer
 
     original = trainer.Trainer.fit
 
@@ -242,7 +236,7 @@ def test_a_checkpoint_with_non_finite_optimiser_state_is_not_offered_as_good(fin
 def test_a_non_finite_state_is_never_saved_as_last_pt(tmp_path, monkeypatch):
     """The optimiser's moments overflow while the loss is still finite: the save that would write them stops the run
     as diverged and keeps the last good last.pt."""
-    import odeformer.app.trainer as trainer
+    import odeformer.app.run.trainer as trainer
 
     out = tmp_path / "run"
     original = trainer.Trainer._save_last
@@ -282,7 +276,7 @@ def test_the_resume_command_survives_spaces_quotes_and_non_ascii(tmp_path):
     ],
 )
 def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_is_intact(tmp_path, monkeypatch, error):
-    import odeformer.app.checkpoints as checkpoints
+    import odeformer.app.run.checkpoints as checkpoints
 
     path = tmp_path / "last.pt"
     save_checkpoint(path, {"format": checkpoints.FORMAT, "step": 1})
@@ -304,7 +298,7 @@ def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_is_int
 
 @pytest.mark.slow  # a resumed training run (the message itself is checked above, without training)
 def test_a_full_disk_during_training_stops_with_one_line(finished, tmp_path, monkeypatch):
-    import odeformer.app.checkpoints as checkpoints
+    import odeformer.app.run.checkpoints as checkpoints
 
     out = _copy(finished, tmp_path / "run")
     before = (out / "last.pt").read_bytes()
@@ -351,7 +345,9 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, monkeypatch):
     def interrupted(config, *args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(entry, "build", interrupted)
+    import odeformer.app.run.launch as launch
+
+    monkeypatch.setattr(launch, "build", interrupted)
     line = _line(_train(out), 130)
     assert line == "odeformer-train: interrupted (Ctrl-C) before training started; nothing was trained."
     assert not out.exists() or not _tree(out)
@@ -367,7 +363,7 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, monkeypatch):
 def test_a_divergence_stays_in_force_until_a_checkpoint_is_written_after_it(tmp_path):
     """A resume after a divergence that is itself stopped before its first save may be resumed again with the lower
     learning rate: the last.pt is still the one from before the divergence."""
-    from odeformer.app.checkpoints import diverged_after, record
+    from odeformer.app.run.history import diverged_after, record
 
     record(tmp_path, {"event": "diverged", "step": 13, "checkpoint_step": 10})
     record(tmp_path, {"event": "resumed", "step": 10, "changes": {"train.lr": [0.003, 0.0003]}})

@@ -12,9 +12,10 @@ import tomllib
 import torch
 
 import odeformer
-from odeformer.app.checkpoints import FORMAT, save_checkpoint
-from odeformer.app.config import DataConfig, SolverConfig, model_config, stepper_options
-from odeformer.app.sample import EvalSample, main
+from odeformer.app.commands.sample import main
+from odeformer.app.run.checkpoints import FORMAT, save_checkpoint
+from odeformer.app.run.config import DataConfig, SolverConfig, model_config, stepper_options
+from odeformer.app.run.sampling import EvalSample
 
 ROOT = Path(__file__).resolve().parents[1]
 ITOS = list("\n !',.:;?ABCDEHILMNORTUaehilmnorstuw")
@@ -70,7 +71,7 @@ def test_the_run_s_model_is_looked_up_in_the_task_registry(monkeypatch):
     from its ``_target_`` (never imported), and a CausalLM run is refused once its record is gone."""
     import dataclasses
 
-    from odeformer.app.sample import SampleError, build_model, text_models
+    from odeformer.app.run.sampling import SampleError, build_model, text_models
     from odeformer.tasks import TASK_MODELS, task_of
 
     class ShortLM(odeformer.CausalLM):
@@ -138,7 +139,7 @@ def test_a_run_without_a_stored_vocabulary_reads_its_dataset(tmp_path, capsys):
 
 def test_the_console_script_is_declared():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["odeformer-sample"] == "odeformer.app.sample:main"
+    assert scripts["odeformer-sample"] == "odeformer.app.commands.sample:main"
 
 
 def test_the_evaluation_sample_leaves_the_training_rng_alone():
@@ -166,7 +167,7 @@ def test_a_character_level_run_logs_samples_and_odeformer_sample_reads_it(tmp_pa
     assert len(samples) == 2 and all(s.startswith("0") or s.startswith("\n") for s in samples)
     assert json.loads((run / "summary.json").read_text())["sample"] == samples[-1]
     done = subprocess.run(
-        [sys.executable, "-m", "odeformer.app.sample", str(run), "--prompt", "012", "--tokens", "10"],
+        [sys.executable, "-m", "odeformer.app.commands.sample", str(run), "--prompt", "012", "--tokens", "10"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.startswith("012") and len(done.stdout) == 14, done.stderr
@@ -201,7 +202,7 @@ def test_the_shakespeare_example_skips_cleanly_without_the_data(tmp_path, monkey
 def test_a_character_level_run_logs_a_sample_at_each_evaluation(tmp_path):
     """The trainer's hook, without the command line: a sample in each evaluation's metrics row, the last in the
     summary, the vocabulary in best.pt; a run on other data logs none."""
-    from odeformer.app.trainer import Settings, Trainer
+    from odeformer.app.run.trainer import Settings, Trainer
     from odeformer.data import load
 
     data = load("synthetic", task="text", n=64)

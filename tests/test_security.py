@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from odeformer.app import diagnose, reproduce
-from odeformer.app.builder import UsageError, build, load_run
-from odeformer.app.checkpoints import FORMAT, CheckpointError, load_checkpoint
+from odeformer.app.commands import diagnose, reproduce
+from odeformer.app.run.builder import UsageError, build, load_run
+from odeformer.app.run.checkpoints import FORMAT, CheckpointError, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,19 +72,19 @@ def _loads(path: Path) -> list[str]:
 
 
 def test_the_package_has_one_checkpoint_loader():
-    """Every checkpoint is read by odeformer.app.checkpoints.load_checkpoint (weights only): no other torch.load call,
-    and no weights_only other than True, anywhere in the packages."""
+    """Every checkpoint is read by odeformer.app.run.checkpoints.load_checkpoint (weights only): no other torch.load
+    call, and no weights_only other than True, anywhere in the packages."""
     offenders = [
         where
         for package in ("odeformer", "solvers")
         for path in sorted((ROOT / package).rglob("*.py"))
         for where in _loads(path)
     ]
-    loader = [where for where in offenders if where.startswith("odeformer/app/checkpoints.py:")]
+    loader = [where for where in offenders if where.startswith("odeformer/app/run/checkpoints.py:")]
     assert len(loader) == 1, offenders
     others = [where for where in offenders if where not in loader]
-    assert not others, f"load checkpoints with odeformer.app.checkpoints.load_checkpoint, not: {others}"
-    assert "weights_only=True" in (ROOT / "odeformer" / "app" / "checkpoints.py").read_text().splitlines()[
+    assert not others, f"load checkpoints with odeformer.app.run.checkpoints.load_checkpoint, not: {others}"
+    assert "weights_only=True" in (ROOT / "odeformer" / "app" / "run" / "checkpoints.py").read_text().splitlines()[
         int(loader[0].rsplit(":", 1)[1]) - 1
     ]
 

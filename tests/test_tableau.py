@@ -456,9 +456,10 @@ def test_the_learned_integrators_sections_compose_and_build():
     and are what the section's coefficient table reads."""
     from omegaconf import OmegaConf
 
-    import odeformer.app.builder as builder
-    import odeformer.app.train as entry
-    from odeformer.app.reproduce import SECTIONS, coefficients
+    import odeformer.app.commands.train as entry
+    import odeformer.app.run.builder as builder
+    from odeformer.app.reporting.learned import coefficients
+    from odeformer.app.run.sections import SECTIONS
 
     keys = ("learned_integrators", "learned_integrators_text", "learned_integrators_order4")
     sections = [SECTIONS[key] for key in keys]

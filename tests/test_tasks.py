@@ -8,10 +8,11 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-import odeformer.app.train as entry
-from odeformer.app.builder import build, default_model
-from odeformer.app.config import model_config
-from odeformer.app.objectives import OBJECTIVES, make_objective
+import odeformer.app.commands.train as entry
+from odeformer.app.run.builder import build
+from odeformer.app.run.config import model_config
+from odeformer.app.run.identity import default_model
+from odeformer.app.run.objectives import OBJECTIVES, make_objective
 from odeformer.data import DATASETS, data_kind, load
 from odeformer.data._common import KINDS
 from odeformer.diagnostics import layer_measures

@@ -91,7 +91,7 @@ def transformer_footprint(
 class TaskSpec:
     """One task model, as the training, diagnosis and reproduction commands know it; registered (:func:`register`)
     beside its class. Its config node (``model=<name>``) is generated from the constructor's signature
-    (:func:`odeformer.app.config.model_config`), so the Python defaults and the command line's are one set.
+    (:func:`odeformer.app.run.config.model_config`), so the Python defaults and the command line's are one set.
 
     - ``name``: the config's name for it (``model=vit``).
     - ``model``: the class. Its keyword arguments with defaults are the config's keys and defaults, except
@@ -100,7 +100,7 @@ class TaskSpec:
       or graph).
     - ``sizes``: the constructor's arguments read from the dataset's ``meta`` (never config keys).
     - ``objective``: the name of its training objective (loss, sampler and metric) among
-      :data:`odeformer.app.objectives.OBJECTIVES`.
+      :data:`odeformer.app.run.objectives.OBJECTIVES`.
     - ``diagnostic_batch``: ``(data, model, size) -> (inputs, options)``: the first ``size`` validation items as the
       model's inputs and the options :func:`~odeformer.diagnostics.layer_measures` needs for them.
     - ``first_token``: what token 0 of its state is, in words (the diagnostics' phase portrait follows it).

@@ -32,20 +32,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..data import TaskData
-from .checkpoints import (
-    FORMAT,
-    HISTORY,
-    CheckpointError,
-    load_checkpoint,
-    non_finite,
-    record,
-    resume_command,
-    save_checkpoint,
-)
+from ...data import TaskData
+from ..reporting.plots import plot_curves
+from .checkpoints import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from .config import TrainConfig
+from .history import HISTORY, non_finite, record
 from .objectives import TextObjective, make_objective
-from .sample import EvalSample
+from .optimizer import make_optimizer
+from .resume import resume_command
+from .sampling import EvalSample
 
 PENDING_STOP: int | None = None
 """A signal received before the loop could install its own handler (a sweep's worker process sets it): the run
@@ -62,7 +57,7 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 @dataclass
 class Settings(TrainConfig):
-    """What the loop needs: the ``train`` config group (``odeformer/app/config.py``) plus the data's batch size."""
+    """What the loop needs: the ``train`` config group (``odeformer/app/run/config.py``) plus the data's batch size."""
 
     batch_size: int = 64
 
@@ -118,35 +113,6 @@ def choose_device(name: str) -> torch.device:
     if name == "cuda" and "LOCAL_RANK" in os.environ:
         return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return torch.device(name)
-
-
-def decayed(model: nn.Module, scope: str) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """``(decayed, not decayed)`` parameters. ``scope="matrices"``: weights of two or more dimensions outside the
-    embeddings; ``"all"``: every parameter (DIFFormer's protocol). Scheme parameters (a stepper's momentum, gate or
-    damping: the parameters of every ``solvers.AbstractStepper`` in the model) are never decayed: decay would pull
-    them toward 0, i.e. toward a particular scheme (λ = ½ for a sigmoid gate). A :class:`~odeformer.layer.Layer` is a
-    stepper too, but over fields it owns: its scheme parameters are its block stepper's, not its fields'."""
-    from solvers import AbstractStepper
-
-    from ..layer import Layer
-
-    steppers = (m for m in model.modules() if isinstance(m, AbstractStepper) and not isinstance(m, Layer))
-    scheme = {id(p) for m in steppers for p in m.parameters()}
-    on, off = [], []
-    for name, p in model.named_parameters():
-        matrix = p.dim() >= 2 and "embed" not in name
-        (on if id(p) not in scheme and (scope == "all" or matrix) else off).append(p)
-    return on, off
-
-
-def make_optimizer(model: nn.Module, settings: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW (decoupled decay) or Adam (decay as an L2 term in the gradient, as DIFFormer's code uses it)."""
-    on, off = decayed(model, settings.decay)
-    groups = [{"params": on, "weight_decay": settings.weight_decay}, {"params": off, "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW if settings.optimizer == "adamw" else torch.optim.Adam
-    # the fused kernel (one pass per tensor) where PyTorch has it: on CPU several times faster than the default loop
-    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in model.parameters())
-    return optimizer(groups, lr=settings.lr, fused=fused or None)
 
 
 class Trainer:
@@ -213,7 +179,7 @@ class Trainer:
 
     def best_state(self) -> dict[str, Any]:
         """``best.pt``: the weights at ``best_step`` and the run's description (what
-        :func:`odeformer.app.builder.load_run` and the summary's test evaluation read)."""
+        :func:`odeformer.app.run.builder.load_run` and the summary's test evaluation read)."""
         return {
             "format": FORMAT,
             "step": self.best_step,
@@ -517,7 +483,7 @@ class Trainer:
         if status == "interrupted":
             summary["signal"] = self.stop_signal
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        plot_curves(self.out_dir)
+        plot_curves(list(read_metrics(self.out_dir)), self.out_dir / "curves.png")
         return summary
 
 
@@ -573,29 +539,3 @@ def read_metrics(out_dir: Path) -> Iterator[dict[str, Any]]:
         if not isinstance(row, dict) or not isinstance(row.get("step"), int):
             raise ValueError(f"{path} line {i + 1} is not a metrics row with an integer step: {line[:80]!r}.")
         yield row
-
-
-def plot_curves(out_dir: Path) -> Path:
-    """``curves.png``: training loss and validation metrics against step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = list(read_metrics(out_dir))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
-    if train:
-        left.plot(*zip(*train), lw=1)
-    left.set(xlabel="step", ylabel="training loss", yscale="log")
-    for key in sorted({k for r in rows for k in r if k.startswith("val_")}):
-        points = [(r["step"], r[key]) for r in rows if key in r]
-        right.plot(*zip(*points), marker="o", ms=3, label=key)
-    right.set(xlabel="step", ylabel="validation")
-    if right.lines:
-        right.legend()
-    fig.tight_layout()
-    path = Path(out_dir) / "curves.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

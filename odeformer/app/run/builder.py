@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data import TaskData, data_kind, load
-from ..tasks import TaskSpec
+from ...data import TaskData, data_kind, load
+from ...tasks import TaskSpec
 from .checkpoints import load_checkpoint
 from .identity import default_model, model_targets
 
@@ -59,7 +59,7 @@ def target(node: dict[str, Any], allowed: tuple[str, ...], group: str, source: P
         )
     import odeformer
 
-    from .. import continuous
+    from ... import continuous
 
     builders = {"odeformer.preset": odeformer.layer_spec, "odeformer.continuous.continuous": continuous.continuous}
     return {**model_targets(), **builders}[name]
@@ -72,8 +72,8 @@ def _arguments(node: dict[str, Any]) -> dict[str, Any]:
 def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | None) -> None:
     """A config read from a file names registered solvers only; its scheme of the user's own is imported only if the
     command line names the same ``module.Class`` (``stepper``)."""
-    from ..continuous import CONTINUOUS
-    from ..presets import solver_names
+    from ...continuous import CONTINUOUS
+    from ...presets import solver_names
 
     if source is None:
         return

@@ -1,6 +1,6 @@
 """A run's identity: the solver, model, data and depth its config names, known without building it.
 
-:func:`describe` gives those four names from a resolved config, as :func:`~odeformer.app.builder.build` names its
+:func:`describe` gives those four names from a resolved config, as :func:`~odeformer.app.run.builder.build` names its
 run; a checkpoint stores them beside its config, so a checkpoint without a config can still be told apart from
 another run's. The model's name is the registered task model's (:data:`odeformer.tasks.TASK_MODELS`) whose
 ``_target_`` the config's model node holds (:func:`model_targets`).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tasks import TASK_MODELS, TaskSpec
+from ...tasks import TASK_MODELS, TaskSpec
 
 IDENTITY = ("solver", "model", "data", "depth")
 """What a run's record names even without its config."""
@@ -33,7 +33,7 @@ def default_model(kind: str) -> str | None:
 
 
 def describe(config: dict[str, Any]) -> dict[str, Any]:
-    """The solver, model, data and depth names :func:`~odeformer.app.builder.build` gives ``config``'s run, without
+    """The solver, model, data and depth names :func:`~odeformer.app.run.builder.build` gives ``config``'s run, without
     building it."""
     target = config["model"].get("_target_")
     return {

@@ -1,6 +1,6 @@
 """Typed configs for ``odeformer-train``, and the config groups generated from the registries.
 
-Plain dataclasses: ``odeformer/app/train.py`` (the only module that imports Hydra) stores every node of
+Plain dataclasses: ``odeformer/app/commands/train.py`` (the only module that imports Hydra) stores every node of
 :func:`group_options` in Hydra's ConfigStore, so each group option is a typed node (a wrong type or an unknown key
 fails at start-up) and there is no YAML to copy for a new scheme: the ``solver`` group holds every preset, every
 scheme registered in :data:`solvers.STEPPERS` and every continuous-depth solver; the ``model`` group one node per
@@ -25,16 +25,16 @@ from typing import Any, Optional  # OmegaConf reads these annotations at runtime
 
 import solvers
 
-from ..continuous import CONTINUOUS
-from ..presets import solver_names, spec_of, stepper_parameters
-from ..tasks import TASK_MODELS, TaskSpec
+from ...continuous import CONTINUOUS
+from ...presets import solver_names, spec_of, stepper_parameters
+from ...tasks import TASK_MODELS, TaskSpec
 
 
 @dataclass
 class SolverConfig:
     """The block dynamics: a solver name (a preset or a registered scheme) and its changes, which
     :func:`odeformer.presets.layer_spec` applies. The ``_target_`` is an identifier the builder's table looks up
-    (``odeformer.app.builder.SOLVER_TARGETS``), never imported; it keeps the function's old name, which saved runs
+    (``odeformer.app.run.builder.SOLVER_TARGETS``), never imported; it keeps the function's old name, which saved runs
     hold."""
 
     _target_: str = "odeformer.preset"
@@ -195,7 +195,7 @@ def model_config(name: str) -> type:
 
 def loader_options(name: str) -> dict[str, Any]:
     """A dataset loader's keyword arguments and their defaults (``root`` has a key of its own)."""
-    from ..data import DATASETS
+    from ...data import DATASETS
 
     parameters = inspect.signature(DATASETS[name].loader).parameters
     return {
