@@ -19,10 +19,11 @@ from odeformer.app.reporting.results import (
 )
 from odeformer.app.reporting.tables import results_table
 from odeformer.app.run import sweep
-from odeformer.app.run.sections import SECTIONS, SMOKE, Section, matched_jobs
+from odeformer.app.run.sections import Section, matched_jobs, results_sections, smoke_section
 from odeformer.app.run.sweep import Sweep, _reuse, _train, config_drift
 
-TITLES = {"smoke": SMOKE.title, **{key: section.title for key, section in SECTIONS.items()}}
+SECTIONS = results_sections()
+TITLES = {"smoke": smoke_section().title, **{key: section.title for key, section in SECTIONS.items()}}
 ORDER = ["smoke", *SECTIONS]
 
 
@@ -292,3 +293,89 @@ def test_rows_whose_labels_share_a_run_folder_are_refused():
     section = Section("t", [], {"λ learned": ["solver=a"], "α learned": ["solver=b"]}, seeds=[0])
     with pytest.raises(ValueError, match="share the run folder 'learned__seed=0'"):
         section.runs()
+
+
+# -- sections files: data, never code ---------------------------------------------------------------------------
+
+
+def test_the_sections_omelyan_member_is_the_learnable_splittings_start():
+    """Omelyan's λ is stated once in the sections file (an anchor) and is the value the learnable splitting starts
+    from, so the table's "nearest member" is the scheme's own."""
+    import inspect
+
+    import solvers
+
+    start = inspect.signature(solvers.SymmetricSplitting).parameters["lambda0"].default
+    assert SECTIONS["learned_integrators"].learned["λ"]["Omelyan"] == start
+    assert SECTIONS["learned_integrators_order4"].learned["λ"]["Omelyan inside"] == start
+
+
+GOOD = "s:\n  title: t\n  fixed: [experiment=digits_vit]\n  rows:\n    a: [solver=diffusion]\n"
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        (GOOD + "  _target_: os.system\n", "s._target_: not a setting"),
+        (GOOD.replace("  rows:\n    a: [solver=diffusion]\n", "  rows: [solver=diffusion]\n"), "s.rows: must map"),
+        (GOOD.replace("[solver=diffusion]", "solver=diffusion"), "s.rows.a: must be a list of overrides"),
+        (GOOD.replace("[experiment=digits_vit]", "['hydra.searchpath=[file:///x]']"), "s.fixed: 'hydra.searchpath"),
+        (GOOD.replace("[solver=diffusion]", "[solver.stepper=odeformer_evil.Scheme]"), "s.rows.a: 'solver.stepper"),
+        (GOOD.replace("[solver=diffusion]", "[solver.stepper=solvers.STEPPERS]"), "never imported"),
+        (GOOD + "  seeds: [0, one]\n", "s.seeds: must be a list of distinct seeds"),
+        (GOOD + "  plot: true\n  columns:\n    wide: [model.dim=8]\n", "s.plot: draws accuracy against depth"),
+        (GOOD + "  diagnose: [deep]\n", "s.diagnose: 'deep' is not one of the columns"),
+        (GOOD + "  learned:\n    λ: {verlet: zero}\n", "s.learned: must map"),
+        (GOOD + "  matched: maybe\n", "s.matched: must be true or false"),
+        (GOOD.replace("  title: t\n", ""), "s: missing title"),
+        (GOOD + "  note: one\n  note: two\n", "the key 'note' is given twice"),
+        (GOOD.replace("s:\n", "bad key:\n", 1), "'bad key': a section's key names its folder"),
+        ("- a list\n", "must map each section's key to its settings"),
+        ("s: !!python/object/apply:os.system [touch odeformer_ran]\n", "not a sections file"),
+        ("s: [unclosed\n", "not a sections file"),
+    ],
+)
+def test_a_malformed_sections_file_is_one_line_naming_the_file_and_the_key(tmp_path, text, where):
+    import sys
+
+    from odeformer.app.run.sections import SectionError, load_sections
+
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    with pytest.raises(SectionError) as info:
+        load_sections(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and where in message and "\n" not in message, message
+    assert "odeformer_evil" not in sys.modules and not (tmp_path / "odeformer_ran").exists()
+
+
+def test_a_sections_file_of_ones_own_loads_to_jobs(tmp_path):
+    from odeformer.app.run.sections import load_sections
+
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        GOOD + "    b: [solver=full_wave, solver.stepper=solvers.SymmetricSplitting]\n  seeds: [3]\n"
+        "  columns:\n    depth 2: [model.depth=2]\n  plot: true\n"
+    )
+    (section,) = load_sections(path).values()
+    assert [job.name for job in section.runs()] == ["a__depth_2__seed=3", "b__depth_2__seed=3"]
+    assert section.runs()[1].overrides == [
+        "experiment=digits_vit",
+        "solver=full_wave",
+        "solver.stepper=solvers.SymmetricSplitting",
+        "model.depth=2",
+        "train.seed=3",
+    ]
+    assert section.matched and section.plot and section.note == ""
+
+
+def test_reproduce_with_a_malformed_sections_file_is_one_line(tmp_path, monkeypatch, capsys):
+    from odeformer.app.run.sections import load_sections
+
+    path = tmp_path / "results.yaml"
+    path.write_text(GOOD.replace("  rows:\n    a: [solver=diffusion]\n", "  rows: {}\n"))
+    monkeypatch.setattr(reproduce, "results_sections", lambda: load_sections(path))
+    assert main(["--out", str(tmp_path / "out")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"odeformer-reproduce: error: {path}: s.rows")
+    assert not (tmp_path / "out").exists()

@@ -13,6 +13,7 @@ import torch
 from odeformer.app.commands import diagnose, reproduce
 from odeformer.app.run.builder import UsageError, build, load_run
 from odeformer.app.run.checkpoints import FORMAT, CheckpointError, load_checkpoint
+from odeformer.app.run.sections import smoke_section
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +105,7 @@ def test_reproduce_refuses_a_finished_runs_last_pt_that_would_run_code(tmp_path,
     to check the run's config, and must not run the command."""
     marker = tmp_path / "ran"
     runs = tmp_path / "runs"
-    run = runs / "smoke" / reproduce.SMOKE.runs()[0][0]
+    run = runs / "smoke" / smoke_section().runs()[0].name
     run.mkdir(parents=True)
     (run / "summary.json").write_text('{"status": "completed", "metric": "accuracy", "test": 0.5, "wall_s": 1}\n')
     torch.save({"format": FORMAT, "info": _Exploit(_touch(marker))}, run / "last.pt")

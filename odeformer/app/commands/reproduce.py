@@ -4,12 +4,13 @@
     odeformer-reproduce --sections difformer     # some sections
     odeformer-reproduce --smoke --out /tmp/x     # one tiny configuration end to end (CI)
 
-A section (:mod:`odeformer.app.run.sections`) is a table: rows (a solver and its options), columns (a depth, a split,
-...) and seeds; every cell is ``odeformer-train <fixed overrides> <row> <column> train.seed=<s>``, a job of the sweep
-engine (:mod:`odeformer.app.run.sweep`), composed and trained in a worker process with one thread (two workers fill
-the two cores of the reference machine). Runs are written under ``--runs`` (``<runs>/<section>/<run>``); a finished
-run is reused if its saved configuration is what its overrides compose to now, and an interrupted one resumes, so
-an interrupted sweep resumes where it stopped.
+A section is a table: rows (a solver and its options), columns (a depth, a split, ...) and seeds, read from
+``odeformer/app/run/sweeps/results.yaml`` (:mod:`odeformer.app.run.sections` says what a section may hold). Every
+cell is ``odeformer-train <fixed overrides> <row> <column> train.seed=<s>``, a job of the sweep engine
+(:mod:`odeformer.app.run.sweep`), composed and trained in a worker process with one thread (two workers fill the two
+cores of the reference machine). Runs are written under ``--runs`` (``<runs>/<section>/<run>``); a finished run is
+reused if its saved configuration is what its overrides compose to now, and an interrupted one resumes, so an
+interrupted sweep resumes where it stopped.
 
 Before its runs, a section measures each row's training step against diffusion's, side by side in one process (the
 models taking turns; ``<runs>/<section>/costs.json``). Where a row's step costs more than 1.1× diffusion's, the section
@@ -38,7 +39,7 @@ from ..reporting.tables import results_table
 from ..run.builder import load_run
 from ..run.checkpoints import CheckpointError
 from ..run.locks import RunDirectoryError
-from ..run.sections import SECTIONS, SMOKE, Section, run_section, slug
+from ..run.sections import Section, results_sections, run_section, slug, smoke_section
 from ..run.sweep import Interrupted, Result, Sweep
 from .train import compose_config
 
@@ -94,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
+    known = results_sections()  # sweeps/results.yaml: a malformed file is one line, naming the file and the key
     parser = argparse.ArgumentParser(prog="odeformer-reproduce", description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
+    parser.add_argument("--sections", nargs="+", choices=list(known), default=list(known))
     parser.add_argument(
         "--runs", type=Path, default=None, help="where runs are written (default: <out>/runs, or runs/reproduce)"
     )
@@ -107,12 +109,13 @@ def _main(argv: list[str] | None = None) -> int:
         args.runs = args.out / "runs" if args.out is not None else Path("runs") / "reproduce"
     if args.out is None:
         args.out = Path("docs")
-    sections = {"smoke": SMOKE} if args.smoke else {name: SECTIONS[name] for name in args.sections}
+    smoke = smoke_section()
+    sections = {"smoke": smoke} if args.smoke else {name: known[name] for name in args.sections}
     figures = args.out / "results"
     figures.mkdir(parents=True, exist_ok=True)
     started = time.time()
     results_md = args.out / "RESULTS.md"
-    split_combined_block(results_md, {"smoke": SMOKE.title, **{k: s.title for k, s in SECTIONS.items()}})
+    split_combined_block(results_md, {"smoke": smoke.title, **{key: s.title for key, s in known.items()}})
     write_results(HEADER, results_md)
     sweep = Sweep(compose_config, args.workers)
     for key, section in sections.items():
@@ -139,7 +142,7 @@ def _main(argv: list[str] | None = None) -> int:
             if pngs:
                 parts.append(f"![{key} token cosine per layer{where}](results/{folder}/{pngs[0]})\n")
         # after every section, so a stopped sweep keeps what it finished
-        write_section(results_md, key, parts, ["smoke", *SECTIONS], args.workers)
+        write_section(results_md, key, parts, ["smoke", *known], args.workers)
     print(f"wrote {args.out / 'RESULTS.md'} ({(time.time() - started) / 60:.1f} min)")
     return 0
 

@@ -73,13 +73,13 @@ def split_combined_block(path: Path, titles: dict[str, str]) -> list[str]:
 HEADER = (
     "Each section below is its own generated block, rewritten by the command at its top: `odeformer-reproduce` "
     "rewrites them all, `odeformer-reproduce --sections <name> ...` only the sections named (the others keep what "
-    "they hold). Each run is `odeformer-train` with the overrides in the section's config "
-    "(`odeformer/app/run/sections.py`), "
-    "trained in a single-thread worker process; finished runs are reused, after checking that their saved "
-    "configuration is what their overrides compose to now, so a rerun only redraws the tables and figures; test "
-    'metrics are taken at the best validation step. "step cost vs diffusion" is the time of a row\'s training step '
-    "over diffusion's, measured side by side in one process with one thread, the models taking turns (median over 7 "
-    "rounds and the columns; the runs' own wall times vary with the machine's load)."
+    "they hold). Each run is `odeformer-train` with the overrides of its section's row, column and seed "
+    "(`odeformer/app/run/sweeps/results.yaml`), trained in a single-thread worker process; finished runs are reused, "
+    "after checking that their saved configuration is what their overrides compose to now, so a rerun only redraws "
+    'the tables and figures; test metrics are taken at the best validation step. "step cost vs diffusion" is the '
+    "time of a row's training step over diffusion's, measured side by side in one process with one thread, the "
+    "models taking turns (median over 7 rounds and the columns; the runs' own wall times vary with the machine's "
+    "load)."
 )
 
 

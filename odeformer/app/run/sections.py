@@ -1,19 +1,37 @@
-"""The sections of the reproduction sweep: tables of runs, each cell an ``odeformer-train`` command line.
+"""The sections of the reproduction sweep: tables of runs, each cell an ``odeformer-train`` command line, read from
+data files.
 
 A section is a table: rows (a solver and its options), columns (a depth, a split, ...) and seeds, on top of fixed
 overrides; every cell and seed is a job of the sweep engine (:mod:`odeformer.app.run.sweep`), named by its row,
-column and seed.
+column and seed. The sections ``odeformer-reproduce`` runs are ``sweeps/results.yaml`` beside this module, in
+``docs/RESULTS.md``'s order (:func:`results_sections`), and ``sweeps/smoke.yaml`` (:func:`smoke_section`); that
+file's header says what each setting means.
+
+A sections file is data, never code: it is read with YAML's safe loader (no tags, no objects), a setting is one of
+:data:`SETTINGS`, an override may set a key of the ``solver``, ``model``, ``data`` or ``train`` group or choose an
+``experiment`` (not Hydra's own settings, which could point it at other files), and a ``solver.stepper`` may name
+only a stepper class the ``solvers`` package exports (nothing is imported because a file names it). A file that
+breaks any of this is one line, :class:`SectionError`, naming the file and the key.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from .sweep import Job, Result, Sweep
 
 MATCH_ABOVE = 1.1  # rows costing more than this many times diffusion's training time get a compute-matched row
+SETTINGS = ("title", "fixed", "rows", "columns", "seeds", "note", "plot", "diagnose", "matched", "learned")
+"""The settings a section may have (``title``, ``fixed`` and ``rows`` it must have)."""
+GROUPS = ("solver", "model", "data", "train", "experiment")
+"""What an override in a sections file may set: a key of these groups, or the group's option."""
 
 
 @dataclass(frozen=True)
@@ -23,7 +41,8 @@ class Section:
     ``rows`` and ``columns`` map a label to the overrides that make it; ``plot`` draws accuracy against the columns
     (depths); ``diagnose`` names the columns whose seed-0 runs get per-layer diagnostics, one curve per row;
     ``learned`` names, per coefficient symbol (``λ``, ``α``), the known members (label: value) that the trained runs'
-    learnable integrator coefficients are plotted against, layer by layer (:func:`learned_coefficients`).
+    learnable integrator coefficients are set beside, layer by layer
+    (:func:`odeformer.app.reporting.learned.learned_coefficients`).
     """
 
     title: str
@@ -58,214 +77,179 @@ class Section:
 
 
 def slug(text: str) -> str:
+    """``text`` as a folder name: runs of other characters than letters, digits and ``_.=+-`` become one ``_``."""
     return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", text).strip("_")
 
 
-def _depths(depths: list[int]) -> dict[str, list[str]]:
-    return {f"depth {d}": [f"model.depth={d}"] for d in depths}
+class SectionError(ValueError):
+    """A sections file that cannot be read as sections; the message is one line naming the file and the key."""
 
 
-LIGHT_WAVES = {
-    "diffusion": ["solver=diffusion"],
-    "light_wave θ0=-8": ["solver=light_wave", "solver.options.theta0=-8.0"],
-    "light_wave θ0=0": ["solver=light_wave", "solver.options.theta0=0.0"],
-    "light_wave θ0=2": ["solver=light_wave", "solver.options.theta0=2.0"],
-    "light_wave θ0=4": ["solver=light_wave", "solver.options.theta0=4.0"],
-}
-VISION = {name: [f"solver={name}"] for name in ("diffusion", "full_wave", "full_wave_official", "light_wave", "mix")}
-LANGUAGE = {name: [f"solver={name}"] for name in ("diffusion", "full_wave", "full_wave_official", "light_wave")}
+def results_sections() -> dict[str, Section]:
+    """The sections of ``docs/RESULTS.md``, by key, in the file's order (``sweeps/results.yaml``)."""
+    return _packaged("results.yaml")
 
-SECTIONS = {
-    "difformer": Section(
-        "DIFFormer-s on Cora, its own protocol (8 layers, τ = 0.5, diffusion): the baseline",
-        ["experiment=difformer_cora"],
-        {"diffusion": ["solver=diffusion"]},
-        {
-            "random split": ["data.options.split=random", "data.options.seed=0"],
-            "a new random split per seed": ["data.options.split=random", "data.options.seed=${train.seed}"],
-            "public split": ["data.options.split=public"],
-            "the official draw": ["data.options.split=difformer", "data.options.seed=123"],
-        },
-        seeds=[0, 1, 2, 3, 4],
-        note="DIFFormer-s, published (Wu et al., ICLR 2023, Table 1; random 20-per-class / 500 / 1000 split): "
-        '85.9 ± 0.4 %. "random split" is one fixed draw (`data.options.seed=0`) and five initialisations, as the '
-        'official protocol (one split, several runs); "a new random split per seed" redraws the split with the '
-        "initialisation, to show how much one draw moves the mean; the public split is Planetoid's; "
-        '"the official draw" is the split the official code draws (`data.options.split=difformer`, its seed 123).',
-        matched=False,
-    ),
-    "difformer_depth": Section(
-        "DIFFormer-s on Cora at τ = 0.2: accuracy against depth (T = 0.2 × depth), diffusion and Light Wave",
-        ["experiment=difformer_cora", "model.dt=0.2"],
-        LIGHT_WAVES,
-        _depths([4, 8, 20, 32]),
-        note="Paper (Wavy Transformer, Cora, 20 layers, τ = 0.2): diffusion 39.92 %, Light Wave 85.18 %. Light Wave's "
-        "momentum starts at λ0 = sigmoid(θ0): θ0 = -8, 0, 2, 4 give λ0 ≈ 0.0003, 0.5, 0.88, 0.98 (the official code's "
-        "ViT and BERT gates start at sigmoid(-8) and sigmoid(0)). Equal epochs (the protocol's 500); the "
-        "compute-matched rows are in the 20-layer table below. This table and the two 20-layer tables below run on "
-        "the official draw the experiment defaults to (the baseline's last column).",
-        plot=True,
-        diagnose=("depth 20", "depth 32"),
-        matched=False,
-    ),
-    "difformer_ablation": Section(
-        "DIFFormer-s on Cora at 20 layers, τ = 0.2: which ingredient the depth collapse hangs on",
-        ["experiment=difformer_cora", "model.dt=0.2", "model.depth=20"],
-        {
-            "diffusion": ["solver=diffusion"],
-            "no dropout on the state": ["solver=diffusion", "model.layer_dropout=0.0"],
-            "no per-layer LayerNorm": ["solver=diffusion", "model.norm=none"],
-            "Attn and Â averaged": ["solver=diffusion", "model.propagation=mean"],
-            "light_wave θ0=0": ["solver=light_wave", "solver.options.theta0=0.0"],
-            "light_wave θ0=0, no dropout on the state": [
-                "solver=light_wave",
-                "solver.options.theta0=0.0",
-                "model.layer_dropout=0.0",
-            ],
-            "light_wave θ0=0, Attn and Â averaged": [
-                "solver=light_wave",
-                "solver.options.theta0=0.0",
-                "model.propagation=mean",
-            ],
-        },
-        seeds=[0, 1],
-        note="The three rows after diffusion are diffusion with one ingredient of DIFFormer's layer removed or "
-        "changed; the last three ask whether Light Wave fails through the same ingredients (the dropout on the state: "
-        "the difference of two dropped-out states is mostly mask noise; the sum, whose leading eigenvalue is near 2).",
-        diagnose=("",),
-        matched=False,
-    ),
-    "difformer_20": Section(
-        "DIFFormer-s on Cora at 20 layers, τ = 0.2: the other wave presets, and diffusion at their cost",
-        ["experiment=difformer_cora", "model.dt=0.2", "model.depth=20"],
-        {
-            "diffusion": ["solver=diffusion"],
-            "light_wave θ0=0": ["solver=light_wave", "solver.options.theta0=0.0"],
-            "full_wave": ["solver=full_wave"],
-            "damped": ["solver=damped"],
-            "mix": ["solver=mix"],
-        },
-        seeds=[0, 1],
-        note="The compute-matched rows give diffusion as many more epochs as the wave preset's step costs over "
-        "diffusion's.",
-    ),
-    "shakespeare": Section(
-        "Tiny Shakespeare, character-level causal LM (depth 4, dim 64, context 64)",
-        [
-            "experiment=shakespeare_char",
-            "model.dim=64",
-            "model.max_len=64",
-            "train.max_steps=800",
-            "train.eval_every=200",
-            "train.eval_batches=10",
-        ],
-        LANGUAGE,
-        seeds=[0, 1],
-    ),
-    "digits": Section(
-        "ViT on scikit-learn digits (8×8, patch 2, dim 48)",
-        ["experiment=digits_vit", "train.max_steps=600"],
-        VISION,
-        _depths([6, 12]),
-        plot=True,
-        diagnose=("depth 12",),
-    ),
-    "sst2": Section(
-        "SST-2 sentiment, masked-LM encoder + classification head from scratch (depth 4, dim 64)",
-        ["experiment=sst2", "train.max_steps=500", "train.eval_every=100"],
-        LANGUAGE,
-        seeds=[0, 1],
-    ),
-    "sst2_bert": Section(
-        "SST-2 in BERT's layout (post-LN) with the official code's layers: diffusion, Full Wave, mix (depth 4, dim 64)",
-        ["experiment=sst2", "model.norm=post", "train.max_steps=500", "train.eval_every=100"],
-        {name: [f"solver={name}"] for name in ("diffusion", "full_wave_official", "mix_bert")},
-        seeds=[0, 1],
-        note="The official BERT code's three residuals (`src/bert/models/attention.py`, `layers.py`): a LayerNorm "
-        "after each sublayer (BERT is post-LN, and the embeddings are normalised), τ = 0.5 for the wave and the mix, "
-        "the FFN at unit step with the velocity carried through it and the LayerNorms by the chain rule, the mix's "
-        "gate one learnable scalar per layer from sigmoid(0) (`tests/test_official.py` checks both layers against the "
-        "official update written out). The paper pretrains 24 layers of width 256 on BooksCorpus and Wikipedia, "
-        "then fine-tunes on GLUE; here 4 layers of width 64 train from scratch on SST-2, as the section above.",
-    ),
-    "fmnist": Section(
-        "ViT on a 10k-image Fashion-MNIST subset (28×28, patch 7, dim 48)",
-        ["experiment=fmnist_vit", "model.dim=48", "data.batch_size=64", "train.max_steps=500", "train.eval_every=100"],
-        VISION,
-        _depths([6, 12]),
-        plot=True,
-        diagnose=("depth 12",),
-    ),
-}
-LEARNED = {  # each learnable family beside the fixed members it passes through
-    "splitting λ learned per channel (from Omelyan's 0.1932)": [
-        "solver=full_wave",
-        "solver.stepper=solvers.SymmetricSplitting",
-    ],
-    "omelyan2 (λ fixed at 0.1932)": ["solver=tableau", "solver.options.name=omelyan2"],
-    "velocity_verlet (λ → 0)": ["solver=velocity_verlet"],
-    "position_verlet (λ → ½)": ["solver=tableau", "solver.options.name=position_verlet"],
-    "two-stage RK, c₂ = α learned per layer (from Ralston's 2/3)": ["solver=heun", "solver.stepper=solvers.TwoStageRK"],
-    "ralston (α = 2/3)": ["solver=tableau", "solver.options.name=ralston"],
-    "midpoint (α = ½)": ["solver=tableau", "solver.options.name=midpoint"],
-    "heun (α = 1)": ["solver=heun"],
-}
-LEARNED_ORDER4 = {  # the fourth-order family beside its two ends (λ → ½ is Forest–Ruth, λ → 0 Yoshida's triple jump)
-    "triple jump of the λ-splitting, λ learned per channel (from Omelyan's), order 4, 6 evaluations": [
-        "solver=full_wave",
-        "solver.stepper=solvers.TripleJump",
-    ],
-    "forest_ruth (λ → ½), 3 evaluations": ["solver=tableau", "solver.options.name=forest_ruth"],
-    "yoshida4 (λ → 0), 3 evaluations": ["solver=tableau", "solver.options.name=yoshida4"],
-}
-LEARNED_TEXT = LEARNED  # the same rows on text: each family beside the fixed members it passes through
-MEMBERS = {
-    "λ": {"velocity Verlet": 0.0, "Omelyan": 0.1931833275037836, "position Verlet": 0.5},
-    "α": {"midpoint": 0.5, "Ralston": 2 / 3, "Heun": 1.0},
-}
-MEMBERS_ORDER4 = {"λ": {"Yoshida-4": 0.0, "Omelyan inside": 0.1931833275037836, "Forest–Ruth": 0.5}}
-LEARNED_NOTE = (
-    "Each learnable family keeps its guarantee at every value of its parameter (the λ-splitting symplectic, symmetric "
-    "and of order 2; the two-stage family of order 2; the triple jump of the λ-splitting symplectic, symmetric and of "
-    "order 4) and the second-order families cost what their fixed members cost per layer (two evaluations), so those "
-    "rows compare at equal compute. The second-order rows integrate the laplacian force with the FFN by the chain rule "
-    "(Full Wave's layer), the first-order ones the whole block. Trainable coefficients get no weight decay."
-)
-SECTIONS["learned_integrators"] = Section(
-    "Learned integrators on digits: the learnable families beside their fixed members (depth 6)",
-    ["experiment=digits_vit", "train.max_steps=600", "model.depth=6"],
-    LEARNED,
-    seeds=[0, 1],
-    note=LEARNED_NOTE,
-    matched=False,
-    learned=MEMBERS,
-)
-SECTIONS["learned_integrators_text"] = Section(
-    "Learned integrators on Tiny Shakespeare: the learnable families beside their fixed members (depth 4, dim 64)",
-    SECTIONS["shakespeare"].fixed,
-    LEARNED_TEXT,
-    seeds=[0, 1],
-    note=LEARNED_NOTE,
-    matched=False,
-    learned=MEMBERS,
-)
-SECTIONS["learned_integrators_order4"] = Section(
-    "Learned integrators on digits, fourth order: the learnable triple jump beside its fixed ends (depth 6)",
-    ["experiment=digits_vit", "train.max_steps=600", "model.depth=6"],
-    LEARNED_ORDER4,
-    seeds=[0, 1],
-    note="The triple jump costs six evaluations per layer against its fixed ends' three; rows compare at equal steps.",
-    matched=False,
-    learned=MEMBERS_ORDER4,
-)
-SMOKE = Section(
-    "smoke",
-    ["experiment=difformer_cora", "model.depth=2", "train.max_steps=3", "train.eval_every=3"],
-    {"diffusion": ["solver=diffusion"]},
-    seeds=[0],
-    diagnose=("",),
-    matched=False,
-)
+
+def smoke_section() -> Section:
+    """The one tiny section ``odeformer-reproduce --smoke`` runs (``sweeps/smoke.yaml``)."""
+    return _packaged("smoke.yaml")["smoke"]
+
+
+@functools.cache
+def _packaged(name: str) -> dict[str, Section]:
+    with resources.as_file(resources.files(__package__) / "sweeps" / name) as path:
+        return load_sections(path)
+
+
+def load_sections(path: str | Path) -> dict[str, Section]:
+    """The sections of a sections file, by key, in the file's order (see the module docstring for what it may
+    hold); a file that breaks the format is a :class:`SectionError` naming the file and the key."""
+    path = Path(path)
+    try:
+        tree = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # a SafeLoader
+    except OSError as error:
+        raise SectionError(f"{path}: cannot be read ({error.strerror or error}).") from None
+    except yaml.YAMLError as error:
+        raise SectionError(f"{path}: not a sections file: {_yaml_problem(error)}.") from None
+    if not isinstance(tree, dict) or not tree:
+        raise SectionError(f"{path}: must map each section's key to its settings; it holds {_kind(tree)}.")
+    sections = {}
+    for key, node in tree.items():
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z0-9_]+", key):
+            raise SectionError(f"{path}: {key!r}: a section's key names its folder; use letters, digits and _.")
+        sections[key] = _section(path, key, node)
+    return sections
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (the safe loader keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    problem = getattr(error, "problem", None) or str(error)
+    return " ".join(f"{problem}{where}".split())
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else f"a {type(value).__name__}"
+
+
+def _section(path: Path, key: str, node: Any) -> Section:
+    def fail(setting: str, problem: str) -> SectionError:
+        return SectionError(f"{path}: {key}.{setting}: {problem}")
+
+    if not isinstance(node, dict):
+        raise SectionError(f"{path}: {key}: must be a mapping of settings ({', '.join(SETTINGS)}); got {_kind(node)}.")
+    unknown = [name for name in node if name not in SETTINGS]
+    if unknown:
+        raise fail(str(unknown[0]), f"not a setting of a section; a section has {', '.join(SETTINGS)}.")
+    missing = [name for name in ("title", "fixed", "rows") if name not in node]
+    if missing:
+        raise SectionError(f"{path}: {key}: missing {', '.join(missing)}.")
+    title, note = node["title"], node.get("note", "")
+    for setting, value in (("title", title), ("note", note)):
+        if not isinstance(value, str) or (setting == "title" and not value.strip()):
+            raise fail(setting, f"must be text, got {_kind(value)}.")
+    fixed = _overrides(node["fixed"], lambda problem: fail("fixed", problem))
+    rows = _table(node["rows"], "rows", fail)
+    columns = _table(node["columns"], "columns", fail) if "columns" in node else {"": []}
+    seeds = node.get("seeds", [0, 1, 2])
+    if not isinstance(seeds, list) or not seeds or not all(_natural(s) for s in seeds) or len(set(seeds)) < len(seeds):
+        raise fail("seeds", f"must be a list of distinct seeds (integers 0 or more), got {seeds!r}.")
+    flags = {name: node.get(name, name == "matched") for name in ("plot", "matched")}
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise fail(name, f"must be true or false, got {value!r}.")
+    if flags["plot"]:
+        undated = [label for label in columns if not re.search(r"\d+$", label)]
+        if undated:
+            raise fail("plot", f"draws accuracy against depth: the column {undated[0]!r} does not end in a depth.")
+    diagnose = node.get("diagnose", [])
+    if not isinstance(diagnose, list) or not all(isinstance(c, str) for c in diagnose):
+        raise fail("diagnose", f"must be a list of column labels, got {diagnose!r}.")
+    strange = [c for c in diagnose if c not in columns]
+    if strange:
+        raise fail("diagnose", f"{strange[0]!r} is not one of the columns ({', '.join(map(repr, columns))}).")
+    learned = node.get("learned", {})
+    if not isinstance(learned, dict) or not all(
+        isinstance(members, dict) and all(_number(v) for v in members.values()) for members in learned.values()
+    ):
+        raise fail("learned", "must map each coefficient's symbol to its known members (label: number).")
+    section = Section(
+        title,
+        fixed,
+        rows,
+        columns,
+        list(seeds),
+        note,
+        flags["plot"],
+        tuple(diagnose),
+        flags["matched"],
+        {str(symbol): {str(k): float(v) for k, v in members.items()} for symbol, members in learned.items()},
+    )
+    try:
+        section.runs()
+    except ValueError as error:
+        raise fail("rows", str(error)) from None
+    return section
+
+
+def _natural(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _table(node: Any, setting: str, fail) -> dict[str, list[str]]:
+    """A rows or columns setting: label to overrides, at least one label."""
+    if not isinstance(node, dict) or not node:
+        raise fail(setting, f"must map each label to its overrides, got {_kind(node)}.")
+    table = {}
+    for label, overrides in node.items():
+        if not isinstance(label, str):
+            raise fail(setting, f"the label {label!r} must be text.")
+        table[label] = _overrides(overrides, lambda problem, label=label: fail(f"{setting}.{label}", problem))
+    return table
+
+
+def _overrides(node: Any, fail) -> list[str]:
+    """A list of ``odeformer-train`` overrides a sections file may give (see the module docstring)."""
+    import solvers
+
+    if not isinstance(node, list) or not all(isinstance(o, str) for o in node):
+        raise fail(f"must be a list of overrides (key=value text), got {node!r}.")
+    for override in node:
+        key, equals, value = override.partition("=")
+        group = key.lstrip("+~").split(".", 1)[0]
+        if not equals or group not in GROUPS:
+            raise fail(
+                f"{override!r} is not an override a section may give: it sets a key of one of "
+                f"{', '.join(GROUPS)} (key=value)."
+            )
+        if key.lstrip("+~") == "solver.stepper":
+            module, _, name = value.rpartition(".")
+            found = getattr(solvers, name, None) if module == "solvers" else None
+            if not (isinstance(found, type) and issubclass(found, solvers.AbstractStepper)):
+                raise fail(
+                    f"{override!r}: a sections file may name only a stepper class of the solvers package "
+                    "(solvers.<Class>); a path in a file is never imported."
+                )
+    return list(node)
 
 
 def run_section(sweep: Sweep, section: Section, runs_dir: Path) -> tuple[list[Result], dict[str, float]]:
