@@ -13,6 +13,7 @@ import torch
 from odeformer.app.commands import diagnose, reproduce
 from odeformer.app.run.builder import UsageError, build, load_run
 from odeformer.app.run.checkpoints import FORMAT, CheckpointError, load_checkpoint
+from odeformer.app.run.identity import RUN_RECORD
 from odeformer.app.run.sections import smoke_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +127,7 @@ def _stored_config(**solver):
 
 def _best(run: Path, config: dict, model=None) -> Path:
     run.mkdir(parents=True, exist_ok=True)
-    payload = {"format": FORMAT, "step": 1, "model": model or {}, "info": {"config": config}}
+    payload = {"format": FORMAT, "step": 1, "model": model or {}, RUN_RECORD: {"config": config}}
     torch.save(payload, run / "best.pt")
     return run / "best.pt"
 

@@ -68,11 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = []
         for run_dir in args.runs:
-            data, model, info = load_run(run_dir, args.checkpoint, stepper=args.stepper)
-            runs.append((f"{info['solver']} (depth {info['depth']}) {run_dir.name}", data, model))
+            data, model, record = load_run(run_dir, args.checkpoint, stepper=args.stepper)
+            runs.append((f"{record['solver']} (depth {record['depth']}) {run_dir.name}", data, model))
         for solver in args.fresh or []:
             torch.manual_seed(args.seed)
-            data, model, info = build(fresh_config(solver, args.data, args.depth, args.dim))
+            data, model, _ = build(fresh_config(solver, args.data, args.depth, args.dim))
             runs.append((f"{solver} (depth {args.depth}, init)", data, model))
         out = args.out or (args.runs[0] / "diagnostics" if args.runs else Path("outputs") / "diagnostics")
         diagnose(runs, out, args.batch)

@@ -14,7 +14,7 @@
   :mod:`~odeformer.app.run.sections` (the tables of jobs ``odeformer-reproduce`` runs).
 
 The config dataclasses and the generated config groups live here too (:mod:`~odeformer.app.run.config`), not beside
-the command that hands them to Hydra: the loop's settings are the ``train`` group's dataclass, and the sweep engine
+the command that hands them to Hydra: the loop's config is the ``train`` group's dataclass, and the sweep engine
 and the builder read the same layout, so the run room owns the config's shape and the training command only stores
 it in Hydra's ConfigStore.
 """

@@ -1,4 +1,4 @@
-"""Build a run (dataset, model, description) from a plain config dict, without Hydra: the application's one builder.
+"""Build a run (dataset, model, run record) from a plain config dict, without Hydra: the application's one builder.
 
 The training entry point composes the config with Hydra and calls :func:`build`; ``odeformer-diagnose`` and the
 reproduction script rebuild a finished run from the resolved config stored in its checkpoints, and :func:`load_run`
@@ -25,7 +25,7 @@ from torch import nn
 from ...data import TaskData, data_kind, load
 from ...tasks import TaskSpec
 from .checkpoints import load_checkpoint
-from .identity import default_model, model_targets
+from .identity import default_model, model_targets, run_record
 
 SOLVER_TARGETS = ("odeformer.preset", "odeformer.continuous.continuous")
 """The ``_target_`` a solver node may name: a (discrete) preset, or a continuous-depth solver."""
@@ -99,7 +99,8 @@ def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | No
 def build(
     config: dict[str, Any], source: Path | None = None, stepper: str | None = None
 ) -> tuple[TaskData, nn.Module, dict[str, Any]]:
-    """The dataset, the model and the run's description from a resolved config (``solver``, ``model``, ``data``).
+    """The dataset, the model and the run record (:data:`~odeformer.app.run.identity.RUN_RECORD`) from a resolved
+    config (``solver``, ``model``, ``data``).
 
     ``source``: the file the config was read from (a checkpoint), named in errors; such a config's own scheme
     (``solver.stepper``) is imported only if ``stepper`` (from the command line) names the same class. Sizes that are
@@ -117,7 +118,7 @@ def build(
     sizes = {key: data.meta[key] for key in spec.sizes}
     check_memory(config, data.meta, source)
     model = spec.model(solver=preset, **_arguments(model_node), **sizes)
-    info = {
+    record = {
         "solver": getattr(preset, "name", None) or solver["name"],
         "model": spec.name,
         "data": data_node["name"],
@@ -126,14 +127,14 @@ def build(
         "config": config,
     }
     if getattr(preset, "scheme", None):  # a scheme made from coefficients: they and its derived claims
-        info["scheme"] = preset.scheme
-    return data, model, info
+        record["scheme"] = preset.scheme
+    return data, model, record
 
 
 def load_run(
     run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None = None
 ) -> tuple[TaskData, nn.Module, dict[str, Any]]:
-    """A finished run's dataset, model (with the checkpoint's weights, in eval mode) and description. The config
+    """A finished run's dataset, model (with the checkpoint's weights, in eval mode) and run record. The config
     stored in the checkpoint reaches only registered models, solvers and data; a run of a scheme of your own needs
     ``stepper`` (``module.Class``, as given on the command line) to be rebuilt."""
     path = Path(run_dir) / checkpoint
@@ -142,12 +143,12 @@ def load_run(
             f"{run_dir} does not exist or is not a folder; give a run directory (one holding {checkpoint})."
         )
     payload = load_checkpoint(path)
-    config = (payload.get("info") or {}).get("config")
+    config = run_record(payload).get("config")
     if not isinstance(config, dict) or not all(isinstance(config.get(k), dict) for k in ("solver", "model", "data")):
         raise UsageError(f"{path} stores no run config (solver, model, data), so its run cannot be rebuilt.")
-    data, model, info = build(config, source=path, stepper=stepper)
+    data, model, record = build(config, source=path, stepper=stepper)
     model.load_state_dict(payload["model"])
-    return data, model.eval(), info
+    return data, model.eval(), record
 
 
 # -- sizes and memory ---------------------------------------------------------------------------------------------

@@ -18,7 +18,11 @@ from typing import Any
 
 import torch
 
-FORMAT = "odeformer-checkpoint-1"
+FORMAT = "odeformer-checkpoint-2"
+"""The layout this version writes: the run record under ``run_record``."""
+READABLE = ("odeformer-checkpoint-1", FORMAT)
+"""The layouts :func:`load_checkpoint` reads: the earlier one kept the run record under ``info``
+(:func:`odeformer.app.run.identity.run_record` reads either)."""
 
 
 class CheckpointError(RuntimeError):
@@ -99,6 +103,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path} is not a readable checkpoint ({reason}); move it away or start a new run."
         ) from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not an {FORMAT} file; move it away or start a new run.")
+    if not isinstance(payload, dict) or payload.get("format") not in READABLE:
+        raise CheckpointError(
+            f"{path} is not an odeformer checkpoint ({' or '.join(READABLE)}); move it away or start a new run."
+        )
     return payload

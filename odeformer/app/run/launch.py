@@ -19,7 +19,7 @@ from .builder import build
 from .locks import lock_run_directory
 from .resume import check_run_directory
 from .stability import warn_unstable
-from .trainer import Settings, Trainer
+from .trainer import LoopConfig, Trainer
 
 
 def train(config: dict[str, Any], out_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -28,18 +28,18 @@ def train(config: dict[str, Any], out_dir: Path, overrides: list[str] | None = N
     told the command to repeat. What a start or a resume must not do
     (:func:`~odeformer.app.run.resume.check_run_directory`) is refused before anything is written."""
     out_dir = Path(out_dir)
-    settings = Settings(**config["train"], batch_size=config["data"]["batch_size"])
+    loop = LoopConfig(**config["train"], batch_size=config["data"]["batch_size"])
     writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 writes the run and holds its lock
-    if settings.threads is not None:
-        torch.set_num_threads(settings.threads)
+    if loop.threads is not None:
+        torch.set_num_threads(loop.threads)
     with lock_run_directory(out_dir) if writer else contextlib.nullcontext():
-        changes = check_run_directory(out_dir, settings.resume, config)
-        torch.manual_seed(settings.seed)  # the model's initial weights are part of the run's seed
-        data, model, info = build(config)
+        changes = check_run_directory(out_dir, loop.resume, config)
+        torch.manual_seed(loop.seed)  # the model's initial weights are part of the run's seed
+        data, model, record = build(config)
         if overrides is not None:
-            info["overrides"] = list(overrides)
+            record["overrides"] = list(overrides)
         warn_unstable(model)
-        trainer = Trainer(model, data, settings, out_dir, info)
+        trainer = Trainer(model, data, loop, out_dir, record)
         trainer.resume_changes = changes
         summary = trainer.fit()
     if summary:

@@ -32,11 +32,11 @@ def decayed(model: nn.Module, scope: str) -> tuple[list[nn.Parameter], list[nn.P
     return on, off
 
 
-def make_optimizer(model: nn.Module, settings: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, train: TrainConfig) -> torch.optim.Optimizer:
     """AdamW (decoupled decay) or Adam (decay as an L2 term in the gradient, as DIFFormer's code uses it)."""
-    on, off = decayed(model, settings.decay)
-    groups = [{"params": on, "weight_decay": settings.weight_decay}, {"params": off, "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW if settings.optimizer == "adamw" else torch.optim.Adam
+    on, off = decayed(model, train.decay)
+    groups = [{"params": on, "weight_decay": train.weight_decay}, {"params": off, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
     # the fused kernel (one pass per tensor) where PyTorch has it: on CPU several times faster than the default loop
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in model.parameters())
-    return optimizer(groups, lr=settings.lr, fused=fused or None)
+    return optimizer(groups, lr=train.lr, fused=fused or None)

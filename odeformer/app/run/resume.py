@@ -17,7 +17,7 @@ import yaml
 
 from .checkpoints import CheckpointError, load_checkpoint
 from .history import diverged_after, non_finite
-from .identity import IDENTITY, describe
+from .identity import IDENTITY, describe, run_record
 from .locks import RunDirectoryError
 
 # -- commands a user is told to run -------------------------------------------------------------------------------
@@ -117,10 +117,10 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
     version's) is resumed only if the solver, model, data and depth it names are this command's. Returns the changes
     allowed after a divergence."""
     last = Path(out_dir) / "last.pt"
-    info = payload.get("info") if isinstance(payload.get("info"), dict) else {}
-    stored = info.get("config")
+    record = run_record(payload)
+    stored = record.get("config")
     if not isinstance(stored, dict):
-        _check_identity(last, info, config)
+        _check_identity(last, record, config)
         return []
     differences = config_differences(stored, config)
     allowed: list[tuple[str, Any, Any]] = []
@@ -151,17 +151,17 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
     )
 
 
-def _check_identity(last: Path, info: dict[str, Any], config: dict[str, Any]) -> None:
+def _check_identity(last: Path, record: dict[str, Any], config: dict[str, Any]) -> None:
     """A ``last.pt`` without a stored config: resume it only into the solver, model, data and depth it names."""
     now = describe(config)
-    missing = [key for key in IDENTITY if info.get(key) is None]
+    missing = [key for key in IDENTITY if record.get(key) is None]
     if missing:
         raise RunDirectoryError(
             f"{last} stores no config and does not name its {', '.join(missing)} (written by another version of "
             "odeformer?), so this command cannot tell it continues the same run; start a new run in another "
             "train.out_dir."
         )
-    differing = [f"{key} ({info[key]} in the run, {now[key]} now)" for key in IDENTITY if info[key] != now[key]]
+    differing = [f"{key} ({record[key]} in the run, {now[key]} now)" for key in IDENTITY if record[key] != now[key]]
     if differing:
         raise RunDirectoryError(
             f"{last} stores no config (written by another version of odeformer?) and was trained with another "
@@ -180,7 +180,7 @@ def _show(value: Any) -> str:
 def run_overrides(out_dir: Path, payload: dict[str, Any]) -> list[str] | None:
     """The command-line overrides the run in ``out_dir`` was last run with: those stored in its checkpoint, else (an
     older checkpoint) those of the first config snapshot, ``.hydra/<date>_<time>/overrides.yaml``; None if neither."""
-    stored = (payload.get("info") or {}).get("overrides")
+    stored = run_record(payload).get("overrides")
     if stored is not None:
         return [str(o) for o in stored]
     snapshots = sorted((out_dir / ".hydra").glob("*/overrides.yaml"))

@@ -26,7 +26,7 @@ from ...generate import sample_text
 from ...tasks import TaskSpec
 from .builder import SOLVER_TARGETS
 from .checkpoints import load_checkpoint
-from .identity import model_targets
+from .identity import model_targets, run_record
 
 
 class SampleError(ValueError):
@@ -143,9 +143,9 @@ def load(run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None =
             "try --checkpoint last.pt."
         )
     payload = load_checkpoint(path)  # torch.load(..., weights_only=True)
-    info = payload.get("info") or {}
-    config = info.get("config") or {}
-    itos = info.get("vocabulary")
+    record = run_record(payload)
+    config = record.get("config") or {}
+    itos = record.get("vocabulary")
     itos = list(itos) if isinstance(itos, str) else _dataset_vocabulary(config)
     model = build_model(config, len(itos), stepper)
     weights = payload.get("best_model") if checkpoint == "last.pt" and payload.get("best_model") else payload["model"]

@@ -254,8 +254,9 @@ def config_drift(run_dir: Path, overrides: list[str], compose: Compose) -> list[
     disagree, as ``key: then → now``. A changed default of an experiment or a group makes the same overrides mean
     another run; keys that only one side has (options added since) are not compared."""
     from .checkpoints import load_checkpoint
+    from .identity import run_record
 
-    saved = (load_checkpoint(run_dir / "last.pt").get("info") or {}).get("config")
+    saved = run_record(load_checkpoint(run_dir / "last.pt")).get("config")
     if not isinstance(saved, dict):
         raise ValueError(
             f"{run_dir / 'last.pt'} stores no config, so its run cannot be checked; delete the folder to "
