@@ -1,4 +1,5 @@
-"""``odeformer-train`` (= ``python -m odeformer.app.train``): the training command, and the only module importing Hydra.
+"""``odeformer-train`` (= ``python -m odeformer.app.train``): the training command, and the only module importing
+Hydra.
 
     odeformer-train                                     # the default experiment (configs/train.yaml)
     odeformer-train solver=full_wave model.depth=12 data=fashion_mnist
@@ -6,6 +7,10 @@
     odeformer-train experiment=cora_deep model.depth=32
     odeformer-train -m solver=diffusion,full_wave model.depth=4,8,16      # a sweep, summarised in one table
     torchrun --nproc_per_node=2 -m odeformer.app.train train.device=cpu   # DistributedDataParallel
+
+It checks the command line by composing it (each value of a sweep once), hands it to Hydra, and trains each composed
+configuration with :func:`odeformer.app.run.launch.train`; :func:`compose` and :func:`compose_config` give the same
+composition to the other commands and the sweep engine.
 
 Config groups are generated from the registries (:func:`odeformer.app.run.config.group_options`) and stored in Hydra's
 ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds ``train.yaml``, the experiments
