@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", type=Path, default=None, help="with --render: rewrite this markdown's GPU block")
     args = parser.parse_args(argv)
     if args.render is not None:
-        from odeformer.app.reproduce import write_results
+        from odeformer.app.reporting.results import write_results
 
         if not (args.render / "gpu.json").is_file():
             parser.exit(

@@ -39,7 +39,7 @@ from benchmarks.generation import ratios as generation_ratios
 from benchmarks.tableau import ratios as tableau_ratios
 from benchmarks.tableau import tableau_times
 from benchmarks.timing import interleaved
-from odeformer.app.reproduce import write_results
+from odeformer.app.reporting.results import write_results
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- begin: benchmarks -->", "<!-- end: benchmarks -->"

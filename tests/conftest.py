@@ -76,7 +76,7 @@ def pytest_runtest_setup(item):
     needed = _needed(item)
     if not needed:
         return
-    from odeformer.app.fetch import missing as missing_files
+    from odeformer.app.commands.data import missing as missing_files
 
     root = os.environ.get("ODEFORMER_DATA")
     fetch = f"odeformer-data {' '.join(needed)}"

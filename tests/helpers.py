@@ -92,7 +92,7 @@ def cli_in_process(*args):
     what it printed; the global RNG and Hydra's global state are left as they were."""
     from hydra.core.global_hydra import GlobalHydra
 
-    import odeformer.app.train as entry
+    import odeformer.app.commands.train as entry
 
     stdout, stderr, code = io.StringIO(), io.StringIO(), 0
     with (

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from helpers import HANG, cli_in_process
-from odeformer.app import diagnose, reproduce
+from odeformer.app.commands import diagnose, reproduce
+from odeformer.app.commands.train import compose_config
+from odeformer.app.run.sweep import Interrupted, Job, Sweep
 
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2", "train.eval_batches=1"]
 
@@ -27,7 +29,7 @@ def _line(done, code):
 
 def _signal_at(monkeypatch, step, signum):
     """Deliver ``signum`` to this process during training step ``step`` (as Ctrl-C or ``kill`` would)."""
-    import odeformer.app.trainer as trainer
+    import odeformer.app.run.trainer as trainer
 
     original = trainer.Trainer.fit
 
@@ -123,7 +125,7 @@ def test_reproduce_without_its_data_is_one_line(tmp_path, monkeypatch, capsys):
 
 def _jobs(n, steps):
     overrides = [*DEBUG, f"train.max_steps={steps}", "train.eval_every=1000", "train.log_every=1"]
-    return [(f"seed={s}", "diffusion", "", s, [*overrides, f"train.seed={s}"]) for s in range(n)]
+    return [Job(f"seed={s}", "diffusion", "", s, [*overrides, f"train.seed={s}"]) for s in range(n)]
 
 
 def test_an_interrupt_stops_the_reproduction_sweep_after_the_running_job_saves(tmp_path, monkeypatch):
@@ -131,8 +133,8 @@ def test_an_interrupt_stops_the_reproduction_sweep_after_the_running_job_saves(t
     _signal_at(monkeypatch, 3, signal.SIGINT)
     threads = torch.get_num_threads()
     try:
-        with pytest.raises(reproduce.Interrupted) as info:
-            reproduce._run(_jobs(3, 50), tmp_path, workers=1)
+        with pytest.raises(Interrupted) as info:
+            Sweep(compose_config, workers=1).run(_jobs(3, 50), tmp_path)
     finally:
         torch.set_num_threads(threads)
     assert info.value.signum == signal.SIGINT and info.value.saved
@@ -142,7 +144,7 @@ def test_an_interrupt_stops_the_reproduction_sweep_after_the_running_job_saves(t
 
 def test_reproduce_reports_an_interrupt_in_one_line_and_exits_130(monkeypatch, capsys):
     def interrupted(argv):
-        raise reproduce.Interrupted(signal.SIGINT)
+        raise Interrupted(signal.SIGINT)
 
     monkeypatch.setattr(reproduce, "_main", interrupted)
     assert reproduce.main([]) == 130
@@ -166,9 +168,12 @@ def test_one_signal_to_the_process_group_stops_a_reproduction_sweep_and_leaves_n
     # main's reporting, around _run's sweep of four long jobs in two workers
     script = (
         "import pathlib, sys\n"
-        "import odeformer.app.reproduce as r\n"
-        f"jobs = {_jobs(4, 100000)!r}\n"
-        f"r._main = lambda argv: r._run(jobs, pathlib.Path({str(runs)!r}), 2) and 0\n"
+        "import odeformer.app.commands.reproduce as r\n"
+        "from odeformer.app.commands.train import compose_config\n"
+        "from odeformer.app.run.sweep import Job, Sweep\n"
+        f"jobs = {[tuple(job) for job in _jobs(4, 100000)]!r}\n"
+        f"runs = pathlib.Path({str(runs)!r})\n"
+        "r._main = lambda argv: Sweep(compose_config, 2).run([Job(*j) for j in jobs], runs) and 0\n"
         "sys.exit(r.main([]))\n"
     )
     process = subprocess.Popen(

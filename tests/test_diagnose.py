@@ -5,10 +5,11 @@ import json
 import pytest
 import torch
 
-import odeformer.app.train as entry
+import odeformer.app.commands.train as entry
 from helpers import cli
-from odeformer.app.builder import build
-from odeformer.app.diagnose import TITLES, _readable_log_ticks, _tick_label, batch_of, fresh_config, main
+from odeformer.app.commands.diagnose import fresh_config, main
+from odeformer.app.reporting.diagnostics import TITLES, _readable_log_ticks, _tick_label, batch_of
+from odeformer.app.run.builder import build
 from odeformer.diagnostics import layer_measures
 
 SMALL = ["train=debug", "data=digits", "model.depth=3", "model.dim=16", "model.heads=2"]

@@ -295,7 +295,7 @@ def test_scale_free_measures_hold_at_any_token_scale(dtype, scales):
 def test_a_blown_up_runs_measures_are_strict_json_and_its_gap_is_nan():
     import json
 
-    from odeformer.app.diagnose import _json
+    from odeformer.app.reporting.diagnostics import _json
 
     text = _json({"runs": {"a": {"values": [1.5, math.nan, math.inf, -math.inf]}}})
     assert json.loads(text)["runs"]["a"]["values"] == [1.5, None, None, None] and "NaN" not in text

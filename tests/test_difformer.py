@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import odeformer
-import odeformer.app.train as entry
+import odeformer.app.commands.train as entry
 from odeformer.tasks.graph import GlobalSimpleAttention, _Gram, _HeadRatios
 
 

@@ -109,7 +109,7 @@ def test_every_config_key_the_prose_names_exists(path):
     keys of their own."""
     from omegaconf import OmegaConf
 
-    import odeformer.app.train as entry
+    import odeformer.app.commands.train as entry
 
     named = set(PROSE_KEY.findall((ROOT / path).read_text()))
     assert named, f"{path} names no config keys: the pattern is stale"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from odeformer.app import fetch as fetch_module
-from odeformer.app.fetch import SOURCES, Remote, main
+from odeformer.app.commands import data as fetch_module
+from odeformer.app.commands.data import SOURCES, Remote, main
 from odeformer.data import load
 from odeformer.data.planetoid import PICKLES
 from odeformer.data.sst2 import FILES as SST2_FILES
@@ -347,5 +347,5 @@ def test_the_real_files_match_the_table(capsys):
 
 def test_console_script_is_installed():
     scripts = entry_points(group="console_scripts", name="odeformer-data")  # one per sys.path entry holding it
-    assert scripts and {script.value for script in scripts} == {"odeformer.app.fetch:main"}
+    assert scripts and {script.value for script in scripts} == {"odeformer.app.commands.data:main"}
     assert next(iter(scripts)).load() is main

@@ -143,7 +143,7 @@ def test_one_spelling_per_scheme():
     import pytest
 
     import odeformer
-    import odeformer.app.train as entry
+    import odeformer.app.commands.train as entry
     import solvers
 
     assert sorted(entry.choices("solver")) == sorted(odeformer.SOLVERS)
@@ -156,3 +156,80 @@ def test_one_spelling_per_scheme():
     for name in solvers.TABLEAUX:
         with pytest.raises(ValueError, match=f"a named scheme is picked by its name: solver={name}"):
             odeformer.solver("tableau", options={"name": name})
+def _app_import_graph(root):
+    """``{module: {modules it imports}}`` among the modules of ``odeformer/app`` (dotted names, a package by its own
+    name): every import, absolute or relative, at the top of a module or inside a function."""
+    app = root / "odeformer" / "app"
+    modules = {}
+    for path in sorted(app.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = (path, parts[:-1])  # a relative import starts from the module's package
+    graph = {}
+    for name, (path, package) in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                module = ".".join(base + (node.module.split(".") if node.module else []))
+                targets = [f"{module}.{alias.name}" for alias in node.names] + [module]
+            else:
+                continue
+            for target in targets:  # `from . import x`: the submodule x if there is one, else the package
+                if target in modules and target != name:
+                    edges.add(target)
+                    break
+        graph[name] = edges
+    return graph
+
+
+def _import_circles(graph):
+    """The import circles of ``graph``: each strongly connected set of two or more modules, sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            members = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                members.append(member)
+                if member == node:
+                    break
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_import_circle_inside_the_application():
+    circles = _import_circles(_app_import_graph(ROOT))
+    assert not circles, f"modules of odeformer/app that import each other (directly or round a loop): {circles}"
+
+
+def test_the_check_finds_an_import_circle(tmp_path):
+    app = tmp_path / "odeformer" / "app"
+    (app / "run").mkdir(parents=True)
+    (app / "__init__.py").write_text('"""app"""\n')
+    (app / "run" / "__init__.py").write_text("")
+    (app / "run" / "a.py").write_text("from . import b\n")
+    (app / "run" / "b.py").write_text("def f():\n    from odeformer.app.run.c import g\n")  # inside a function too
+    (app / "run" / "c.py").write_text("from .a import x\nfrom ...data import load\n")  # a -> b -> c -> a
+    (app / "d.py").write_text("from .run import a\nfrom .run.b import f\n")  # into the circle, not part of it
+    graph = _app_import_graph(tmp_path)
+    assert graph["odeformer.app.d"] == {"odeformer.app.run.a", "odeformer.app.run.b"}
+    assert _import_circles(graph) == [["odeformer.app.run.a", "odeformer.app.run.b", "odeformer.app.run.c"]]

@@ -32,6 +32,7 @@ def test_the_wheel_is_named_for_pypi_and_carries_the_configs(wheel):
     assert wheel.name.startswith("depth_as_time-")  # odeformer and solvers are other projects' names on PyPI
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"odeformer/configs/train.yaml", "odeformer/configs/experiment/digits_vit.yaml"} <= names
+    assert {"odeformer/app/run/sweeps/results.yaml", "odeformer/app/run/sweeps/smoke.yaml"} <= names  # the sections
     assert any(n.startswith("solvers/") for n in names) and not any(n.startswith("configs/") for n in names)
     assert {"solvers/testing/__init__.py", "solvers/testing/thresholds.py"} <= names  # the property kit's package
 

@@ -1,30 +1,38 @@
 """The reproduction sweep end to end on one tiny configuration (what CI runs), and its table arithmetic."""
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from odeformer.app import reproduce
-from odeformer.app.reproduce import (
+from odeformer.app.commands import reproduce
+from odeformer.app.commands.reproduce import main
+from odeformer.app.commands.train import compose_config
+from odeformer.app.reporting.results import (
     BEGIN,
     END,
     HEADER,
-    SECTIONS,
-    Section,
-    _reuse,
-    _train,
-    _write_section,
-    config_drift,
-    main,
     markers,
-    matched_jobs,
     split_combined_block,
-    step_costs,
-    table,
     write_results,
+    write_section,
 )
+from odeformer.app.reporting.tables import results_table
+from odeformer.app.run import sweep
+from odeformer.app.run.sections import Section, matched_jobs, results_sections, smoke_section
+from odeformer.app.run.sweep import Sweep, _reuse, _train, config_drift
+
+SECTIONS = results_sections()
+TITLES = {"smoke": smoke_section().title, **{key: section.title for key, section in SECTIONS.items()}}
+ORDER = ["smoke", *SECTIONS]
+
+
+def table(section, results, costs):
+    return results_table(results, costs, len(section.seeds))
+
+
+def step_costs(section, runs_dir, rounds=7):
+    return Sweep(compose_config, 1).step_costs(section.fixed, section.rows, section.columns, runs_dir, rounds=rounds)
 
 
 @pytest.mark.data("cora")
@@ -73,7 +81,7 @@ def test_a_costlier_row_gets_a_compute_matched_diffusion_row():
     assert "| `full_wave` | 50.0 ± 0.0 | 1.70 |" in markdown
 
 
-def _fake_costs(job):
+def _fake_costs(job, compose=None):
     return {"full_wave": 9.0}
 
 
@@ -88,7 +96,7 @@ def test_step_costs_are_measured_side_by_side_once_and_kept(tmp_path, monkeypatc
     assert set(costs) == {"full_wave"} and 0 < costs["full_wave"] < 100
     saved = json.loads((tmp_path / "costs.json").read_text())
     assert saved["costs"] == costs and saved["measured"]["columns"] == section.columns
-    monkeypatch.setattr(reproduce, "_measure_costs", _fake_costs)  # what a new measurement would give
+    monkeypatch.setattr(sweep, "_measure_costs", _fake_costs)  # what a new measurement would give
     assert step_costs(section, tmp_path, rounds=2) == costs  # a rerun reads the file
     changed = Section("t", section.fixed, section.rows, {"depth 3": ["model.depth=3"]})
     assert step_costs(changed, tmp_path, rounds=2) == _fake_costs(None)  # a changed section is measured again
@@ -151,19 +159,19 @@ def test_write_results_appends_a_block(tmp_path):
     assert path.read_text().endswith(f"{BEGIN}\nhello\n{END}\n")
 
 
-def _section_args(out: Path) -> argparse.Namespace:
-    return argparse.Namespace(smoke=False, out=out, workers=2)
+def _write_section(out: Path, key: str, parts: list[str]) -> None:
+    write_section(out / "RESULTS.md", key, parts, ORDER, workers=2)
 
 
 def test_rewriting_some_sections_keeps_the_others_blocks_in_section_order(tmp_path):
     """``--sections a`` rewrites a's block only: another section's numbers, and the prose between blocks, stay."""
     path = tmp_path / "RESULTS.md"
     write_results(HEADER, path)
-    _write_section(_section_args(tmp_path), "digits", ["### digits\n\n| `diffusion` | 95.5 |\n"])
+    _write_section(tmp_path, "digits", ["### digits\n\n| `diffusion` | 95.5 |\n"])
     path.write_text(path.read_text() + "\nreading of digits\n")
-    _write_section(_section_args(tmp_path), "fmnist", ["### fmnist\n\nfirst\n"])
-    _write_section(_section_args(tmp_path), "difformer", ["### difformer\n\n| `diffusion` | 85.0 |\n"])
-    _write_section(_section_args(tmp_path), "fmnist", ["### fmnist\n\nsecond\n"])
+    _write_section(tmp_path, "fmnist", ["### fmnist\n\nfirst\n"])
+    _write_section(tmp_path, "difformer", ["### difformer\n\n| `diffusion` | 85.0 |\n"])
+    _write_section(tmp_path, "fmnist", ["### fmnist\n\nsecond\n"])
     text = path.read_text()
     assert "| `diffusion` | 95.5 |" in text and "reading of digits" in text and "second" in text
     assert "first" not in text and text.count(markers("fmnist")[0]) == 1
@@ -183,7 +191,7 @@ def test_a_combined_block_from_before_is_split_into_sections_without_losing_a_ta
         f"### {digits}\n\n| `diffusion` | 95.5 |\n\n### {sst2}\n\n| `diffusion` | 80.1 |\n{END}\n\nreading\n"
     )
     path.write_text(old)
-    assert split_combined_block(path) == ["digits", "sst2"]
+    assert split_combined_block(path, TITLES) == ["digits", "sst2"]
     text = path.read_text()
     assert text.startswith("prose\n\n") and text.endswith("\n\nreading\n") and HEADER in text
     for key, row in (("digits", "| `diffusion` | 95.5 |"), ("sst2", "| `diffusion` | 80.1 |")):
@@ -191,8 +199,8 @@ def test_a_combined_block_from_before_is_split_into_sections_without_losing_a_ta
         block = text[text.index(begin) : text.index(end)]
         assert row in block and f"### {SECTIONS[key].title}" in block
         assert f"`odeformer-reproduce --sections {key}` on 2 CPU cores (x86_64), 2026-11-30" in block
-    assert split_combined_block(path) == [] and path.read_text() == text  # once split, nothing more to do
-    _write_section(_section_args(tmp_path), "digits", [f"### {digits}\n\n| `diffusion` | 96.0 |\n"])
+    assert split_combined_block(path, TITLES) == [] and path.read_text() == text  # once split, nothing more to do
+    _write_section(tmp_path, "digits", [f"### {digits}\n\n| `diffusion` | 96.0 |\n"])
     assert "| `diffusion` | 80.1 |" in path.read_text() and "95.5" not in path.read_text()
 
 
@@ -211,15 +219,15 @@ def test_a_finished_run_whose_overrides_now_mean_another_run_is_refused(tmp_path
     base = ["data=synthetic", "data.options.task=image", "data.options.n=64", "model.dim=16", "model.heads=2"]
     run = ["train.max_steps=2", "train.eval_every=2", "train.seed=0"]
     out = tmp_path / "r"
-    summary = _train(("r", [*base, "model.depth=1", *run], str(out)))
+    summary = _train(("r", [*base, "model.depth=1", *run], str(out)), compose_config)
     assert summary["status"] == "completed"
-    assert config_drift(out, [*base, "model.depth=1", *run]) == []
-    assert _train(("r", [*base, "model.depth=1", *run], str(out))) == summary  # reused, not retrained
+    assert config_drift(out, [*base, "model.depth=1", *run], compose_config) == []
+    assert _train(("r", [*base, "model.depth=1", *run], str(out)), compose_config) == summary  # reused, not retrained
     # the same folder asked for under overrides that now compose to depth 2 (as if the default had changed)
     drifted = [*base, "model.depth=2", *run]
-    assert config_drift(out, drifted) == ["model.depth: 1 → 2"]
+    assert config_drift(out, drifted, compose_config) == ["model.depth: 1 → 2"]
     with pytest.raises(ValueError, match=r"model.depth: 1 → 2.*delete the folder") as info:
-        _train(("r", drifted, str(out)))
+        _train(("r", drifted, str(out)), compose_config)
     assert "\n" not in str(info.value)
 
 
@@ -230,7 +238,8 @@ def test_learned_coefficients_are_each_layers_own_after_training(tmp_path):
     the nearest known member; a fixed row adds nothing."""
     import torch
 
-    from odeformer.app.builder import load_run
+    from odeformer.app.reporting.learned import coefficients
+    from odeformer.app.run.builder import load_run
 
     tiny = ["experiment=digits_vit", "model.depth=3", "model.dim=8", "model.heads=2", "train.max_steps=2"]
     tiny += ["train.eval_every=2", "train.progress=false"]
@@ -249,7 +258,7 @@ def test_learned_coefficients_are_each_layers_own_after_training(tmp_path):
         },
     )
     runs_dir = tmp_path / "runs"
-    results = reproduce._run(section.runs(), runs_dir, workers=1)
+    results = Sweep(compose_config, workers=1).run(section.runs(), runs_dir)
     # move every learnable coefficient far from its start, layer by layer, so a copy of the start value cannot pass
     for name, row, *_ in results:
         if row == "fixed":
@@ -261,7 +270,7 @@ def test_learned_coefficients_are_each_layers_own_after_training(tmp_path):
         for i, key in enumerate(thetas):
             payload["model"][key] = torch.full_like(payload["model"][key], -1.5 + 1.0 * i)
         torch.save(payload, path)
-    markdown, found = reproduce.learned_coefficients(section, results, runs_dir, tmp_path / "c.png")
+    markdown, found = reproduce.section_coefficients(section, results, runs_dir, tmp_path / "c.png")
     assert set(found) == {"splitting λ learned", "two-stage α learned"} and (tmp_path / "c.png").stat().st_size > 0
     sigmoid = [1 / (1 + 2.718281828459045 ** (1.5 - i)) for i in range(3)]
     for seed in (0, 1):
@@ -272,7 +281,7 @@ def test_learned_coefficients_are_each_layers_own_after_training(tmp_path):
         assert all(len(v) == 1 and abs(v[0] - (0.2 + 1.3 * s)) < 1e-6 for v, s in zip(alpha, sigmoid))
     # the model as rebuilt agrees with the table's source
     _, model, _ = load_run(runs_dir / results[0][0], stepper="solvers.SymmetricSplitting")
-    assert [v for _, v in reproduce.coefficients(model)] == found["splitting λ learned"]["seeds"][0]
+    assert [v for _, v in coefficients(model)] == found["splitting λ learned"]["seeds"][0]
     row = next(line for line in markdown.splitlines() if line.startswith("| two-stage α learned"))
     assert f"{0.2 + 1.3 * sigmoid[2]:.3f}" in row and "(nearest: ralston)" in row.split("|")[-2]
     assert "| fixed" not in markdown
@@ -292,7 +301,7 @@ def test_learned_coefficients_are_read_from_every_solver(name):
     per layer where the scheme learns a ``λ`` (a splitting's drift, a gate, a momentum) or an ``α``, none elsewhere; it
     once crashed on the schemes whose ``lam`` was a method while others' was a property."""
     import odeformer
-    from odeformer.app.reproduce import coefficients
+    from odeformer.app.reporting.learned import coefficients
 
     model = odeformer.ViT(depth=2, dim=8, heads=2, solver=name)
     found = coefficients(model)
@@ -301,3 +310,87 @@ def test_learned_coefficients_are_read_from_every_solver(name):
     assert [symbol for symbol, _ in found] == [learnable[name]] * 2 if name in learnable else found == []
     for _, values in found:
         assert len(values) in (1, 8) and all(0 < v < 1.5 for v in values)
+# -- sections files: data, never code ---------------------------------------------------------------------------
+
+
+def test_the_sections_omelyan_member_is_the_learnable_splittings_start():
+    """Omelyan's λ is stated once in the sections file (an anchor) and is the value the learnable splitting starts
+    from, so the table's "nearest member" is the scheme's own."""
+    import inspect
+
+    import solvers
+
+    start = inspect.signature(solvers.SymmetricSplitting).parameters["lambda0"].default
+    assert SECTIONS["learned_integrators"].learned["λ"]["Omelyan"] == start
+    assert SECTIONS["learned_integrators_order4"].learned["λ"]["Omelyan inside"] == start
+
+
+GOOD = "s:\n  title: t\n  fixed: [experiment=digits_vit]\n  rows:\n    a: [solver=diffusion]\n"
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        (GOOD + "  _target_: os.system\n", "s._target_: not a setting"),
+        (GOOD.replace("  rows:\n    a: [solver=diffusion]\n", "  rows: [solver=diffusion]\n"), "s.rows: must map"),
+        (GOOD.replace("[solver=diffusion]", "solver=diffusion"), "s.rows.a: must be a list of overrides"),
+        (GOOD.replace("[experiment=digits_vit]", "['hydra.searchpath=[file:///x]']"), "s.fixed: 'hydra.searchpath"),
+        (GOOD.replace("[solver=diffusion]", "[solver.stepper=odeformer_evil.Scheme]"), "s.rows.a: 'solver.stepper"),
+        (GOOD.replace("[solver=diffusion]", "[solver.stepper=solvers.STEPPERS]"), "never imported"),
+        (GOOD + "  seeds: [0, one]\n", "s.seeds: must be a list of distinct seeds"),
+        (GOOD + "  plot: true\n  columns:\n    wide: [model.dim=8]\n", "s.plot: draws accuracy against depth"),
+        (GOOD + "  diagnose: [deep]\n", "s.diagnose: 'deep' is not one of the columns"),
+        (GOOD + "  learned:\n    λ: {verlet: zero}\n", "s.learned: must map"),
+        (GOOD + "  matched: maybe\n", "s.matched: must be true or false"),
+        (GOOD.replace("  title: t\n", ""), "s: missing title"),
+        (GOOD + "  note: one\n  note: two\n", "the key 'note' is given twice"),
+        (GOOD.replace("s:\n", "bad key:\n", 1), "'bad key': a section's key names its folder"),
+        ("- a list\n", "must map each section's key to its settings"),
+        ("s: !!python/object/apply:os.system [touch odeformer_ran]\n", "not a sections file"),
+        ("s: [unclosed\n", "not a sections file"),
+    ],
+)
+def test_a_malformed_sections_file_is_one_line_naming_the_file_and_the_key(tmp_path, text, where):
+    import sys
+
+    from odeformer.app.run.sections import SectionError, load_sections
+
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    with pytest.raises(SectionError) as info:
+        load_sections(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and where in message and "\n" not in message, message
+    assert "odeformer_evil" not in sys.modules and not (tmp_path / "odeformer_ran").exists()
+
+
+def test_a_sections_file_of_ones_own_loads_to_jobs(tmp_path):
+    from odeformer.app.run.sections import load_sections
+
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        GOOD + "    b: [solver=full_wave, solver.stepper=solvers.SymmetricSplitting]\n  seeds: [3]\n"
+        "  columns:\n    depth 2: [model.depth=2]\n  plot: true\n"
+    )
+    (section,) = load_sections(path).values()
+    assert [job.name for job in section.runs()] == ["a__depth_2__seed=3", "b__depth_2__seed=3"]
+    assert section.runs()[1].overrides == [
+        "experiment=digits_vit",
+        "solver=full_wave",
+        "solver.stepper=solvers.SymmetricSplitting",
+        "model.depth=2",
+        "train.seed=3",
+    ]
+    assert section.matched and section.plot and section.note == ""
+
+
+def test_reproduce_with_a_malformed_sections_file_is_one_line(tmp_path, monkeypatch, capsys):
+    from odeformer.app.run.sections import load_sections
+
+    path = tmp_path / "results.yaml"
+    path.write_text(GOOD.replace("  rows:\n    a: [solver=diffusion]\n", "  rows: {}\n"))
+    monkeypatch.setattr(reproduce, "results_sections", lambda: load_sections(path))
+    assert main(["--out", str(tmp_path / "out")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"odeformer-reproduce: error: {path}: s.rows")
+    assert not (tmp_path / "out").exists()

@@ -15,18 +15,13 @@ from pathlib import Path
 
 import pytest
 
-import odeformer.app.train as entry
+import odeformer.app.commands.train as entry
 from helpers import cli_in_process
-from odeformer.app.builder import build, estimate_memory
-from odeformer.app.checkpoints import (
-    CheckpointError,
-    CheckpointWriteError,
-    RunDirectoryBusy,
-    hydra_quote,
-    load_checkpoint,
-    lock_run_directory,
-    save_checkpoint,
-)
+from odeformer.app.run.builder import build, estimate_memory
+from odeformer.app.run.checkpoints import CheckpointError, CheckpointWriteError, load_checkpoint, save_checkpoint
+from odeformer.app.run.identity import RUN_RECORD
+from odeformer.app.run.locks import RunDirectoryBusy, lock_run_directory
+from odeformer.app.run.resume import hydra_quote
 
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2", "train.eval_batches=1"]
 
@@ -167,7 +162,7 @@ def test_the_parameter_estimate_is_the_models_count_within_a_few_percent(overrid
 
 def _diverge_from(monkeypatch, step):
     """Make the loss NaN from training step ``step`` on, as a blow-up of the dynamics does."""
-    import odeformer.app.trainer as trainer
+    import odeformer.app.run.trainer as trainer
 
     original = trainer.Trainer.fit
 
@@ -207,7 +202,7 @@ def test_after_a_divergence_the_suggested_resume_with_a_lower_lr_works_and_is_re
     # the schedule goes on from step 10 (stretched to the 20 steps this command asks for), scaled to the new peak
     factor = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (10 - 2) / (20 - 2)))  # train=debug: 2 warm-up steps
     assert lr[11] == pytest.approx(0.0003 * factor, rel=1e-9)
-    assert load_checkpoint(out / "last.pt")["info"]["config"]["train"]["lr"] == 0.0003
+    assert load_checkpoint(out / "last.pt")[RUN_RECORD]["config"]["train"]["lr"] == 0.0003
 
 
 @pytest.mark.slow  # a 20-step training run
@@ -242,7 +237,7 @@ def test_a_checkpoint_with_non_finite_optimiser_state_is_not_offered_as_good(fin
 def test_a_non_finite_state_is_never_saved_as_last_pt(tmp_path, monkeypatch):
     """The optimiser's moments overflow while the loss is still finite: the save that would write them stops the run
     as diverged and keeps the last good last.pt."""
-    import odeformer.app.trainer as trainer
+    import odeformer.app.run.trainer as trainer
 
     out = tmp_path / "run"
     original = trainer.Trainer._save_last
@@ -282,7 +277,7 @@ def test_the_resume_command_survives_spaces_quotes_and_non_ascii(tmp_path):
     ],
 )
 def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_is_intact(tmp_path, monkeypatch, error):
-    import odeformer.app.checkpoints as checkpoints
+    import odeformer.app.run.checkpoints as checkpoints
 
     path = tmp_path / "last.pt"
     save_checkpoint(path, {"format": checkpoints.FORMAT, "step": 1})
@@ -304,7 +299,7 @@ def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_is_int
 
 @pytest.mark.slow  # a resumed training run (the message itself is checked above, without training)
 def test_a_full_disk_during_training_stops_with_one_line(finished, tmp_path, monkeypatch):
-    import odeformer.app.checkpoints as checkpoints
+    import odeformer.app.run.checkpoints as checkpoints
 
     out = _copy(finished, tmp_path / "run")
     before = (out / "last.pt").read_bytes()
@@ -322,18 +317,45 @@ def test_a_full_disk_during_training_stops_with_one_line(finished, tmp_path, mon
 def test_a_last_pt_without_a_stored_config_is_resumed_only_into_the_solver_it_names(finished, tmp_path):
     out = _copy(finished, tmp_path / "run")
     payload = load_checkpoint(out / "last.pt")
-    solver = payload["info"]["solver"]
+    solver = payload[RUN_RECORD]["solver"]
     other = "full_wave" if solver != "full_wave" else "diffusion"
-    payload["info"] = {k: v for k, v in payload["info"].items() if k not in ("config", "overrides")}
+    payload[RUN_RECORD] = {k: v for k, v in payload[RUN_RECORD].items() if k not in ("config", "overrides")}
     save_checkpoint(out / "last.pt", payload)
     before = _tree(out)
     line = _line(_train(out, "train.resume=true", "train.max_steps=20", f"solver={other}"), 2)
     assert "stores no config" in line and f"solver ({solver} in the run, {other} now)" in line
     assert _tree(out) == before
-    payload["info"] = {}
+    payload[RUN_RECORD] = {}
     save_checkpoint(out / "last.pt", payload)
     line = _line(_train(out, "train.resume=true", "train.max_steps=20"), 2)
     assert "stores no config and does not name its solver, model, data, depth" in line
+
+
+def test_a_run_saved_in_the_earlier_checkpoint_layout_loads_is_diagnosed_and_resumes(finished, tmp_path):
+    """Checkpoints of the earlier layout (format ``odeformer-checkpoint-1``, the run record under ``info``) are read
+    as they are: the run rebuilds with its best weights, is diagnosed, and resumes (writing today's layout)."""
+    import torch
+
+    from odeformer.app.commands.diagnose import main as diagnose
+    from odeformer.app.run.builder import load_run
+
+    out = _copy(finished, tmp_path / "run")
+    for name in ("last.pt", "best.pt"):
+        payload = load_checkpoint(out / name)
+        payload["format"], payload["info"] = "odeformer-checkpoint-1", payload.pop(RUN_RECORD)
+        save_checkpoint(out / name, payload)
+    best = load_checkpoint(out / "best.pt")
+    _, model, record = load_run(out)
+    assert record["solver"] == best["info"]["solver"] and record["depth"] == best["info"]["depth"]
+    assert all(torch.equal(v, best["model"][k]) for k, v in model.state_dict().items())
+    assert diagnose([str(out), "--out", str(tmp_path / "diagnostics"), "--batch", "4"]) == 0
+    assert (tmp_path / "diagnostics" / "cosine.json").exists()
+    done = _train(out, "train.resume=true", "train.max_steps=12")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 12
+    last = load_checkpoint(out / "last.pt")
+    assert last["format"] == "odeformer-checkpoint-2" and "info" not in last and last[RUN_RECORD]["config"]
 
 
 def test_an_empty_error_says_what_was_being_read(tmp_path):
@@ -351,7 +373,9 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, monkeypatch):
     def interrupted(config, *args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(entry, "build", interrupted)
+    import odeformer.app.run.launch as launch
+
+    monkeypatch.setattr(launch, "build", interrupted)
     line = _line(_train(out), 130)
     assert line == "odeformer-train: interrupted (Ctrl-C) before training started; nothing was trained."
     assert not out.exists() or not _tree(out)
@@ -367,7 +391,7 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, monkeypatch):
 def test_a_divergence_stays_in_force_until_a_checkpoint_is_written_after_it(tmp_path):
     """A resume after a divergence that is itself stopped before its first save may be resumed again with the lower
     learning rate: the last.pt is still the one from before the divergence."""
-    from odeformer.app.checkpoints import diverged_after, record
+    from odeformer.app.run.history import diverged_after, record
 
     record(tmp_path, {"event": "diverged", "step": 13, "checkpoint_step": 10})
     record(tmp_path, {"event": "resumed", "step": 10, "changes": {"train.lr": [0.003, 0.0003]}})

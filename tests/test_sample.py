@@ -13,9 +13,11 @@ import torch
 
 import odeformer
 from helpers import HANG
-from odeformer.app.checkpoints import FORMAT, save_checkpoint
-from odeformer.app.config import DataConfig, SolverConfig, model_config, stepper_options
-from odeformer.app.sample import EvalSample, main
+from odeformer.app.commands.sample import main
+from odeformer.app.run.checkpoints import FORMAT, save_checkpoint
+from odeformer.app.run.config import DataConfig, SolverConfig, model_config, stepper_options
+from odeformer.app.run.identity import RUN_RECORD
+from odeformer.app.run.sampling import EvalSample
 
 ROOT = Path(__file__).resolve().parents[1]
 ITOS = list("\n !',.:;?ABCDEHILMNORTUaehilmnorstuw")
@@ -38,8 +40,8 @@ def _run(tmp_path, config=None, vocabulary=VOCABULARY, name="best.pt", seed=0):
     torch.manual_seed(seed)
     node = {k: v for k, v in config["model"].items() if not k.startswith("_")}
     model = odeformer.CausalLM(vocab_size=len(ITOS), solver=odeformer.solver(config["solver"]["name"]), **node)
-    info = {"config": config} | ({"vocabulary": vocabulary} if vocabulary else {})
-    save_checkpoint(tmp_path / name, {"format": FORMAT, "model": model.state_dict(), "info": info})
+    record = {"config": config} | ({"vocabulary": vocabulary} if vocabulary else {})
+    save_checkpoint(tmp_path / name, {"format": FORMAT, "model": model.state_dict(), RUN_RECORD: record})
     return model.eval()
 
 
@@ -59,6 +61,18 @@ def test_prints_the_prompt_and_its_continuation(tmp_path, capsys):
     assert again[0] == again[1] and len(again[0]) == 32
 
 
+def test_a_checkpoint_of_the_earlier_layout_samples_the_same(tmp_path, capsys):
+    """A ``best.pt`` of the earlier layout (format ``odeformer-checkpoint-1``, the run record under ``info``) is
+    read as it is."""
+    _run(tmp_path)
+    argv = (tmp_path, "--prompt", "ROMEO:", "--tokens", 20, "--temperature", 0)
+    now = _sample(capsys, *argv)
+    payload = torch.load(tmp_path / "best.pt", weights_only=True)
+    payload["format"], payload["info"] = "odeformer-checkpoint-1", payload.pop(RUN_RECORD)
+    save_checkpoint(tmp_path / "best.pt", payload)
+    assert _sample(capsys, *argv) == now and now[0] == 0
+
+
 def test_an_unknown_prompt_character_is_one_line_and_exit_2(tmp_path, capsys):
     _run(tmp_path)
     code, out, err = _sample(capsys, tmp_path, "--prompt", "ROMEO: Zounds!")
@@ -71,7 +85,7 @@ def test_the_run_s_model_is_looked_up_in_the_task_registry(monkeypatch):
     from its ``_target_`` (never imported), and a CausalLM run is refused once its record is gone."""
     import dataclasses
 
-    from odeformer.app.sample import SampleError, build_model, text_models
+    from odeformer.app.run.sampling import SampleError, build_model, text_models
     from odeformer.tasks import TASK_MODELS, task_of
 
     class ShortLM(odeformer.CausalLM):
@@ -105,7 +119,7 @@ def test_the_stored_config_reaches_only_registered_builders(tmp_path, capsys, ch
     _run(tmp_path)
     path = tmp_path / "best.pt"
     payload = torch.load(path, weights_only=True)
-    change(payload["info"]["config"])
+    change(payload[RUN_RECORD]["config"])
     save_checkpoint(path, payload)
     code, _, err = _sample(capsys, tmp_path)
     assert code == 2 and message in err and err.count("\n") == 1
@@ -139,7 +153,7 @@ def test_a_run_without_a_stored_vocabulary_reads_its_dataset(tmp_path, capsys):
 
 def test_the_console_script_is_declared():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["odeformer-sample"] == "odeformer.app.sample:main"
+    assert scripts["odeformer-sample"] == "odeformer.app.commands.sample:main"
 
 
 def test_the_evaluation_sample_leaves_the_training_rng_alone():
@@ -167,7 +181,7 @@ def test_a_character_level_run_logs_samples_and_odeformer_sample_reads_it(tmp_pa
     assert len(samples) == 2 and all(s.startswith("0") or s.startswith("\n") for s in samples)
     assert json.loads((run / "summary.json").read_text())["sample"] == samples[-1]
     done = subprocess.run(
-        [sys.executable, "-m", "odeformer.app.sample", str(run), "--prompt", "012", "--tokens", "10"],
+        [sys.executable, "-m", "odeformer.app.commands.sample", str(run), "--prompt", "012", "--tokens", "10"],
         capture_output=True, text=True, timeout=HANG,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.startswith("012") and len(done.stdout) == 14, done.stderr
@@ -202,19 +216,19 @@ def test_the_shakespeare_example_skips_cleanly_without_the_data(tmp_path, monkey
 def test_a_character_level_run_logs_a_sample_at_each_evaluation(tmp_path):
     """The trainer's hook, without the command line: a sample in each evaluation's metrics row, the last in the
     summary, the vocabulary in best.pt; a run on other data logs none."""
-    from odeformer.app.trainer import Settings, Trainer
+    from odeformer.app.run.trainer import LoopConfig, Trainer
     from odeformer.data import load
 
     data = load("synthetic", task="text", n=64)
     torch.manual_seed(0)
     model = odeformer.CausalLM(data.meta["vocab_size"], 8, depth=1, dim=8, heads=2)
-    settings = Settings(max_steps=2, eval_every=1, eval_batches=1, warmup_steps=0, progress=False, batch_size=4)
-    summary = Trainer(model, data, settings, tmp_path, {"solver": "diffusion"}).fit()
+    loop = LoopConfig(max_steps=2, eval_every=1, eval_batches=1, warmup_steps=0, progress=False, batch_size=4)
+    summary = Trainer(model, data, loop, tmp_path, {"solver": "diffusion"}).fit()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     samples = [row["sample"] for row in rows if "val_loss" in row]
     assert len(samples) == 2 and all(len(s) == 101 and s[0] == data.meta["itos"][0] for s in samples)
     assert summary["sample"] == samples[-1]
-    assert torch.load(tmp_path / "best.pt", weights_only=True)["info"]["vocabulary"] == "".join(data.meta["itos"])
+    assert torch.load(tmp_path / "best.pt", weights_only=True)[RUN_RECORD]["vocabulary"] == "".join(data.meta["itos"])
     images = load("synthetic", task="image", n=32)
     vit = odeformer.ViT(image_size=images.meta["image_size"], in_chans=images.meta["in_chans"], num_classes=2, depth=1,
                         dim=8, heads=2)  # fmt: skip

@@ -19,10 +19,11 @@ import pytest
 import torch
 
 from helpers import cli
-from odeformer.app.builder import load_run
-from odeformer.app.checkpoints import load_checkpoint
-from odeformer.app.reproduce import config_drift
-from odeformer.app.upgrade import upgrade_config, upgrade_overrides
+from odeformer.app.commands.train import compose_config
+from odeformer.app.run.builder import load_run
+from odeformer.app.run.checkpoints import load_checkpoint
+from odeformer.app.run.sweep import config_drift
+from odeformer.app.run.upgrade import upgrade_config, upgrade_overrides
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs_v1"
 RUNS = sorted(path.name for path in FIXTURES.iterdir())
@@ -76,7 +77,7 @@ def test_a_saved_runs_overrides_compose_to_its_config_today(name, tmp_path):
     assert f"solver={NOW[name]}" in overrides or name == "inline"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        assert config_drift(run, overrides) == []
+        assert config_drift(run, overrides, compose_config) == []
         stored = upgrade_config(load_checkpoint(run / "last.pt")["info"]["config"])
     assert stored["solver"]["name"] == NOW[name]
 
@@ -103,7 +104,7 @@ def test_a_saved_run_resumes_with_its_overrides_in_todays_spelling(name, tmp_pat
 
 
 def test_a_saved_run_is_diagnosed(tmp_path):
-    from odeformer.app.diagnose import main
+    from odeformer.app.commands.diagnose import main
 
     run = _copy("splitting", tmp_path)
     with warnings.catch_warnings():

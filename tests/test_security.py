@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from odeformer.app import diagnose, reproduce
-from odeformer.app.builder import UsageError, build, load_run
-from odeformer.app.checkpoints import FORMAT, CheckpointError, load_checkpoint
+from odeformer.app.commands import diagnose, reproduce
+from odeformer.app.run.builder import UsageError, build, load_run
+from odeformer.app.run.checkpoints import FORMAT, CheckpointError, load_checkpoint
+from odeformer.app.run.identity import RUN_RECORD
+from odeformer.app.run.sections import smoke_section
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,24 +74,21 @@ def _loads(path: Path) -> list[str]:
 
 
 def test_the_package_has_one_checkpoint_loader():
-    """Every checkpoint is read by odeformer.app.checkpoints.load_checkpoint (weights only): no other torch.load call,
-    and no weights_only other than True, anywhere in the packages."""
+    """Every checkpoint is read by odeformer.app.run.checkpoints.load_checkpoint (weights only): no other torch.load
+    call, and no weights_only other than True, anywhere in the packages."""
     offenders = [
         where
         for package in ("odeformer", "solvers")
         for path in sorted((ROOT / package).rglob("*.py"))
         for where in _loads(path)
     ]
-    loader = [where for where in offenders if where.startswith("odeformer/app/checkpoints.py:")]
+    loader = [where for where in offenders if where.startswith("odeformer/app/run/checkpoints.py:")]
     assert len(loader) == 1, offenders
     others = [where for where in offenders if where not in loader]
-    assert not others, f"load checkpoints with odeformer.app.checkpoints.load_checkpoint, not: {others}"
-    assert (
-        "weights_only=True"
-        in (ROOT / "odeformer" / "app" / "checkpoints.py")
-        .read_text()
-        .splitlines()[int(loader[0].rsplit(":", 1)[1]) - 1]
-    )
+    assert not others, f"load checkpoints with odeformer.app.run.checkpoints.load_checkpoint, not: {others}"
+    assert "weights_only=True" in (ROOT / "odeformer" / "app" / "run" / "checkpoints.py").read_text().splitlines()[
+        int(loader[0].rsplit(":", 1)[1]) - 1
+    ]
 
 
 def test_a_pickled_call_in_a_checkpoint_is_refused_naming_the_file(tmp_path):
@@ -107,7 +106,7 @@ def test_reproduce_refuses_a_finished_runs_last_pt_that_would_run_code(tmp_path,
     to check the run's config, and must not run the command."""
     marker = tmp_path / "ran"
     runs = tmp_path / "runs"
-    run = runs / "smoke" / reproduce.SMOKE.runs()[0][0]
+    run = runs / "smoke" / smoke_section().runs()[0].name
     run.mkdir(parents=True)
     (run / "summary.json").write_text('{"status": "completed", "metric": "accuracy", "test": 0.5, "wall_s": 1}\n')
     torch.save({"format": FORMAT, "info": _Exploit(_touch(marker))}, run / "last.pt")
@@ -128,7 +127,7 @@ def _stored_config(**solver):
 
 def _best(run: Path, config: dict, model=None) -> Path:
     run.mkdir(parents=True, exist_ok=True)
-    payload = {"format": FORMAT, "step": 1, "model": model or {}, "info": {"config": config}}
+    payload = {"format": FORMAT, "step": 1, "model": model or {}, RUN_RECORD: {"config": config}}
     torch.save(payload, run / "best.pt")
     return run / "best.pt"
 

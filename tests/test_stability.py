@@ -5,7 +5,7 @@ import math
 import pytest
 
 import solvers
-from odeformer.app.stability import max_stable_dt, stable
+from odeformer.app.run.stability import max_stable_dt, stable
 
 
 @pytest.mark.parametrize(

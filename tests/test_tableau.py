@@ -497,12 +497,13 @@ def test_the_learned_integrators_sections_compose_and_build():
     and are what the section's coefficient table reads."""
     from omegaconf import OmegaConf
 
-    import odeformer.app.builder as builder
-    import odeformer.app.train as entry
-    from odeformer.app.reproduce import SECTIONS, coefficients
+    import odeformer.app.commands.train as entry
+    import odeformer.app.run.builder as builder
+    from odeformer.app.reporting.learned import coefficients
+    from odeformer.app.run.sections import results_sections
 
     keys = ("learned_integrators", "learned_integrators_text", "learned_integrators_order4")
-    sections = [SECTIONS[key] for key in keys]
+    sections = [results_sections()[key] for key in keys]
     assert set(sections[1].rows) == set(sections[0].rows)  # text has the digits section's rows
     for *_, overrides in sections[1].runs()[:: len(sections[1].seeds)]:
         entry.compose(overrides)

@@ -8,10 +8,11 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-import odeformer.app.train as entry
-from odeformer.app.builder import build, default_model
-from odeformer.app.config import model_config
-from odeformer.app.objectives import OBJECTIVES, make_objective
+import odeformer.app.commands.train as entry
+from odeformer.app.run.builder import build
+from odeformer.app.run.config import model_config
+from odeformer.app.run.identity import default_model
+from odeformer.app.run.objectives import OBJECTIVES, make_objective
 from odeformer.data import DATASETS, data_kind, load
 from odeformer.data._common import KINDS
 from odeformer.diagnostics import layer_measures
@@ -42,6 +43,23 @@ def test_every_models_config_has_its_python_defaults(name):
     node = OmegaConf.to_container(entry.compose([f"model={name}"]).model, resolve=True)
     assert node.pop("_target_") == spec.target
     assert node == _python_defaults(spec)
+
+
+@pytest.mark.parametrize("name", list(TASK_MODELS))
+def test_each_models_footprint_counts_its_parameters_from_its_options_and_sizes(name):
+    """A registered model's footprint, from its constructor's defaults and its data's sizes alone (the library's
+    own API, nothing of the application), counts the parameters of the model those build, within a few percent and
+    never above (it is a lower estimate); one shared block counts once."""
+    spec = TASK_MODELS[name]
+    meta = load("synthetic", task=spec.data, n=64).meta
+    options = _python_defaults(spec)
+    shared = [(1, {"tie_weights": True})] if "tie_weights" in options else []  # one block for every layer
+    for blocks, tied in [(options["depth"], {}), *shared]:
+        model = spec.model(**{key: meta[key] for key in spec.sizes}, **tied)
+        real = sum(p.numel() for p in model.parameters())
+        footprint = spec.footprint({**options, **tied}, meta, blocks)
+        assert 0.85 * real <= footprint.parameters <= 1.02 * real, (footprint, real)
+        assert footprint.layer >= footprint.state > 0 and footprint.head > 0
 
 
 @pytest.mark.parametrize("name", list(TASK_MODELS))

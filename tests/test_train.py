@@ -15,12 +15,12 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import odeformer
-import odeformer.app.builder as builder
-import odeformer.app.train as entry
+import odeformer.app.commands.train as entry
+import odeformer.app.run.builder as builder
 from helpers import HANG, cli, cli_in_process
 from odeformer import SOLVERS
-from odeformer.app.batches import EpochSampler, WindowSampler
-from odeformer.app.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from odeformer.app.run.batches import EpochSampler, WindowSampler
+from odeformer.app.run.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from odeformer.continuous import ContinuousBackbone
 from odeformer.data import load
 from odeformer.joint import JointLayerNorm
@@ -261,7 +261,8 @@ def test_resume_with_another_config_is_refused_naming_the_keys_and_the_command(t
 
 
 def test_a_resume_refusal_of_an_older_checkpoint_names_the_first_snapshots_overrides(tmp_path):
-    from odeformer.app.checkpoints import RunDirectoryError, check_resume_config
+    from odeformer.app.run.locks import RunDirectoryError
+    from odeformer.app.run.resume import check_resume_config
 
     snapshots = {"2024-01-01_10-00-00": "- solver=mix\n- model.depth=3\n", "2024-01-02_10-00-00": "- x=1\n"}
     for name, overrides in snapshots.items():
@@ -357,7 +358,7 @@ def test_resume_survives_a_blank_or_half_written_last_metrics_line_and_names_a_c
 
 
 def test_last_pt_is_saved_every_checkpoint_every_steps_whatever_eval_every_is(tmp_path, monkeypatch):
-    from odeformer.app import trainer
+    from odeformer.app.run import trainer
 
     saved, real = [], trainer.save_checkpoint
 
@@ -395,7 +396,7 @@ class _Recorder(torch.nn.Module):
 
 
 def test_eval_batches_0_reads_a_text_stream_whole_and_n_reads_n_batches():
-    from odeformer.app.objectives import TextObjective
+    from odeformer.app.run.objectives import TextObjective
 
     data = load("synthetic", task="text", n=40)  # val: 4 runs of 32 tokens
     objective = TextObjective(data, 4, 0, torch.device("cpu"), context=8)
@@ -409,7 +410,7 @@ def test_eval_batches_0_reads_a_text_stream_whole_and_n_reads_n_batches():
 
 
 def test_an_empty_evaluation_raises():
-    from odeformer.app.objectives import ImageObjective
+    from odeformer.app.run.objectives import ImageObjective
 
     data = load("synthetic", n=40)
     objective = ImageObjective(data, 4, 0, torch.device("cpu"))
@@ -535,10 +536,10 @@ def test_existing_run_and_corrupt_checkpoint_are_refused_without_writing(tmp_pat
 def test_checkpoints_never_unpickle_code(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"format": "odeformer-checkpoint-1", "payload": EpochSampler(3, 2, 0)}, path)
-    with pytest.raises(CheckpointError, match="refused to load odeformer.app.batches.EpochSampler"):
+    with pytest.raises(CheckpointError, match="refused to load odeformer.app.run.batches.EpochSampler"):
         load_checkpoint(path)
     save_checkpoint(tmp_path / "ok.pt", {"format": "something-else"})
-    with pytest.raises(CheckpointError, match="is not an odeformer-checkpoint-1 file"):
+    with pytest.raises(CheckpointError, match="is not an odeformer checkpoint"):
         load_checkpoint(tmp_path / "ok.pt")
     assert not list(tmp_path.glob("*.tmp"))
 
@@ -696,7 +697,7 @@ def test_weight_decay_reaches_every_layer_weight_and_no_scheme_parameter(solver)
     scheme; a scheme's own parameters (under a layer's ``block_stepper``) never are, nor vectors and embeddings. Read
     from the parameter names here, independently of how the trainer finds the schemes."""
     from odeformer import CausalLM
-    from odeformer.app.trainer import decayed
+    from odeformer.app.run.optimizer import decayed
 
     model = CausalLM(vocab_size=11, max_len=8, depth=3, dim=8, heads=2, solver=solver)
     on, off = decayed(model, "matrices")

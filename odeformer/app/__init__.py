@@ -1,11 +1,14 @@
-"""The application around the library: the commands and what only they use.
+"""The application around the library, in three rooms.
 
-Training (:mod:`~odeformer.app.train`, the one module importing Hydra, and its loop :mod:`~odeformer.app.trainer`),
-its config (:mod:`~odeformer.app.config`), building a run's model (:mod:`~odeformer.app.builder`), checkpoints
-(:mod:`~odeformer.app.checkpoints`), objectives and their samplers (:mod:`~odeformer.app.objectives`,
-:mod:`~odeformer.app.batches`), the start-up stability bound (:mod:`~odeformer.app.stability`), and the commands
-``odeformer-diagnose`` (:mod:`~odeformer.app.diagnose`), ``odeformer-reproduce`` (:mod:`~odeformer.app.reproduce`),
-``odeformer-data`` (:mod:`~odeformer.app.fetch`) and ``odeformer-sample`` (:mod:`~odeformer.app.sample`).
+- :mod:`~odeformer.app.commands`: the command lines, thin fronts that parse, check and call into the other two
+  (``odeformer-train`` is the only module importing Hydra).
+- :mod:`~odeformer.app.run`: a run from its resolved config to its finished directory: building, the training
+  loop, checkpoints, locks, history, resuming, and the sweep engine.
+- :mod:`~odeformer.app.reporting`: tables, plots, diagnostics figures and the generated blocks of
+  ``docs/RESULTS.md``.
 
-The library (``odeformer`` outside this package) imports nothing from here; ``tests/test_hygiene.py`` checks it.
+Imports go one way: commands use run and reporting, run uses reporting (a run draws its curves), reporting uses
+neither. ``odeformer.app.train`` and ``odeformer.app.reproduce`` start their commands by module path
+(``python -m``, ``torchrun -m``). The library (``odeformer`` outside this package) imports nothing from here, and
+no module here imports another round a circle; ``tests/test_hygiene.py`` checks both.
 """

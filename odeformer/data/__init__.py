@@ -5,7 +5,7 @@
 needs (``num_classes``, ``vocab_size``, ...). Loaders that read files take their folder from ``root``, else from the
 ``ODEFORMER_DATA`` environment variable; see each loader for the layout under it and where the files come from.
 
-The command ``odeformer-data`` (:mod:`odeformer.app.fetch`; ``make data``) fills that folder: it downloads Cora,
+The command ``odeformer-data`` (:mod:`odeformer.app.commands.data`; ``make data``) fills that folder: it downloads Cora,
 Tiny Shakespeare and SST-2 from their canonical sources (:mod:`odeformer.data.sources`), verifies each file's SHA-256,
 resumes broken downloads and skips files already present; ``odeformer-data --list`` says what is present, missing
 or corrupt, and where.
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ._common import ENV_VAR, DatasetNotFound, TaskData
-from ._common import one_line as one_line  # the one-line error text the data command (odeformer.app.fetch) writes too
+from ._common import one_line as one_line  # the one-line error text odeformer-data writes too
 from .digits import digits
 from .fashion_mnist import fashion_mnist
 from .planetoid import planetoid

@@ -1,7 +1,7 @@
 """The published data files: where each comes from, pinned to one commit, with its size and SHA-256 (``SOURCES``).
 
-``odeformer-data`` (:mod:`odeformer.app.fetch`) downloads them and checks each against these; the loaders read them
-(and warn when a file on disk differs from the published one)."""
+``odeformer-data`` (:mod:`odeformer.app.commands.data`) downloads them and checks each against these; the loaders read
+them (and warn when a file on disk differs from the published one)."""
 
 from __future__ import annotations
 

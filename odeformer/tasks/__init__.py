@@ -1,11 +1,12 @@
 """Task models: each is an embedding, a :class:`~odeformer.backbone.Backbone` integrated in depth, and a head.
 
 Each module registers its models (:func:`register`, a :class:`TaskSpec` beside the class) in :data:`TASK_MODELS`:
-the kind of data a model trains on, the sizes it reads from the data, its objective and its diagnostic batch. A new
-task model is one module here, its class and its registration, imported below.
+the kind of data a model trains on, the sizes it reads from the data, its objective, its diagnostic batch and its
+footprint (what it holds and keeps, counted before it is built). A new task model is one module here, its class and
+its registration, imported below.
 """
 
-from ._common import TASK_MODELS, TaskModel, TaskSpec, register, task_of
+from ._common import TASK_MODELS, Footprint, TaskModel, TaskSpec, register, task_of, transformer_footprint
 from .graph import DIFFormer, NodeClassifier
 from .lm import CausalLM, MaskedLM
 from .vit import ViT
@@ -14,6 +15,7 @@ __all__ = [
     "TASK_MODELS",
     "CausalLM",
     "DIFFormer",
+    "Footprint",
     "MaskedLM",
     "NodeClassifier",
     "TaskModel",
@@ -21,4 +23,5 @@ __all__ = [
     "ViT",
     "register",
     "task_of",
+    "transformer_footprint",
 ]

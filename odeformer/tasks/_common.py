@@ -51,10 +51,55 @@ DiagnosticBatch = Callable[[Any, nn.Module, int], tuple[tuple[Any, ...], dict[st
 
 
 @dataclass(frozen=True)
+class Footprint:
+    """What a task model holds and keeps, counted in values (not bytes), known from its options and its data's sizes
+    without building it: enough to refuse a run that cannot fit before it starts. Each count is a lower estimate.
+
+    - ``parameters``: the parameter count.
+    - ``layer``: the values one layer keeps for the backward pass, per item: the state, the attention's inputs and
+      the FFN's hidden units; the n x n attention scores only with ``impl="math"``, which keeps them (fused attention
+      need not).
+    - ``state``: one layer's state, per item (what a trajectory keeps per layer).
+    - ``head``: the output logits, per item (twice for a language model, whose loss keeps their log-softmax too).
+    - ``per_item``: False for a model whose whole dataset is one item (a graph, trained full batch).
+    """
+
+    parameters: int
+    layer: int
+    state: int
+    head: int
+    per_item: bool = True
+
+
+FootprintOf = Callable[[dict[str, Any], dict[str, Any], int], Footprint]
+"""``(options, meta, blocks) -> Footprint``: from the model's constructor options (its config's keys), its dataset's
+``meta`` (the sizes) and the number of distinct blocks (1 when every layer shares one block's weights)."""
+
+
+def transformer_footprint(
+    options: dict[str, Any], blocks: int, tokens: int, embed: int, classes: int, tied: bool = False, logits: int = 1
+) -> Footprint:
+    """The :class:`Footprint` of an embedding (``embed`` parameters), ``blocks`` standard transformer blocks (an
+    attention's four projections, an FFN of ``mlp_hidden`` or ``mlp_ratio`` x ``dim`` units, their norms) over
+    ``tokens`` tokens, and a linear head onto ``classes`` (none of its own when ``tied`` to the embedding; its logits
+    kept ``logits`` times)."""
+    d, heads = options["dim"], options.get("heads") or 1
+    hidden = options.get("mlp_hidden") or int((options.get("mlp_ratio") or 4.0) * d)
+    per_block = 4 * d * d + 2 * d * hidden + hidden + 9 * d
+    scores = heads * tokens * tokens if options.get("impl") == "math" else 0
+    return Footprint(
+        parameters=embed + blocks * per_block + (0 if tied else d * classes),
+        layer=tokens * (6 * d + 2 * hidden) + 2 * scores,
+        state=tokens * d,
+        head=tokens * classes * logits,
+    )
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """One task model, as the training, diagnosis and reproduction commands know it; registered (:func:`register`)
     beside its class. Its config node (``model=<name>``) is generated from the constructor's signature
-    (:func:`odeformer.app.config.model_config`), so the Python defaults and the command line's are one set.
+    (:func:`odeformer.app.run.config.model_config`), so the Python defaults and the command line's are one set.
 
     - ``name``: the config's name for it (``model=vit``).
     - ``model``: the class. Its keyword arguments with defaults are the config's keys and defaults, except
@@ -63,7 +108,7 @@ class TaskSpec:
       or graph).
     - ``sizes``: the constructor's arguments read from the dataset's ``meta`` (never config keys).
     - ``objective``: the name of its training objective (loss, sampler and metric) among
-      :data:`odeformer.app.objectives.OBJECTIVES`.
+      :data:`odeformer.app.run.objectives.OBJECTIVES`.
     - ``diagnostic_batch``: ``(data, model, size) -> (inputs, options)``: the first ``size`` validation items as the
       model's inputs and the options :func:`~odeformer.diagnostics.layer_measures` needs for them.
     - ``first_token``: what token 0 of its state is, in words (the diagnostics' phase portrait follows it).
@@ -71,6 +116,9 @@ class TaskSpec:
       keyword arguments with defaults are config keys too, except the constructor's own and ``set_by_model``.
     - ``set_by_model``: arguments of ``options_to`` the model always sets itself (e.g. the attention mask).
     - ``default``: the model the commands choose for its kind of data (one per kind).
+    - ``footprint``: ``(options, meta, blocks) -> Footprint``, what the model holds and keeps, from its options and
+      its data's sizes, before it is built (:class:`Footprint`); None: not known, so no run of it is refused for its
+      size.
     """
 
     name: str
@@ -83,6 +131,7 @@ class TaskSpec:
     options_to: Callable[..., Any] | None = None
     set_by_model: tuple[str, ...] = ()
     default: bool = False
+    footprint: FootprintOf | None = None
 
     @property
     def target(self) -> str:

@@ -26,7 +26,7 @@ from ..continuous import ContinuousSolver
 from ..fields import AttentionField, SimpleAttentionField, graph_mask
 from ..joint import JointLayerNorm, JointSequential, vjp_with_graph
 from ..layer import JointDropout
-from ._common import TaskModel, TaskSpec, register
+from ._common import Footprint, TaskModel, TaskSpec, register
 
 
 def check_edges(edge_index: Tensor, num_nodes: int) -> None:
@@ -465,6 +465,31 @@ def _graph_batch(data, model: nn.Module, size: int):
     return (features, edges), {"edge_index": edges}
 
 
+def _graph_footprint(options: dict, meta: dict, blocks: int, per_block: int) -> Footprint:
+    """The graph is one item of ``num_nodes`` tokens: the encoder, ``blocks`` blocks of ``per_block`` parameters, the
+    classifier."""
+    d, nodes, classes = options["dim"], meta.get("num_nodes", 1), meta.get("num_classes", 1)
+    return Footprint(
+        parameters=meta.get("in_features", 1) * d + blocks * per_block + d * classes,
+        layer=nodes * 6 * d,  # fused attention need not keep the n x n scores: a lower estimate leaves them out
+        state=nodes * d,
+        head=nodes * classes,
+        per_item=False,
+    )
+
+
+def _node_classifier_footprint(options: dict, meta: dict, blocks: int) -> Footprint:
+    """Per block an attention's four projections (no FFN)."""
+    d = options["dim"]
+    return _graph_footprint(options, meta, blocks, 4 * d * d + 8 * d)
+
+
+def _difformer_footprint(options: dict, meta: dict, blocks: int) -> Footprint:
+    """Per block the simple attention's query and key maps (one per head, no value map) and the LayerNorm."""
+    d, heads = options["dim"], options.get("heads") or 1
+    return _graph_footprint(options, meta, blocks, 2 * d * d * heads + 2 * d * heads + 2 * d)
+
+
 register(
     TaskSpec(
         "node_classifier",
@@ -475,6 +500,7 @@ register(
         diagnostic_batch=_graph_batch,
         first_token="node 0 of the graph",
         default=True,
+        footprint=_node_classifier_footprint,
     )
 )
 register(
@@ -486,5 +512,6 @@ register(
         objective="node_classification",
         diagnostic_batch=_graph_batch,
         first_token="node 0 of the graph",
+        footprint=_difformer_footprint,
     )
 )

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..backbone import SolverSchedule, transformer
 from ..generate import generate
-from ._common import TaskModel, TaskSpec, check_tokens, register
+from ._common import Footprint, TaskModel, TaskSpec, check_tokens, register, transformer_footprint
 
 if TYPE_CHECKING:
     from ..generate import KVCache
@@ -170,6 +170,18 @@ def _sequence_batch(data, model: MaskedLM, size: int):
     return (tokens,), {"attn_mask": keys}
 
 
+def _text_footprint(options: dict, meta: dict, blocks: int) -> Footprint:
+    """A context of ``max_len`` tokens; the head is the token embedding (tied), onto the vocabulary."""
+    tokens, d, vocab = options.get("max_len") or meta.get("max_len", 1), options["dim"], meta.get("vocab_size", 1)
+    return transformer_footprint(options, blocks, tokens, vocab * d + tokens * d, vocab, tied=True, logits=2)
+
+
+def _sequence_footprint(options: dict, meta: dict, blocks: int) -> Footprint:
+    """Sequences of the dataset's ``max_len`` tokens; a classification head onto its classes."""
+    tokens, d, vocab = options.get("max_len") or meta.get("max_len", 1), options["dim"], meta.get("vocab_size", 1)
+    return transformer_footprint(options, blocks, tokens, vocab * d + tokens * d, meta.get("num_classes", 1))
+
+
 register(
     TaskSpec(
         "causal_lm",
@@ -182,6 +194,7 @@ register(
         options_to=transformer,
         set_by_model=("mask",),
         default=True,
+        footprint=_text_footprint,
     )
 )
 register(
@@ -196,5 +209,6 @@ register(
         options_to=transformer,
         set_by_model=("mask",),
         default=True,
+        footprint=_sequence_footprint,
     )
 )

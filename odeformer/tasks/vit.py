@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from ..backbone import SolverSchedule, transformer
-from ._common import TaskModel, TaskSpec, register
+from ._common import Footprint, TaskModel, TaskSpec, register, transformer_footprint
 
 
 class ViT(TaskModel):
@@ -67,6 +67,14 @@ def _diagnostic_batch(data, model: ViT, size: int):
     return (data.splits["val"][0][:size],), {"drop_first": True}
 
 
+def _footprint(options: dict, meta: dict, blocks: int) -> Footprint:
+    """Patches and the [CLS] token as tokens; the patch embedding and the positions as the embedding."""
+    patch, d = options.get("patch_size") or 1, options["dim"]
+    tokens = (meta.get("image_size", 1) // patch) ** 2 + 1
+    embed = patch * patch * meta.get("in_chans", 1) * d + tokens * d
+    return transformer_footprint(options, blocks, tokens, embed, meta.get("num_classes", 1))
+
+
 register(
     TaskSpec(
         "vit",
@@ -79,5 +87,6 @@ register(
         options_to=transformer,
         set_by_model=("mask",),
         default=True,
+        footprint=_footprint,
     )
 )

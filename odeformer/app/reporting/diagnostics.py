@@ -1,35 +1,30 @@
-"""``odeformer-diagnose``: over-smoothing and depth dynamics, layer by layer, as PNGs with the numbers beside them.
+"""Figures of over-smoothing and depth dynamics, layer by layer: PNGs with the numbers beside them.
 
-    odeformer-diagnose outputs/run_a outputs/run_b            # trained runs (best.pt), one curve each
-    odeformer-diagnose --fresh diffusion full_wave --data digits --depth 12   # fresh models at initialisation
+For every measure of :mod:`odeformer.diagnostics`, :func:`diagnose` writes ``<measure>.png`` (the measure against the
+layer index, 0 = input, one curve per run) and ``<measure>.json``: the measure's name, title, definition (a sentence
+with the formula), units, axis, y scale and per run its layers and values. ``dirichlet`` is the raw energy, which
+grows with the token norms; ``dirichlet_normalised`` divides it by the mean squared token norm (scale-free, in
+[0, 2]). ``wave_energy`` uses the difference quotient ``(x_l - x_{l-1})/dt`` as velocity for every run (dashed for
+runs that carry none). For runs whose layers carry a velocity, ``phase.png``/``phase.json``: the x–v path of
+channels 0–3 of token 0 of the first item (an image's [CLS] token) through the layers. The batch is the first
+``size`` items of the validation split (the whole graph for node classification).
 
-For every measure of :mod:`odeformer.diagnostics` it writes ``<measure>.png`` (the measure against the layer index,
-0 = input, one curve per run) and ``<measure>.json``: the measure's name, title, definition (a sentence with the
-formula), units, axis, y scale and per run its layers and values. ``dirichlet`` is the raw energy, which grows with
-the token norms; ``dirichlet_normalised`` divides it by the mean squared token norm (scale-free, in [0, 2]).
-``wave_energy`` uses the difference quotient ``(x_l - x_{l-1})/dt`` as velocity for every run (dashed for runs that
-carry none). For runs whose layers carry a velocity, ``phase.png``/``phase.json``: the x–v path of channels 0–3 of
-token 0 of the first item (an image's [CLS] token) through the layers. The batch is the first ``--batch`` items of
-the validation split (the whole graph for node classification).
+It takes built models and their data; ``odeformer-diagnose`` (:mod:`odeformer.app.commands.diagnose`) and the
+reproduction sweep load them.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from omegaconf import OmegaConf
 
-from ..data import DatasetNotFound, TaskData, load
-from ..diagnostics import layer_measures
-from ..tasks import task_of
-from .builder import UsageError, build, default_model, load_run
-from .checkpoints import CheckpointError
+from ...data import TaskData
+from ...diagnostics import layer_measures
+from ...tasks import task_of
 
 
 class Measure(NamedTuple):
@@ -150,19 +145,6 @@ def batch_of(data: TaskData, model: torch.nn.Module, size: int) -> tuple[tuple[A
     """``(inputs, options)`` for :func:`layer_measures` from the validation split: the model's registered
     diagnostic batch (:class:`odeformer.tasks.TaskSpec`)."""
     return task_of(model).diagnostic_batch(data, model, size)
-
-
-def fresh_config(solver: str, data: str, depth: int, dim: int | None) -> dict[str, Any]:
-    """The resolved config of a fresh (untrained) model of the dataset's default model type, composed exactly as
-    ``odeformer-train solver=<solver> data=<data> model=<its model> model.depth=<depth>`` would compose it."""
-    from .train import compose
-
-    chosen = OmegaConf.to_container(compose([f"data={data}"]).data, resolve=True)
-    kind = load(chosen["name"], chosen.get("root"), **(chosen.get("options") or {})).kind
-    overrides = [f"solver={solver}", f"data={data}", f"model={default_model(kind)}", f"model.depth={depth}"]
-    if dim is not None:
-        overrides.append(f"model.dim={dim}")
-    return OmegaConf.to_container(compose(overrides), resolve=True)
 
 
 def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size: int) -> dict[str, Any]:
@@ -329,52 +311,5 @@ def _json(record: dict) -> str:
     return json.dumps(finite(record), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="odeformer-diagnose", description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="*", type=Path, help="run directories (with best.pt)")
-    parser.add_argument("--fresh", nargs="+", metavar="SOLVER", help="fresh models with these solver presets")
-    parser.add_argument("--data", default="digits", help="dataset for --fresh (default: digits)")
-    parser.add_argument("--depth", type=int, default=12, help="depth for --fresh (default: 12)")
-    parser.add_argument("--dim", type=int, default=None, help="width for --fresh (default: the model config's)")
-    parser.add_argument("--seed", type=int, default=0, help="initialisation seed for --fresh")
-    parser.add_argument("--batch", type=int, default=16, help="items from the validation split (default: 16)")
-    parser.add_argument("--checkpoint", default="best.pt", help="checkpoint file in each run directory")
-    parser.add_argument(
-        "--stepper",
-        default=None,
-        metavar="MODULE.CLASS",
-        help="a run trained with a scheme of your own (solver.stepper): its class; a path stored in a checkpoint is "
-        "never imported by itself",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="output folder (default: <first run>/diagnostics, or outputs/diagnostics)",
-    )
-    args = parser.parse_args(argv)
-    if not args.runs and not args.fresh:
-        parser.error("give run directories, or --fresh SOLVER [SOLVER ...]")
-    try:
-        runs = []
-        for run_dir in args.runs:
-            data, model, info = load_run(run_dir, args.checkpoint, stepper=args.stepper)
-            runs.append((f"{info['solver']} (depth {info['depth']}) {run_dir.name}", data, model))
-        for solver in args.fresh or []:
-            torch.manual_seed(args.seed)
-            data, model, info = build(fresh_config(solver, args.data, args.depth, args.dim))
-            runs.append((f"{solver} (depth {args.depth}, init)", data, model))
-        out = args.out or (args.runs[0] / "diagnostics" if args.runs else Path("outputs") / "diagnostics")
-        diagnose(runs, out, args.batch)
-    except (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, FileNotFoundError) as error:
-        print(f"odeformer-diagnose: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("odeformer-diagnose: interrupted (Ctrl-C).", file=sys.stderr)
-        return 130
-    print(f"wrote {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+DIAGNOSED = ("cosine", "dirichlet_normalised", "feature_variance", "spectral_gap", "rank_collapse", "dirichlet")
+"""The measures whose figures a results section links, in that order."""

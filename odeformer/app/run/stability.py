@@ -12,12 +12,14 @@ the one-step map at most ``1 + 1e-4`` (a shorter run that allowed a growth of 10
 Verlet ≈ √2, heavy-ball momentum ``λ`` ``(1 - λ)² / (1 + λ)``.
 
 A scheme with no small-step limit (order 0: a part of the step that does not shrink with ``dt``) has no such bound;
-:func:`max_stable_dt` returns ``None`` for it.
+:func:`max_stable_dt` returns ``None`` for it. :func:`warn_unstable` is the warning a run gives at start-up.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Any
 
 import torch
 
@@ -76,3 +78,21 @@ def max_stable_dt(stepper: AbstractStepper, upper: float = 8.0) -> float | None:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if stable(stepper, mid) else (lo, mid)
     return lo
+
+
+def warn_unstable(model: Any) -> None:
+    """Warn when a layer's step exceeds its scheme's stability bound on the laplacian attention field."""
+    seen = set()
+    for layer in model.backbone.layers:
+        if getattr(layer.attention, "form", None) != "laplacian" or (type(layer.stepper), layer.dt) in seen:
+            continue
+        seen.add((type(layer.stepper), layer.dt))
+        if layer.stepper.order == 0 or stable(layer.stepper, layer.dt):  # order 0: no small-step limit, no bound
+            continue
+        bound = max_stable_dt(layer.stepper)
+        if layer.dt > bound:
+            warnings.warn(
+                f"dt={layer.dt} exceeds {type(layer.stepper).__name__}'s stability bound ≈{bound:.2f} on the laplacian "
+                "attention field (spectrum of A - I in |μ + 1| <= 1); expect the state to blow up.",
+                stacklevel=2,
+            )

@@ -32,20 +32,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..data import TaskData
-from .checkpoints import (
-    FORMAT,
-    HISTORY,
-    CheckpointError,
-    load_checkpoint,
-    non_finite,
-    record,
-    resume_command,
-    save_checkpoint,
-)
+from ...data import TaskData
+from ..reporting.plots import plot_curves
+from .checkpoints import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from .config import TrainConfig
+from .history import HISTORY, non_finite, record
+from .identity import RUN_RECORD
 from .objectives import TextObjective, make_objective
-from .sample import EvalSample
+from .optimizer import make_optimizer
+from .resume import resume_command
+from .sampling import EvalSample
 
 PENDING_STOP: int | None = None
 """A signal received before the loop could install its own handler (a sweep's worker process sets it): the run
@@ -61,8 +57,9 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 
 @dataclass
-class Settings(TrainConfig):
-    """What the loop needs: the ``train`` config group (``odeformer/app/config.py``) plus the data's batch size."""
+class LoopConfig(TrainConfig):
+    """The loop's config: the ``train`` group (:class:`~odeformer.app.run.config.TrainConfig`) and the data's batch
+    size, every value checked when it is made (one line naming the key)."""
 
     batch_size: int = 64
 
@@ -120,47 +117,24 @@ def choose_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def decayed(model: nn.Module, scope: str) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """``(decayed, not decayed)`` parameters. ``scope="matrices"``: weights of two or more dimensions outside the
-    embeddings; ``"all"``: every parameter (DIFFormer's protocol). Scheme parameters (a stepper's momentum, gate or
-    damping: the parameters of every ``solvers.AbstractStepper`` in the model) are never decayed: decay would pull
-    them toward 0, i.e. toward a particular scheme (λ = ½ for a sigmoid gate)."""
-    from solvers import AbstractStepper
-
-    steppers = (m for m in model.modules() if isinstance(m, AbstractStepper))
-    scheme = {id(p) for m in steppers for p in m.parameters()}
-    on, off = [], []
-    for name, p in model.named_parameters():
-        matrix = p.dim() >= 2 and "embed" not in name
-        (on if id(p) not in scheme and (scope == "all" or matrix) else off).append(p)
-    return on, off
-
-
-def make_optimizer(model: nn.Module, settings: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW (decoupled decay) or Adam (decay as an L2 term in the gradient, as DIFFormer's code uses it)."""
-    on, off = decayed(model, settings.decay)
-    groups = [{"params": on, "weight_decay": settings.weight_decay}, {"params": off, "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW if settings.optimizer == "adamw" else torch.optim.Adam
-    # the fused kernel (one pass per tensor) where PyTorch has it: on CPU several times faster than the default loop
-    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in model.parameters())
-    return optimizer(groups, lr=settings.lr, fused=fused or None)
-
-
 class Trainer:
-    """Trains ``model`` on ``data``; ``info`` (solver, model, data names, depth, config) goes into the summary."""
+    """Trains ``model`` on ``data``. ``run_record`` (:data:`~odeformer.app.run.identity.RUN_RECORD`: the solver,
+    model, data and depth names, the config, the overrides) goes into every checkpoint and names the summary's run."""
 
-    def __init__(self, model: nn.Module, data: TaskData, settings: Settings, out_dir: Path, info: dict[str, Any]):
-        self.settings, self.out_dir, self.info = settings, Path(out_dir), info
+    def __init__(
+        self, model: nn.Module, data: TaskData, loop: LoopConfig, out_dir: Path, run_record: dict[str, Any]
+    ):
+        self.loop, self.out_dir, self.run_record = loop, Path(out_dir), run_record
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
-        self.device = choose_device(settings.device)
+        self.device = choose_device(loop.device)
         if self.world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         self.main = self.rank == 0
-        torch.manual_seed(settings.seed)
+        torch.manual_seed(loop.seed)
         self.model = model.to(self.device)
-        self.objective = make_objective(data, model, settings.batch_size, settings.seed, self.device)
-        self.optimizer = make_optimizer(model, settings)
+        self.objective = make_objective(data, model, loop.batch_size, loop.seed, self.device)
+        self.optimizer = make_optimizer(model, loop)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step, self.wall, self.best_val, self.best_step = 0, 0.0, None, 0
         self.best_weights: dict[str, torch.Tensor] | None = None  # on the CPU: the model at best_step
@@ -168,23 +142,23 @@ class Trainer:
         self.saved_step: int | None = None  # the step of the last.pt on disk (None: none written by this run yet)
         self.resume_changes: list[tuple[str, Any, Any]] = []  # what a resume after a divergence changes
         self.writer = self.bar = None
-        self.sample = EvalSample.of(data, model, settings.seed)  # character-level text: a sample per evaluation
+        self.sample = EvalSample.of(data, model, loop.seed)  # character-level text: a sample per evaluation
         self.last_sample: str | None = None
         if self.sample is not None:  # the vocabulary odeformer-sample prints with
-            self.info.setdefault("vocabulary", "".join(self.sample.itos))
+            self.run_record.setdefault("vocabulary", "".join(self.sample.itos))
         self.network = self.objective.network(model)
         if self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.network = nn.parallel.DistributedDataParallel(self.network, device_ids=ids)
-        if settings.compile:
+        if loop.compile:
             self.network = torch.compile(self.network)
-        bf16 = settings.precision == "bf16" or (settings.precision == "auto" and self.device.type == "cuda")
+        bf16 = loop.precision == "bf16" or (loop.precision == "auto" and self.device.type == "cuda")
         self.autocast = (
             (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
         )
 
     def _lr_factor(self, step: int) -> float:
-        o = self.settings
+        o = self.loop
         if step < o.warmup_steps:
             return (step + 1) / o.warmup_steps
         progress = min(1.0, (step - o.warmup_steps) / max(1, o.max_steps - o.warmup_steps))
@@ -205,19 +179,19 @@ class Trainer:
             "sampler": getattr(self.objective, "sampler", None) and self.objective.sampler.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all()},
             "best_model": self.best_weights,
-            "info": self.info,
+            RUN_RECORD: self.run_record,
         }
 
     def best_state(self) -> dict[str, Any]:
-        """``best.pt``: the weights at ``best_step`` and the run's description (what
-        :func:`odeformer.app.builder.load_run` and the summary's test evaluation read)."""
+        """``best.pt``: the weights at ``best_step`` and the run record (what
+        :func:`odeformer.app.run.builder.load_run` and the summary's test evaluation read)."""
         return {
             "format": FORMAT,
             "step": self.best_step,
             "best_val": self.best_val,
             "best_step": self.best_step,
             "model": self.best_weights,
-            "info": self.info,
+            RUN_RECORD: self.run_record,
         }
 
     def restore(self, payload: dict[str, Any]) -> None:
@@ -238,14 +212,14 @@ class Trainer:
         self.step, self.wall = payload["step"], payload["wall"]
         self.saved_step = self.step
         self.best_val, self.best_step = payload["best_val"], payload["best_step"]
-        if any(base != self.settings.lr for base in self.scheduler.base_lrs):
+        if any(base != self.loop.lr for base in self.scheduler.base_lrs):
             self._rescale_lr()
         self._restore_best(payload)
 
     def _rescale_lr(self) -> None:
         """A resume after a divergence with another ``train.lr``: the schedule continues from the restored step,
         scaled to the new peak (the optimiser's moments are kept)."""
-        lr = self.settings.lr
+        lr = self.loop.lr
         self.scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
         factor = self._lr_factor(self.scheduler.last_epoch)
         for group in self.optimizer.param_groups:
@@ -329,7 +303,7 @@ class Trainer:
         alike (0: the whole stream, in consecutive windows); a graph is evaluated whole."""
         model = self.objective.network(_unwrap(self.model))
         model.eval()
-        limit = self.settings.eval_batches if split == "val" or isinstance(self.objective, TextObjective) else 0
+        limit = self.loop.eval_batches if split == "val" or isinstance(self.objective, TextObjective) else 0
         with self.autocast():
             result = self.objective.evaluate(model, split, limit)
         model.train()
@@ -338,7 +312,7 @@ class Trainer:
     def _checkpoint_and_evaluate(self) -> None:
         """At an evaluation step (every ``eval_every`` and the last), evaluate and keep ``best.pt``; at a checkpoint
         step (every ``checkpoint_every``, or every evaluation when it is 0, and the last), save ``last.pt``."""
-        o, final = self.settings, self.step == self.settings.max_steps
+        o, final = self.loop, self.step == self.loop.max_steps
         evaluating = self.step % o.eval_every == 0 or final
         saving = final or (self.step % o.checkpoint_every == 0 if o.checkpoint_every else evaluating)
         if not (evaluating or saving):
@@ -384,8 +358,8 @@ class Trainer:
             record(self.out_dir, event)
         last = self.out_dir / "last.pt"
         if self.saved_step is not None and last.exists():
-            lower = f"train.lr={self.settings.lr / 10:.3g}"
-            command = resume_command(self.out_dir, self.info.get("overrides"), lower)
+            lower = f"train.lr={self.loop.lr / 10:.3g}"
+            command = resume_command(self.out_dir, self.run_record.get("overrides"), lower)
             how = (
                 f"the last good checkpoint is {last} (step {self.saved_step}); resume from it with a lower learning "
                 f"rate: {command} (or start again with a smaller model.dt)"
@@ -410,7 +384,7 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         """Train to ``max_steps`` (or until stopped); return the summary also written to ``summary.json``."""
-        o = self.settings
+        o = self.loop
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if o.resume:
             self.restore(load_checkpoint(self.out_dir / "last.pt"))
@@ -469,7 +443,7 @@ class Trainer:
                     status = "interrupted"
                     self._say(
                         f"stopped by signal {self.stop_signal} at step {self.step}; checkpoint saved, resume with: "
-                        + resume_command(self.out_dir, self.info.get("overrides"))
+                        + resume_command(self.out_dir, self.run_record.get("overrides"))
                     )
                     break
         finally:
@@ -497,11 +471,11 @@ class Trainer:
             "test": test,
             "steps": self.step,
             "wall_s": round(self.wall, 2),
-            "solver": self.info.get("solver"),
-            "model": self.info.get("model"),
-            "data": self.info.get("data"),
-            "depth": self.info.get("depth"),
-            **({"scheme": self.info["scheme"]} if self.info.get("scheme") else {}),
+            "solver": self.run_record.get("solver"),
+            "model": self.run_record.get("model"),
+            "data": self.run_record.get("data"),
+            "depth": self.run_record.get("depth"),
+            **({"scheme": self.run_record["scheme"]} if self.run_record.get("scheme") else {}),
             "params": sum(p.numel() for p in _unwrap(self.model).parameters()),
             "best_step": self.best_step,
             "status": status,
@@ -514,7 +488,7 @@ class Trainer:
         if status == "interrupted":
             summary["signal"] = self.stop_signal
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        plot_curves(self.out_dir)
+        plot_curves(list(read_metrics(self.out_dir)), self.out_dir / "curves.png")
         return summary
 
 
@@ -570,29 +544,3 @@ def read_metrics(out_dir: Path) -> Iterator[dict[str, Any]]:
         if not isinstance(row, dict) or not isinstance(row.get("step"), int):
             raise ValueError(f"{path} line {i + 1} is not a metrics row with an integer step: {line[:80]!r}.")
         yield row
-
-
-def plot_curves(out_dir: Path) -> Path:
-    """``curves.png``: training loss and validation metrics against step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = list(read_metrics(out_dir))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
-    if train:
-        left.plot(*zip(*train), lw=1)
-    left.set(xlabel="step", ylabel="training loss", yscale="log")
-    for key in sorted({k for r in rows for k in r if k.startswith("val_")}):
-        points = [(r["step"], r[key]) for r in rows if key in r]
-        right.plot(*zip(*points), marker="o", ms=3, label=key)
-    right.set(xlabel="step", ylabel="validation")
-    if right.lines:
-        right.legend()
-    fig.tight_layout()
-    path = Path(out_dir) / "curves.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

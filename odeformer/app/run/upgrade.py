@@ -18,8 +18,8 @@ import copy
 import warnings
 from typing import Any
 
-SOLVER_TARGET = "odeformer.solver"
-CONTINUOUS_TARGET = "odeformer.continuous.continuous"
+from .config import CONTINUOUS_TARGET, SOLVER_TARGET, stepper_options
+
 OLD_TARGETS = {"odeformer.preset": SOLVER_TARGET}
 SCHEME_NAMES = {"symplectic_euler": "semi_implicit_euler"}
 CONTINUOUS_KEYS = {"dynamics": "equation"}
@@ -73,8 +73,6 @@ def upgrade_solver(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def _defaults(name: str) -> dict[str, Any]:
-    from .config import stepper_options
-
     return stepper_options(name)
 
 

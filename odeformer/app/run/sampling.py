@@ -1,16 +1,14 @@
-"""``odeformer-sample`` (= ``python -m odeformer.app.sample``): text from a character-level language-model run.
+"""Text from a character-level language-model run: its model rebuilt from its checkpoint, and the samples the
+training loop takes.
 
-    odeformer-sample outputs/2026-01-01/12-00-00 --prompt "ROMEO:" --tokens 200 --temperature 0.8 --top-k 40
-
-It reads the run's ``best.pt`` with ``torch.load(weights_only=True)`` (no code is unpickled), rebuilds its
-model (``CausalLM``) from the config stored there, and prints the prompt and its continuation. The config reaches
-only the package's own builders: the model's ``_target_`` must name a registered task model that continues text
+:func:`load` reads a run's checkpoint with ``torch.load(weights_only=True)`` (no code is unpickled), rebuilds its
+model (``CausalLM``) from the config stored there, and returns it with its vocabulary. The config reaches only the
+package's own builders: the model's ``_target_`` must name a registered task model that continues text
 (:func:`text_models`, looked up in :data:`odeformer.tasks.TASK_MODELS`, never imported) and the solver a registered
 preset, scheme or continuous solver; a scheme of your own that the run names (``solver.stepper``) is imported only
-if the command line names the same class (``--stepper``), never because a file says so. The vocabulary is the one the
-run stored (runs before it did are read from their dataset, under ``data.root`` or ``$ODEFORMER_DATA``). Bad input —
-a run directory without ``best.pt``, a run of another model, a prompt character the vocabulary lacks — is one line on
-stderr and exit code 2.
+if the caller names the same class (``stepper``, the command line's ``--stepper``), never because a file says so.
+The vocabulary is the one the run stored (runs before it did are read from their dataset, under ``data.root`` or
+``$ODEFORMER_DATA``). What cannot be used is one line (:class:`SampleError`).
 
 :class:`EvalSample` is what the training loop calls at each evaluation of a character-level run: a short sample,
 logged to ``metrics.jsonl`` and shown (the last one) in the run's summary.
@@ -18,18 +16,17 @@ logged to ``metrics.jsonl`` and shown (the last one) in the run's summary.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..generate import sample_text
-from ..tasks import TaskSpec
-from .builder import SOLVER_TARGETS, model_targets
+from ...generate import sample_text
+from ...tasks import TaskSpec
+from .builder import SOLVER_TARGETS
 from .checkpoints import load_checkpoint
+from .identity import model_targets, run_record
 
 
 class SampleError(ValueError):
@@ -69,9 +66,6 @@ class EvalSample:
         return sample_text(model, self.itos, self.prompt, self.tokens, generator=generator)
 
 
-# ---------------------------------------------------------------------------------------------------------- the run
-
-
 def _stepper_class(path: str | None, allowed: str | None) -> type | None:
     """The run's own scheme, imported only when the command line names the same ``module.Class``."""
     if path is None:
@@ -82,7 +76,7 @@ def _stepper_class(path: str | None, allowed: str | None) -> type | None:
             f"the run's config names a scheme of your own, solver.stepper={path!r}{named}; a path stored in a file is "
             f"not imported (a file could name any code). If you trust it, name it: --stepper {path}"
         )
-    from ..registry import import_stepper
+    from ...registry import import_stepper
 
     return import_stepper(path)
 
@@ -100,8 +94,8 @@ def text_models() -> dict[str, TaskSpec]:
 def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = None) -> nn.Module:
     """The run's model (a registered text model, e.g. ``CausalLM``) from its stored config, through the package's
     registered builders only: the model's ``_target_`` is looked up in the task registry, never imported."""
-    from ..continuous import continuous
-    from ..registry import solver, solver_names
+    from ...continuous import continuous
+    from ...registry import solver, solver_names
     from .upgrade import upgrade_config
 
     config = upgrade_config(config)
@@ -152,9 +146,9 @@ def load(run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None =
             "try --checkpoint last.pt."
         )
     payload = load_checkpoint(path)  # torch.load(..., weights_only=True)
-    info = payload.get("info") or {}
-    config = info.get("config") or {}
-    itos = info.get("vocabulary")
+    record = run_record(payload)
+    config = record.get("config") or {}
+    itos = record.get("vocabulary")
     itos = list(itos) if isinstance(itos, str) else _dataset_vocabulary(config)
     model = build_model(config, len(itos), stepper)
     weights = payload.get("best_model") if checkpoint == "last.pt" and payload.get("best_model") else payload["model"]
@@ -170,7 +164,7 @@ def load(run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None =
 
 def _dataset_vocabulary(config: dict[str, Any]) -> list[str]:
     """The vocabulary of a run that did not store one: its dataset's, read through the registered loaders."""
-    from ..data import DATASETS, load
+    from ...data import DATASETS, load
 
     data = config.get("data") or {}
     name = data.get("name")
@@ -180,42 +174,3 @@ def _dataset_vocabulary(config: dict[str, Any]) -> list[str]:
     if itos is None:
         raise SampleError(f"the run's dataset {name!r} is not character-level: there are no characters to print.")
     return itos
-
-
-# ---------------------------------------------------------------------------------------------------------- command
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="odeformer-sample", description="Print text from a character-level CausalLM run (its best weights)."
-    )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (holding best.pt)")
-    p.add_argument("--prompt", default="\n", help="the text to continue (default: a newline)")
-    p.add_argument("--tokens", type=int, default=200, help="characters to generate (default 200)")
-    p.add_argument("--temperature", type=float, default=1.0, help="0: greedy; higher: more varied (default 1)")
-    p.add_argument("--top-k", type=int, default=None, help="draw from the k most likely characters only")
-    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
-    p.add_argument("--checkpoint", default="best.pt", choices=("best.pt", "last.pt"), help="default best.pt")
-    p.add_argument("--stepper", default=None, help="module.Class: import the run's own scheme (if you trust it)")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        if args.tokens < 0:
-            raise SampleError(f"--tokens must be 0 or more, got {args.tokens}.")
-        if args.seed < 0:
-            raise SampleError(f"--seed must be 0 or more, got {args.seed}.")
-        model, itos = load(args.run_dir, args.checkpoint, args.stepper)
-        generator = torch.Generator().manual_seed(args.seed)
-        text = sample_text(model, itos, args.prompt, args.tokens, args.temperature, args.top_k, generator)
-    except (ValueError, TypeError, OSError, RuntimeError) as error:  # also CheckpointError, DatasetNotFound
-        print(f"odeformer-sample: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Typed configs for ``odeformer-train``, and the config groups generated from the registries.
 
-Plain dataclasses: ``odeformer/app/train.py`` (the only module that imports Hydra) stores every node of
+Plain dataclasses: ``odeformer/app/commands/train.py`` (the only module that imports Hydra) stores every node of
 :func:`group_options` in Hydra's ConfigStore, so each group option is a typed node (a wrong type or an unknown key
 fails at start-up) and there is no YAML to copy for a new scheme: the ``solver`` group holds every name of
 :data:`odeformer.SOLVERS` (the named layers, every registered scheme, every continuous-depth solver); the ``model``
@@ -26,17 +26,20 @@ from typing import Any, Optional  # OmegaConf reads these annotations at runtime
 
 import solvers
 
-from ..continuous import CONTINUOUS
-from ..registry import as_solver, solver_names, stepper_parameters
-from ..tasks import TASK_MODELS, TaskSpec
-from .upgrade import SOLVER_TARGET
+from ...continuous import CONTINUOUS
+from ...registry import as_solver, solver_names, stepper_parameters
+from ...tasks import TASK_MODELS, TaskSpec
+
+SOLVER_TARGET = "odeformer.solver"
+CONTINUOUS_TARGET = "odeformer.continuous.continuous"
+"""The ``_target_`` identifiers of the two kinds of solver node (looked up in the builder's table, never imported)."""
 
 
 @dataclass
 class SolverConfig:
     """The block dynamics: a solver name (a named layer or a registered scheme) and its changes, which
     :func:`odeformer.solver` applies. The ``_target_`` is an identifier the builder's table looks up
-    (``odeformer.app.builder.SOLVER_TARGETS``), never imported."""
+    (``odeformer.app.run.builder.SOLVER_TARGETS``), never imported."""
 
     _target_: str = SOLVER_TARGET
     name: str = "diffusion"
@@ -52,7 +55,7 @@ class SolverConfig:
 class ContinuousSolverConfig:
     """An adaptive (or fixed-grid) ODE solver over depth-time [0, T] for one weight-tied block."""
 
-    _target_: str = "odeformer.continuous.continuous"
+    _target_: str = CONTINUOUS_TARGET
     name: str = "dopri5"
     library: str = "torchdiffeq"  # torchdiffeq | torchode
     method: str = "dopri5"  # torchdiffeq: dopri5 | bosh3 | rk4 (fixed grid); torchode: dopri5 | tsit5
@@ -196,7 +199,7 @@ def model_config(name: str) -> type:
 
 def loader_options(name: str) -> dict[str, Any]:
     """A dataset loader's keyword arguments and their defaults (``root`` has a key of its own)."""
-    from ..data import DATASETS
+    from ...data import DATASETS
 
     parameters = inspect.signature(DATASETS[name].loader).parameters
     return {

@@ -1,4 +1,4 @@
-"""Build a run (dataset, model, description) from a plain config dict, without Hydra: the application's one builder.
+"""Build a run (dataset, model, run record) from a plain config dict, without Hydra: the application's one builder.
 
 The training entry point composes the config with Hydra and calls :func:`build`; ``odeformer-diagnose`` and the
 reproduction script rebuild a finished run from the resolved config stored in its checkpoints, and :func:`load_run`
@@ -22,29 +22,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data import TaskData, data_kind, load
-from ..tasks import TASK_MODELS, TaskSpec
+from ...data import TaskData, data_kind, load
+from ...tasks import TaskSpec
 from .checkpoints import load_checkpoint
+from .identity import default_model, model_targets, run_record
 from .upgrade import CONTINUOUS_TARGET, SOLVER_TARGET, upgrade_config
 
 SOLVER_TARGETS = (SOLVER_TARGET, CONTINUOUS_TARGET)
 """The ``_target_`` a solver node may name: a (discrete) solver, or a continuous-depth solver."""
-
-
-def model_targets() -> dict[str, TaskSpec]:
-    """The ``_target_`` a model node may name, and its registered task model (:data:`odeformer.tasks.TASK_MODELS`)."""
-    return {spec.target: spec for spec in TASK_MODELS.values()}
-
-
-def model_name(target: Any) -> str | None:
-    """The config name of the task model a model node's ``_target_`` names (None: not a registered one)."""
-    spec = model_targets().get(target)
-    return spec.name if spec else None
-
-
-def default_model(kind: str) -> str | None:
-    """The config name of the task model the commands choose for ``kind`` of data (None: no model trains on it)."""
-    return next((spec.name for spec in TASK_MODELS.values() if spec.data == kind and spec.default), None)
 
 
 def _check_kind(spec: TaskSpec, data_name: str, kind: str | None) -> None:
@@ -75,7 +60,7 @@ def target(node: dict[str, Any], allowed: tuple[str, ...], group: str, source: P
         )
     import odeformer
 
-    from .. import continuous
+    from ... import continuous
 
     builders = {SOLVER_TARGET: odeformer.solver, CONTINUOUS_TARGET: continuous.continuous}
     return {**model_targets(), **builders}[name]
@@ -88,7 +73,7 @@ def _arguments(node: dict[str, Any]) -> dict[str, Any]:
 def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | None) -> None:
     """A config read from a file names registered solvers only; its scheme of the user's own is imported only if the
     command line names the same ``module.Class`` (``stepper``)."""
-    from ..registry import solver_names
+    from ...registry import solver_names
 
     if source is None:
         return
@@ -111,21 +96,11 @@ def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | No
         raise UsageError(f"{source}: its config names ffn scheme {ffn!r}, which is not registered; refused.")
 
 
-def describe(config: dict[str, Any]) -> dict[str, Any]:
-    """The solver, model, data and depth names :func:`build` gives ``config``'s run, without building it."""
-    target = config["model"].get("_target_")
-    return {
-        "solver": config["solver"].get("name"),
-        "model": model_name(target) or str(target or "").rsplit(".", 1)[-1],
-        "data": config["data"].get("name"),
-        "depth": config["model"].get("depth"),
-    }
-
-
 def build(
     config: dict[str, Any], source: Path | None = None, stepper: str | None = None
 ) -> tuple[TaskData, nn.Module, dict[str, Any]]:
-    """The dataset, the model and the run's description from a resolved config (``solver``, ``model``, ``data``).
+    """The dataset, the model and the run record (:data:`~odeformer.app.run.identity.RUN_RECORD`) from a resolved
+    config (``solver``, ``model``, ``data``).
 
     ``source``: the file the config was read from (a checkpoint), named in errors; such a config's own scheme
     (``solver.stepper``) is imported only if ``stepper`` (from the command line) names the same class. Sizes that are
@@ -147,7 +122,7 @@ def build(
     check_memory(config, data.meta, source)
     model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
     step = model_node.get("dt")
-    info = {
+    record = {
         "solver": getattr(chosen, "name", None) or solver["name"],
         "model": spec.name,
         "data": data_node["name"],
@@ -156,14 +131,14 @@ def build(
         "config": config,
     }
     if getattr(chosen, "scheme", None):  # a scheme made from coefficients: they and its derived claims
-        info["scheme"] = chosen.scheme
-    return data, model, info
+        record["scheme"] = chosen.scheme
+    return data, model, record
 
 
 def load_run(
     run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None = None
 ) -> tuple[TaskData, nn.Module, dict[str, Any]]:
-    """A finished run's dataset, model (with the checkpoint's weights, in eval mode) and description. The config
+    """A finished run's dataset, model (with the checkpoint's weights, in eval mode) and run record. The config
     stored in the checkpoint reaches only registered models, solvers and data; a run of a scheme of your own needs
     ``stepper`` (``module.Class``, as given on the command line) to be rebuilt."""
     path = Path(run_dir) / checkpoint
@@ -172,12 +147,12 @@ def load_run(
             f"{run_dir} does not exist or is not a folder; give a run directory (one holding {checkpoint})."
         )
     payload = load_checkpoint(path)
-    config = (payload.get("info") or {}).get("config")
+    config = run_record(payload).get("config")
     if not isinstance(config, dict) or not all(isinstance(config.get(k), dict) for k in ("solver", "model", "data")):
         raise UsageError(f"{path} stores no run config (solver, model, data), so its run cannot be rebuilt.")
-    data, model, info = build(config, source=path, stepper=stepper)
+    data, model, record = build(config, source=path, stepper=stepper)
     model.load_state_dict(payload["model"])
-    return data, model.eval(), info
+    return data, model.eval(), record
 
 
 # -- sizes and memory ---------------------------------------------------------------------------------------------
@@ -205,54 +180,35 @@ def check_sizes(config: dict[str, Any], source: Path | None = None) -> None:
         )
 
 
-def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool = True) -> dict[str, float]:
+def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool = True) -> dict[str, float] | None:
     """A lower estimate, in bytes, of the memory the run takes: ``parameters`` (with their gradients and AdamW's two
-    moments when ``training``) and ``activations`` (what one batch's forward keeps for the backward pass: per layer the
-    state, the attention's inputs and the FFN's hidden units; the n x n attention scores only with ``impl=math``,
-    which keeps them; the output logits). A lower estimate: it refuses, before building, only what cannot fit."""
+    moments when ``training``) and ``activations`` (what one batch's forward keeps: every layer's share for the
+    backward pass when ``training``, unless the layers are recomputed; every layer's state when not). What the model
+    holds and keeps is its task's own count (:attr:`odeformer.tasks.TaskSpec.footprint`); this adds the batch (its
+    share per process under ``torchrun``), the precision and what training keeps. None: the task gives no count."""
     model, solver, data, train = config["model"], config["solver"], config["data"], config.get("train") or {}
-    kind = model_targets()[model["_target_"]].data
-    d, depth, heads = model["dim"], model["depth"], model.get("heads") or 1
-    hidden = model.get("mlp_hidden") or int((model.get("mlp_ratio") or 4.0) * d)
+    spec = model_targets()[model["_target_"]]
+    if spec.footprint is None:
+        return None
+    depth = model["depth"]
     continuous = solver.get("_target_") == SOLVER_TARGETS[1]
     blocks = 1 if (continuous or model.get("tie_weights")) else depth
+    footprint = spec.footprint(_arguments(model), meta, blocks)
     world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    batch = math.ceil(data.get("batch_size", 1) / world)
-    if kind == "graph":
-        n, batch = meta.get("num_nodes", 1), 1
-        per_block = 4 * d * d + 8 * d
-        params = meta.get("in_features", 1) * d + blocks * per_block + d * meta.get("num_classes", 1)
-        per_layer = n * 6 * d  # fused attention need not keep the n x n scores: a lower estimate leaves them out
-        head = n * meta.get("num_classes", 1)
-    else:
-        if kind == "image":
-            patch = model.get("patch_size") or 1
-            n = (meta.get("image_size", 1) // patch) ** 2 + 1
-            embed = patch * patch * meta.get("in_chans", 1) * d + n * d
-            classes = meta.get("num_classes", 1)
-        else:
-            n = model.get("max_len") or meta.get("max_len", 1)
-            embed = meta.get("vocab_size", 1) * d + n * d
-            classes = meta.get("vocab_size", 1) if kind == "text" else meta.get("num_classes", 1)
-        per_block = 4 * d * d + 2 * d * hidden + hidden + 9 * d
-        params = embed + blocks * per_block + (d * classes if kind != "text" else 0)
-        scores = heads * n * n if model.get("impl") == "math" else 0
-        per_layer = batch * (n * (6 * d + 2 * hidden) + 2 * scores)
-        head = batch * n * classes * (2 if kind == "text" else 1)
+    batch = math.ceil(data.get("batch_size", 1) / world) if footprint.per_item else 1
     cuda = train.get("device") == "cuda" or (train.get("device", "auto") == "auto" and torch.cuda.is_available())
     bf16 = train.get("precision") == "bf16" or (train.get("precision", "auto") == "auto" and cuda)
     width = 2 if bf16 else 4
     if not training:
-        layers_kept = depth + 1  # the diagnostics keep every layer's state
-        per_layer = batch * n * d if kind != "graph" else n * d
+        layers_kept, per_layer = depth + 1, footprint.state  # the diagnostics keep every layer's state
     elif model.get("checkpoint") or (continuous and solver.get("adjoint")):
-        layers_kept = 1
+        layers_kept, per_layer = 1, footprint.layer
     else:
-        layers_kept = depth
+        layers_kept, per_layer = depth, footprint.layer
     return {
-        "parameters": float(params) * (16 if training else 4),
-        "parameter_count": float(params),
-        "activations": float(per_layer * layers_kept + head) * width,
+        "parameters": float(footprint.parameters) * (16 if training else 4),
+        "parameter_count": float(footprint.parameters),
+        "activations": float(batch * (per_layer * layers_kept + footprint.head)) * width,
     }
 
 
@@ -283,6 +239,8 @@ def check_memory(
     """Refuse, in one line with the estimate and the limit, a run whose :func:`estimate_memory` exceeds the memory of
     the device it would run on."""
     estimate = estimate_memory(config, meta, training)
+    if estimate is None:
+        return
     need = estimate["parameters"] + estimate["activations"]
     limit, where = memory_limit(config)
     if need <= limit:

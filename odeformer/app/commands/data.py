@@ -41,8 +41,8 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from ..data import ENV_VAR, one_line
-from ..data.sources import SOURCES, Remote, Sources
+from ...data import ENV_VAR, one_line
+from ...data.sources import SOURCES, Remote, Sources
 
 MIRROR_VAR = "ODEFORMER_DATA_MIRROR"
 CHUNK = 1 << 16

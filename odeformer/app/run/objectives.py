@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data import TaskData
-from ..tasks import task_of
+from ...data import TaskData
+from ...tasks import task_of
 from .batches import EpochSampler, WindowSampler
 
 

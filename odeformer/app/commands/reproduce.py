@@ -1,0 +1,151 @@
+"""``odeformer-reproduce``: the sweep behind ``docs/RESULTS.md`` (graph, vision, language), from one command.
+
+    odeformer-reproduce                          # every section, 2 worker processes, then rewrite docs/RESULTS.md
+    odeformer-reproduce --sections difformer     # some sections
+    odeformer-reproduce --smoke --out /tmp/x     # one tiny configuration end to end (CI)
+
+A section is a table: rows (a solver and its options), columns (a depth, a split, ...) and seeds, read from
+``odeformer/app/run/sweeps/results.yaml`` (:mod:`odeformer.app.run.sections` says what a section may hold). Every
+cell is ``odeformer-train <fixed overrides> <row> <column> train.seed=<s>``, a job of the sweep engine
+(:mod:`odeformer.app.run.sweep`), composed and trained in a worker process with one thread (two workers fill the two
+cores of the reference machine). Runs are written under ``--runs`` (``<runs>/<section>/<run>``); a finished run is
+reused if its saved configuration is what its overrides compose to now, and an interrupted one resumes, so an
+interrupted sweep resumes where it stopped.
+
+Before its runs, a section measures each row's training step against diffusion's, side by side in one process (the
+models taking turns; ``<runs>/<section>/costs.json``). Where a row's step costs more than 1.1× diffusion's, the section
+gets a *compute-matched* row: diffusion given that many times more steps, so the comparison can be read at equal
+compute as well as at equal steps. The tables (mean ± std over seeds), accuracy-against-depth PNGs
+and per-layer diagnostics go into ``docs/RESULTS.md``, each section in its own block (between its
+``odeformer-reproduce/<section>`` markers, after a shared header block) with the command, the hardware and the
+training time: running some sections rewrites their blocks and leaves the others as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ...data import DatasetNotFound
+from ..reporting.diagnostics import DIAGNOSED, diagnose
+from ..reporting.learned import learned_coefficients
+from ..reporting.plots import accuracy_plot
+from ..reporting.results import HEADER, split_combined_block, write_results, write_section
+from ..reporting.tables import results_table
+from ..run.builder import load_run
+from ..run.checkpoints import CheckpointError
+from ..run.locks import RunDirectoryError
+from ..run.sections import Section, results_sections, run_section, slug, smoke_section
+from ..run.sweep import Interrupted, Result, Sweep
+from .train import compose_config
+
+
+def _stepper_override(overrides: list[str]) -> str | None:
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith("solver.stepper=")), None)
+
+
+def section_coefficients(
+    section: Section, results: list[Result], runs_dir: Path, path: Path
+) -> tuple[str, dict[str, Any]]:
+    """The learnable rows' coefficients after training (best checkpoint), per layer and seed, as a table and a PNG
+    (:func:`odeformer.app.reporting.learned.learned_coefficients`) against the section's known members. A scheme of
+    one's own is rebuilt from the row's own overrides, not from what its checkpoint says."""
+
+    def models():
+        for name, row, _, seed, overrides, _ in results:
+            stepper = _stepper_override(overrides)
+            if stepper is not None:
+                yield row, seed, load_run(runs_dir / name, stepper=stepper)[1]
+
+    return learned_coefficients(models(), section.learned, section.title, path)
+
+
+def oversmoothing(section: Section, column: str, results: list[Result], runs_dir: Path, out: Path) -> list[str]:
+    """Diagnose the seed-0 runs of ``column``, one curve per row; return the PNG names."""
+    chosen = [(row, name) for name, row, c, seed, _, _ in results if seed == 0 and c == column]
+    runs = []
+    for row, name in chosen:
+        data, model, _ = load_run(runs_dir / name)
+        runs.append((row, data, model))
+    diagnose(runs, out, size=64)
+    return [f"{m}.png" for m in DIAGNOSED if (out / f"{m}.png").exists()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: bad input, a damaged or refused checkpoint and missing data are one line and exit 2."""
+    try:
+        return _main(argv)
+    except (ValueError, CheckpointError, RunDirectoryError, DatasetNotFound) as error:
+        print(f"odeformer-reproduce: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Interrupted) as error:
+        signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
+        saved = not isinstance(error, Interrupted) or error.saved
+        how = (
+            "the running runs saved their checkpoints; the same command resumes them"
+            if saved
+            else "stopped again before the running runs saved: they resume from their last checkpoints"
+        )
+        print(f"odeformer-reproduce: interrupted by signal {int(signum)}; {how}.", file=sys.stderr)
+        return 128 + int(signum)
+
+
+def _main(argv: list[str] | None = None) -> int:
+    known = results_sections()  # sweeps/results.yaml: a malformed file is one line, naming the file and the key
+    parser = argparse.ArgumentParser(prog="odeformer-reproduce", description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", nargs="+", choices=list(known), default=list(known))
+    parser.add_argument(
+        "--runs", type=Path, default=None, help="where runs are written (default: <out>/runs, or runs/reproduce)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="folder of RESULTS.md and its figures (default: docs)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="one tiny configuration (for CI)")
+    args = parser.parse_args(argv)
+    if args.runs is None:
+        args.runs = args.out / "runs" if args.out is not None else Path("runs") / "reproduce"
+    if args.out is None:
+        args.out = Path("docs")
+    smoke = smoke_section()
+    sections = {"smoke": smoke} if args.smoke else {name: known[name] for name in args.sections}
+    figures = args.out / "results"
+    figures.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    results_md = args.out / "RESULTS.md"
+    split_combined_block(results_md, {"smoke": smoke.title, **{key: s.title for key, s in known.items()}})
+    write_results(HEADER, results_md)
+    sweep = Sweep(compose_config, args.workers)
+    for key, section in sections.items():
+        parts: list[str] = []
+        results, costs = run_section(sweep, section, args.runs / key)
+        markdown, cells = results_table(results, costs, len(section.seeds))
+        parts.append(f"### {section.title}\n\n{markdown}\n")
+        if section.note:
+            parts.append(section.note + "\n")
+        if section.plot:
+            accuracy_plot(section.title, list(section.columns), cells, figures / f"{key}_accuracy.png")
+            parts.append(f"![{key} accuracy against depth](results/{key}_accuracy.png)\n")
+        if section.learned:
+            learned, _ = section_coefficients(section, results, args.runs / key, figures / f"{key}_coefficients.png")
+            if learned:
+                parts.append(f"{learned}\n")
+                parts.append(f"![{key} learned coefficient per layer](results/{key}_coefficients.png)\n")
+        for column in section.diagnose:
+            folder = f"{key}_oversmoothing_{slug(column)}" if column else f"{key}_oversmoothing"
+            pngs = oversmoothing(section, column, results, args.runs / key, figures / folder)
+            links = " ".join(f"[{p[:-4]}](results/{folder}/{p})" for p in pngs)
+            where = f", {column}" if column else ""
+            parts.append(f"Per layer{where} (seed 0, trained; numbers beside each PNG): {links}\n")
+            if pngs:
+                parts.append(f"![{key} token cosine per layer{where}](results/{folder}/{pngs[0]})\n")
+        # after every section, so a stopped sweep keeps what it finished
+        write_section(results_md, key, parts, ["smoke", *known], args.workers)
+    print(f"wrote {args.out / 'RESULTS.md'} ({(time.time() - started) / 60:.1f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,416 @@
+"""``odeformer-train`` (= ``python -m odeformer.app.train``): the training command, and the only module importing
+Hydra.
+
+    odeformer-train                                     # the default experiment (configs/train.yaml)
+    odeformer-train solver=full_wave model.depth=12 data=fashion_mnist
+    odeformer-train solver.stepper=my_schemes.Yoshida4   # a scheme of your own, importable from the working directory
+    odeformer-train experiment=cora_deep model.depth=32
+    odeformer-train -m solver=diffusion,full_wave model.depth=4,8,16      # a sweep, summarised in one table
+    torchrun --nproc_per_node=2 -m odeformer.app.train train.device=cpu   # DistributedDataParallel
+
+It checks the command line by composing it (each value of a sweep once), hands it to Hydra, and trains each composed
+configuration with :func:`odeformer.app.run.launch.train`; :func:`compose` and :func:`compose_config` give the same
+composition to the other commands and the sweep engine.
+
+Config groups are generated from the registries (:func:`odeformer.app.run.config.group_options`) and stored in Hydra's
+ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds ``train.yaml``, the experiments
+and their training settings. Bad input — an unknown option or key, a value of the wrong type, ``dt <= 0``, heads not
+dividing dim, a missing data root, a corrupt checkpoint, a size that is not positive or a model that cannot fit in
+memory, a run directory another run is writing — is one line on stderr and exit code 2, before anything is written.
+A diverged run (or a full disk) is one line and exit code 1; an interrupted one saves its checkpoint and exits 130
+(SIGINT) or 143 (SIGTERM), which also stops a sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ...data import DatasetNotFound
+from ..reporting.tables import sweep_table
+from ..run import launch
+from ..run.builder import UsageError
+from ..run.checkpoints import CheckpointError, CheckpointWriteError
+from ..run.config import Config, group_options
+from ..run.identity import model_name
+from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
+from ..run.trainer import TrainingDiverged
+
+CONFIG_MODULE = "odeformer.configs"
+
+store = ConfigStore.instance()
+store.store(name="config_schema", node=Config)
+for _group, _nodes in group_options().items():
+    for _name, _node in _nodes.items():
+        store.store(group=_group, name=_name, node=_node)
+
+_FLAGS_WITH_VALUE = {
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--package",
+    "-p",
+    "--experimental-rerun",
+    "--info",
+    "-i",
+}
+_SKIP = {
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--version",
+    "--cfg",
+    "-c",
+    "--resolve",
+    "--shell-completion",
+    "-sc",
+    "--info",
+    "-i",
+    "--experimental-rerun",
+}
+
+
+@contextlib.contextmanager
+def _initialized():
+    """Hydra initialised on this package's configs."""
+    from hydra import initialize_config_module
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        yield
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The config ``odeformer-train <overrides>`` would run (Hydra's compose API; no run directory is made).
+
+    Unknown options and keys and values of the wrong type are a one-line :class:`UsageError`.
+    """
+    from hydra import compose as hydra_compose
+
+    with _initialized():
+        try:
+            return hydra_compose(config_name="train", overrides=overrides)
+        except (HydraException, OmegaConfBaseException) as error:
+            raise UsageError(_one_line(error, overrides)) from None
+
+
+def choices(group: str, overrides: list[str] | None = None) -> list[str]:
+    """The options of a config group: the generated ones and YAML on the search path (as ``--help`` lists them)."""
+    with _initialized():
+        return _options(group, overrides)
+
+
+def _options(group: str, overrides: list[str] | None = None) -> list[str]:
+    """The options of a config group Hydra can see (generated ones, and YAML on a ``hydra.searchpath`` among
+    ``overrides``)."""
+    paths = [o for o in overrides or [] if o.lstrip("+").startswith("hydra.searchpath=")]
+    names = GlobalHydra.instance().config_loader().get_group_options(group, config_name="train", overrides=paths)
+    return sorted(names)
+
+
+def _one_line(error: Exception, overrides: list[str]) -> str:
+    """Hydra's and OmegaConf's composition errors as one sentence that says what is allowed."""
+    text = str(error)
+    if isinstance(error, MissingConfigException) or "Could not find '" in text:
+        match = re.search(r"Could not (?:find|load) '([\w/]+)/([^']*)'", text)
+        if match:
+            group, value = match.groups()
+            options = _options(group, overrides)
+            near = difflib.get_close_matches(value, options, n=1, cutoff=0.6)
+            hint = f"did you mean {group}={near[0]}? " if near else ""
+            return f"unknown {group} {value!r}; {hint}choose one of: {', '.join(options)}."
+    if isinstance(error, OverrideParseException):
+        return f"cannot parse the override: {' '.join(text.split())}"
+    match = re.search(r"Could not (?:override|append to) '([^']+)'", text) or re.search(
+        r"Error merging override \+?([\w.]+)=", text
+    )
+    cause = error.__cause__ or error
+    if match:
+        key = match.group(1)
+        parent, _, leaf = key.rpartition(".")
+        named = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+~").startswith("solver.options.name=")), None)
+        if key == "solver.options.name" and named is not None:  # the old spelling of a named scheme
+            return f"a named scheme is picked by its name: solver={named} (solver=tableau takes coefficients)."
+        if "not in struct" in str(cause) or "Key '" in str(cause):
+            rest = [o for o in overrides if not o.lstrip("+~").startswith(key + "=")]
+            keys = _keys(parent, rest)
+            near = [f"{parent + '.' if parent else ''}{k}" for k in difflib.get_close_matches(leaf, keys, n=1)]
+            if not parent:  # a group's key given without its group (dt=-1 for model.dt): the nested keys first
+                nested = _nested_keys(rest)
+                leaves = sorted({k.rsplit(".", 1)[-1] for k in nested})
+                closest = difflib.get_close_matches(leaf, leaves, n=1)
+                near = [k for k in nested if k.rsplit(".", 1)[-1] in (closest or [None])] or near
+            hint = f"did you mean {' or '.join(near[:3])}? " if near else ""
+            if not keys:
+                return f"unknown key {key!r}: {parent or 'the config'} has no keys here{_who_takes(parent, leaf)}."
+            where = f"the keys of {parent}" if parent else "the top-level keys"
+            return f"unknown key {key!r}; {hint}{where} are: {', '.join(keys)}."
+        reason = " ".join(str(cause).split("\n")[0].split())
+        return f"bad value for {key}: {reason}"
+    return " ".join(text.split()[:60])
+
+
+def _who_takes(parent: str, leaf: str) -> str:
+    """For an option no key of the chosen solver has: which solvers take it (``solver=mix solver.options.theta0``)."""
+    if parent != "solver.options":
+        return ""
+    takers = [name for name, node in group_options()["solver"].items() if leaf in getattr(node, "options", {})]
+    own = f"; a scheme of your own (solver.stepper=...) takes its options as +solver.options.{leaf}=..."
+    if not takers:
+        return f" ({own[2:]})"
+    return f" (the chosen solver's stepper takes no {leaf}; solvers that do: {', '.join(takers)}{own})"
+
+
+def _nested_keys(overrides: list[str]) -> list[str]:
+    """``group.key`` for every key of every group of the config composed from ``overrides``."""
+    from hydra import compose as hydra_compose
+
+    try:
+        node = hydra_compose(config_name="train", overrides=overrides)
+        return sorted(f"{group}.{key}" for group in node for key in node[group] if not str(key).startswith("_"))
+    except Exception:  # the hint is a courtesy; the error itself is already known
+        return []
+
+
+def _keys(parent: str, overrides: list[str]) -> list[str]:
+    """The keys of node ``parent`` in the config composed from ``overrides`` (for a nearest-key hint)."""
+    from hydra import compose as hydra_compose
+
+    try:
+        node = hydra_compose(config_name="train", overrides=overrides)
+        for part in filter(None, parent.split(".")):
+            node = node[part]
+        return sorted(str(k) for k in node.keys())
+    except Exception:  # the hint is a courtesy; the error itself is already known
+        return []
+
+
+def check_command_line(argv: list[str]) -> None:
+    """Compose what the command line asks for — each value of a sweep once — so that a wrong option, key or type is
+    one line and exit code 2 before Hydra starts (Hydra's own message for these is several lines and exit 1)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if any(arg == "--experimental-rerun" or arg.startswith("--experimental-rerun=") for arg in argv):
+        raise UsageError(
+            "--experimental-rerun is refused: it unpickles the file it names, and a pickle can run any code; rerun a "
+            "run with its overrides (.hydra/<date>_<time>/overrides.yaml in its directory)."
+        )
+    if any(arg in _SKIP for arg in argv):
+        return
+    overrides, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _FLAGS_WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            overrides.append(arg)
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except OverrideParseException as error:
+        raise UsageError(f"cannot parse the overrides: {' '.join(str(error).split())}") from None
+    sweeps = [(i, o) for i, o in enumerate(parsed) if o.is_sweep_override()]
+    first = list(overrides)
+    for i, o in sweeps:
+        values = _sweep_values(o)
+        if values is None:
+            first[i] = None
+            continue
+        first[i] = f"{o.input_line.split('=', 1)[0]}={values[0]}"
+    plain = [o for o in first if o is not None]
+    _check_out_dir(compose(plain), multirun=any(a in ("-m", "--multirun") for a in argv))
+    for i, o in sweeps:
+        for value in (_sweep_values(o) or [])[1:]:
+            compose(
+                [
+                    *(p for j, p in enumerate(first) if j != i and p is not None),
+                    f"{o.input_line.split('=', 1)[0]}={value}",
+                ]
+            )
+
+
+def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
+    """``train.out_dir`` must be a folder, or a path where one can be made: a file there (or above it) is a one-line
+    error before Hydra makes the directory (its own error is a traceback); a folder another run is writing (its lock
+    held) is one too, before Hydra writes this command's config snapshot into it."""
+    if multirun or not OmegaConf.select(cfg, "train.out_dir"):
+        return
+    path = Path(str(cfg.train.out_dir)).expanduser()
+    if os.environ.get("RANK", "0") == "0":  # torchrun's other ranks start beside rank 0, which holds the lock
+        try:
+            check_not_locked(path)
+        except RunDirectoryBusy as error:
+            raise UsageError(str(error)) from None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise UsageError(f"train.out_dir={path} cannot be made: {folder} is a file, not a folder.")
+            return
+
+
+def _sweep_values(override: Any) -> list[str] | None:
+    try:
+        return list(override.sweep_string_iterator())
+    except Exception:  # glob sweeps need Hydra's config loader: Hydra checks them itself
+        return None
+
+
+def run(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Train one composed configuration into ``out_dir`` (:func:`odeformer.app.run.launch.train`); return the
+    summary. ``overrides`` (the command line's) are stored in the checkpoints, so that a resume with another config
+    can be told the command to repeat."""
+    return launch.train(OmegaConf.to_container(cfg, resolve=True), out_dir, overrides)
+
+
+def compose_config(overrides: list[str]) -> dict[str, Any]:
+    """The resolved config (plain containers) ``odeformer-train <overrides>`` would run: what the sweep engine
+    composes each job with (:class:`odeformer.app.run.sweep.Sweep`)."""
+    return OmegaConf.to_container(compose(overrides), resolve=True)
+
+
+class SweepSummary(Callback):
+    """At the end of a multirun: one table of the runs' summaries, printed and written beside them
+    (``summary.md`` and ``summary.json`` in the sweep directory)."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.is_dir():
+            return
+        markdown, rows = sweep_table(sweep_dir)
+        (sweep_dir / "summary.md").write_text(markdown)
+        (sweep_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+        print(f"\n{markdown}\nsweep summary: {sweep_dir / 'summary.md'}")
+
+
+_FAILED_JOBS: list[int] = []  # exit codes of the sweep's jobs that failed (a sweep goes on past them)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://" + CONFIG_MODULE, config_name="train")
+def _main(cfg: DictConfig) -> None:
+    hydra_config = HydraConfig.get()
+    out_dir = Path(hydra_config.runtime.output_dir)
+    sweep = hydra_config.mode == RunMode.MULTIRUN
+    before = _written(out_dir)
+    try:
+        summary = run(cfg, out_dir, list(hydra_config.overrides.task))
+        if summary.get("status") == "interrupted":  # after its checkpoint and its line: 130 (SIGINT), 143 (SIGTERM)
+            sys.exit(128 + int(summary.get("signal") or signal.SIGINT))  # a sweep stops here too
+    except (TrainingDiverged, CheckpointWriteError) as error:
+        _failed(cfg, out_dir, str(error), 1, sweep)
+    except RunDirectoryBusy as error:  # another process took the lock after this command checked it
+        # the snapshot folder is named to the second, so it may be the other run's too: it is left as it is
+        _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep, record=False)
+    except (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError) as error:
+        if os.environ.get("ODEFORMER_DEBUG"):
+            raise
+        if _written(out_dir) == before and not sweep:  # refused before training: the command leaves no trace
+            _forget_snapshot(out_dir, hydra_config.output_subdir)
+        _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise
+        where = f" while writing {error.filename}" if error.filename else ""
+        _failed(cfg, out_dir, f"no space left on device{where}; the checkpoints written before are intact.", 1, sweep)
+    except KeyboardInterrupt:
+        if _written(out_dir) == before:  # stopped before training: no trace
+            if not sweep:
+                _forget_snapshot(out_dir, hydra_config.output_subdir)
+            print(
+                "odeformer-train: interrupted (Ctrl-C) before training started; nothing was trained.", file=sys.stderr
+            )
+        else:
+            print(f"odeformer-train: interrupted (Ctrl-C); what {out_dir} holds is kept.", file=sys.stderr)
+        sys.exit(130)
+
+
+def _failed(cfg: DictConfig, out_dir: Path, error: str, code: int, sweep: bool, record: bool = True) -> None:
+    """Report a failed run: one line (``error:`` for bad input, code 2; a diverged run, code 1) and exit ``code``; in a
+    sweep, the line names the job, its ``summary.json`` records the failure (a row of the sweep's table) and the sweep
+    goes on; the command exits ``code`` at its end."""
+    message = f"odeformer-train: {'error: ' if code == 2 else ''}{error}"
+    if not sweep:
+        print(message, file=sys.stderr)
+        sys.exit(code)
+    print(f"{message} (job {out_dir.name}; the sweep goes on)", file=sys.stderr)
+    _FAILED_JOBS.append(code)
+    if not record:  # the directory is another process's: write nothing into it
+        return
+    summary = {
+        "status": "failed",
+        "error": error,
+        "solver": OmegaConf.select(cfg, "solver.name"),
+        "model": model_name(OmegaConf.select(cfg, "model._target_")),
+        "data": OmegaConf.select(cfg, "data.name"),
+        "depth": OmegaConf.select(cfg, "model.depth"),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _written(out_dir: Path) -> dict[str, tuple[int, int]]:
+    """``{path: (size, mtime)}`` of the files in a run directory outside its config snapshots."""
+    files = (p for p in out_dir.rglob("*") if p.is_file() and ".hydra" not in p.relative_to(out_dir).parts)
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in files}
+
+
+def _forget_snapshot(out_dir: Path, subdir: str | None) -> None:
+    """Remove the config snapshot Hydra wrote for this invocation (``.hydra/<date>_<time>/``), and the folders left
+    empty by it: a command refused before it trains leaves the run directory as it was, and the snapshots kept are
+    those of commands that ran."""
+    if not subdir:
+        return
+    snapshot = out_dir / subdir
+    shutil.rmtree(snapshot, ignore_errors=True)
+    for folder in (snapshot.parent, out_dir):
+        with contextlib.suppress(OSError):  # not empty: an earlier invocation's snapshots, or a run
+            folder.rmdir()
+
+
+def main() -> None:
+    """Console-script entry: check the command line (one line and exit 2 on bad input), then hand over to Hydra."""
+    try:
+        check_command_line(sys.argv[1:])
+    except UsageError as error:
+        print(f"odeformer-train: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("odeformer-train: interrupted (Ctrl-C) during start-up; nothing was written.", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        GlobalHydra.instance().clear()
+    _FAILED_JOBS.clear()
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 writes the invocation's one config snapshot
+        sys.argv.append("hydra.output_subdir=null")
+    try:
+        _main()
+    except KeyboardInterrupt:  # between jobs of a sweep, or in Hydra's own start-up
+        print("odeformer-train: interrupted (Ctrl-C); the runs' checkpoints written so far are kept.", file=sys.stderr)
+        sys.exit(130)
+    if _FAILED_JOBS:  # a sweep whose every job ran, some of them failing: the worst failure's code
+        sys.exit(min(_FAILED_JOBS))
+
+
+if __name__ == "__main__":
+    main()

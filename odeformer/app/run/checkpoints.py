@@ -1,0 +1,110 @@
+"""Checkpoints: written atomically, read without unpickling code.
+
+A checkpoint is a ``dict`` saved with ``torch.save`` and read back by :func:`load_checkpoint`, the package's one
+checkpoint reader, with ``weights_only=True``: tensors and plain values only, never a pickled object that could run
+code (a file naming any other global is refused in one line). Its ``format`` key names this layout. A write goes to a
+temporary file that is renamed over the old one, so a reader or a kill sees the old checkpoint or the new one, never
+half of one; a full disk is one line and leaves the previous checkpoint as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "odeformer-checkpoint-2"
+"""The layout this version writes: the run record under ``run_record``."""
+READABLE = ("odeformer-checkpoint-1", FORMAT)
+"""The layouts :func:`load_checkpoint` reads: the earlier one kept the run record under ``info``
+(:func:`odeformer.app.run.identity.run_record` reads either)."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be read (truncated, foreign, or from another format)."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint that could not be written (the disk is full); the previous one is intact."""
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` atomically: a reader, or a kill -9, sees the old file or the new one, not half.
+    A full disk is a one-line :class:`CheckpointWriteError`; the half-written temporary file is removed and the
+    previous checkpoint left as it was."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if _disk_full(error):
+            kept = "the previous checkpoint is intact" if path.exists() else "no earlier checkpoint was there"
+            raise CheckpointWriteError(
+                f"no space left on device while writing {path}; {kept} (free some space, then resume)."
+            ) from None
+        if isinstance(error, OSError):
+            raise CheckpointWriteError(
+                f"cannot write {path} ({error_text(error, 'writing it')}); "
+                f"{'the previous checkpoint is intact' if path.exists() else 'nothing was written'}."
+            ) from None
+        raise
+    os.replace(tmp, path)
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is a full disk: ``ENOSPC``/``EDQUOT``, or torch's zip writer failing
+    mid-file, which is how a full disk shows through ``torch.save`` ("unexpected pos")."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            return True
+        if isinstance(seen, RuntimeError) and re.search(r"unexpected pos|failed writing|file write failed", str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def error_text(error: BaseException, doing: str) -> str:
+    """``Type: message`` of ``error`` in one line, or, when the message is empty, what was being done."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:160]}" if text else f"{type(error).__name__} while {doing}"
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint with ``weights_only=True`` (never unpickles code): the package's one checkpoint reader.
+
+    A file that names a global a checkpoint never holds (``os.system``, a class of someone's) is refused without
+    running anything; a truncated, empty or foreign file is a one-line :class:`CheckpointError` naming the file."""
+    path = Path(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} does not exist.") from None
+    except Exception as error:  # truncated zip, foreign pickle, ...
+        refused = re.search(r"(?:unsupported|Unsupported) (?:GLOBAL|global:? (?:GLOBAL )?)\s*([\w.]+)", str(error))
+        if refused:
+            raise CheckpointError(
+                f"{path}: refused to load {refused.group(1)}, which a checkpoint never holds (checkpoints are read "
+                "as tensors and plain values only, so a file cannot run code); nothing was run from it. Use a "
+                "checkpoint written by odeformer-train."
+            ) from None
+        size = path.stat().st_size if path.exists() else 0
+        reason = error_text(error, f"reading its {size} bytes ({'empty' if size == 0 else 'cut short or damaged'})")
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint ({reason}); move it away or start a new run."
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") not in READABLE:
+        raise CheckpointError(
+            f"{path} is not an odeformer checkpoint ({' or '.join(READABLE)}); move it away or start a new run."
+        )
+    return payload

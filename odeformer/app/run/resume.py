@@ -1,0 +1,195 @@
+"""What a start or a resume may do in a run directory, and the command that resumes a run.
+
+Starting a run where one exists, resuming one that is not there, or resuming one with a config other than its own
+(beyond :data:`RESUME_MAY_CHANGE`, and after a stop for divergence :data:`AFTER_DIVERGENCE`) is refused before
+anything is written, in one line that gives the command to resume with (:func:`resume_command`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .checkpoints import CheckpointError, load_checkpoint
+from .history import diverged_after, non_finite
+from .identity import IDENTITY, describe, run_record
+from .locks import RunDirectoryError
+from .upgrade import upgrade_config, upgrade_overrides
+
+# -- commands a user is told to run -------------------------------------------------------------------------------
+
+
+def hydra_quote(value: str) -> str:
+    """``value`` as Hydra's override grammar reads it back unchanged: as it is when it is plain, else double-quoted
+    (spaces, non-ASCII characters, quotes, ``${``)."""
+    if re.fullmatch(r"[A-Za-z0-9_./:+\-]+", value):
+        return value
+    quoted = re.sub(r'(\\*)"', lambda m: m.group(1) * 2 + '\\"', value)
+    quoted = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, quoted).replace("${", "\\${")
+    return f'"{quoted}"'
+
+
+def resume_command(out_dir: Path, overrides: list[str] | None, *extra: str) -> str:
+    """The shell command that resumes the run in ``out_dir``: its own ``overrides`` (where known), ``out_dir``
+    quoted for Hydra and for the shell, and ``extra`` overrides."""
+    kept = [o for o in overrides or [] if not o.lstrip("+~").startswith(("train.out_dir=", "train.resume="))]
+    command = [*kept, f"train.out_dir={hydra_quote(str(out_dir))}", "train.resume=true", *extra]
+    return "odeformer-train " + " ".join(shlex.quote(o) for o in command)
+
+
+# -- what a resume may change -------------------------------------------------------------------------------------
+
+RESUME_MAY_CHANGE = (
+    "train.max_steps",  # training longer is the usual reason to resume (the cosine schedule stretches to it)
+    "train.resume",
+    "train.out_dir",
+    "train.device",
+    "train.compile",
+    "train.progress",
+    "train.log_every",  # how often the loss is logged
+    "train.checkpoint_every",  # how often last.pt is written
+    "train.threads",  # how many CPU threads compute it
+    "data.root",  # where the same dataset's files are (Hydra's override_dirname leaves it out too)
+    "model.checkpoint",  # activation checkpointing: recomputes the same layers in the backward pass
+)
+"""The config keys a resumed run may change: where and how it runs and what it writes, never what it computes
+(anything else — the solver, the model, the data, the batch size, the optimiser and its schedule, the seed, the
+evaluation — must be the run's own: the checkpoint's state only continues the run it came from)."""
+
+AFTER_DIVERGENCE = ("train.lr", "train.grad_clip")
+"""What a resume may change after the run stopped for divergence (its ``history.jsonl`` says so): a lower learning
+rate (the whole schedule scaled down from the checkpoint's step on) and another gradient clip. The change is recorded
+in the run's history and in its later checkpoints' config."""
+
+
+def check_run_directory(
+    out_dir: Path, resume: bool, config: dict[str, Any] | None = None
+) -> list[tuple[str, Any, Any]]:
+    """Refuse to write over an earlier run, to resume one that is not there, or (given the resolved ``config`` of
+    this command) to resume one with another config; called before anything is written. Returns the changes a
+    resume after a divergence makes (:data:`AFTER_DIVERGENCE`), ``(key, run's value, new value)``."""
+    last = out_dir / "last.pt"
+    if resume and not last.exists():
+        why = "" if out_dir.exists() else " (the folder does not exist)"
+        raise RunDirectoryError(
+            f"train.resume=true continues an existing run, but {out_dir} holds none (no last.pt){why}; start the run "
+            "without train.resume, or point train.out_dir at a stopped run's directory."
+        )
+    if not resume and (last.exists() or (out_dir / "summary.json").exists()):
+        raise RunDirectoryError(
+            f"{out_dir} already holds a run; pass train.resume=true to continue it or choose another train.out_dir."
+        )
+    if resume and config is not None:
+        payload = load_checkpoint(last)
+        where = non_finite(payload)
+        if where is not None:
+            raise CheckpointError(
+                f"{last} holds non-finite values in its {where} state (written as the run diverged), so it cannot "
+                "continue the run; start a new run with a smaller train.lr or model.dt."
+            )
+        return check_resume_config(out_dir, payload, config)
+    return []
+
+
+def config_differences(stored: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, stored value, new value)`` for every setting of two resolved configs that differs, outside
+    :data:`RESUME_MAY_CHANGE`. An ``options`` node (a stepper's or a loader's arguments) is one setting, compared
+    whole; a key only one side has elsewhere is a setting added (or removed) since the run started, not compared (as
+    ``odeformer-reproduce``'s drift check does)."""
+    a, b = _settings(stored), _settings(config)
+    return [(k, a[k], b[k]) for k in a if k in b and k not in RESUME_MAY_CHANGE and a[k] != b[k]]
+
+
+def _settings(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node and not prefix.endswith("options."):
+        return {k: v for key, value in node.items() for k, v in _settings(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
+
+
+def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """Refuse to resume the run whose ``last.pt`` holds ``payload`` with a ``config`` that differs from the one it was
+    started with (beyond :data:`RESUME_MAY_CHANGE`, and :data:`AFTER_DIVERGENCE` after a stop for divergence): one
+    line naming a few differing keys and the command to resume with. A checkpoint without a stored config (another
+    version's) is resumed only if the solver, model, data and depth it names are this command's. Returns the changes
+    allowed after a divergence."""
+    last = Path(out_dir) / "last.pt"
+    record = run_record(payload)
+    stored = upgrade_config(record.get("config"))  # a config of an earlier version, read as today's
+    if not isinstance(stored, dict):
+        _check_identity(last, record, config)
+        return []
+    differences = config_differences(stored, config)
+    allowed: list[tuple[str, Any, Any]] = []
+    diverged = diverged_after(out_dir, int(payload.get("step") or 0))
+    if diverged is not None:
+        allowed = [d for d in differences if d[0] in AFTER_DIVERGENCE]
+        for key, old, new in allowed:
+            if key == "train.lr" and not new < old:
+                raise RunDirectoryError(
+                    f"after the divergence at step {diverged['step']}, a resume may lower train.lr (the run's is "
+                    f"{old}), not raise it to {new}; resume with train.lr below {old}: "
+                    + resume_command(out_dir, run_overrides(out_dir, payload), f"train.lr={_lower(old)}")
+                )
+        differences = [d for d in differences if d[0] not in AFTER_DIVERGENCE]
+    if not differences:
+        return allowed
+    shown = ", ".join(f"{key} ({_show(old)} in the run, {_show(new)} now)" for key, old, new in differences[:3])
+    more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
+    overrides = run_overrides(out_dir, payload)
+    if overrides is None:
+        how = "the overrides it was started with"
+    else:
+        how = "its own overrides: " + resume_command(out_dir, overrides)
+    may = ", ".join(RESUME_MAY_CHANGE + (AFTER_DIVERGENCE if diverged is not None else ()))
+    raise RunDirectoryError(
+        f"train.resume=true continues the run in {out_dir} with its own config, but this command changes {shown}"
+        f"{more}; only {may} may differ. Resume with {how}"
+    )
+
+
+def _check_identity(last: Path, record: dict[str, Any], config: dict[str, Any]) -> None:
+    """A ``last.pt`` without a stored config: resume it only into the solver, model, data and depth it names."""
+    now = describe(config)
+    missing = [key for key in IDENTITY if record.get(key) is None]
+    if missing:
+        raise RunDirectoryError(
+            f"{last} stores no config and does not name its {', '.join(missing)} (written by another version of "
+            "odeformer?), so this command cannot tell it continues the same run; start a new run in another "
+            "train.out_dir."
+        )
+    differing = [f"{key} ({record[key]} in the run, {now[key]} now)" for key in IDENTITY if record[key] != now[key]]
+    if differing:
+        raise RunDirectoryError(
+            f"{last} stores no config (written by another version of odeformer?) and was trained with another "
+            f"{', '.join(differing)}; resume it with its own settings or start a new run in another train.out_dir."
+        )
+
+
+def _lower(lr: Any) -> str:
+    return f"{float(lr) / 10:.3g}" if isinstance(lr, (int, float)) and math.isfinite(lr) else "<lower>"
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) and not value else str(value)
+
+
+def run_overrides(out_dir: Path, payload: dict[str, Any]) -> list[str] | None:
+    """The command-line overrides the run in ``out_dir`` was last run with: those stored in its checkpoint, else (an
+    older checkpoint) those of the first config snapshot, ``.hydra/<date>_<time>/overrides.yaml``; None if neither.
+    They are given in today's spelling (:func:`~odeformer.app.run.upgrade.upgrade_overrides`)."""
+    stored = run_record(payload).get("overrides")
+    if stored is not None:
+        return upgrade_overrides([str(o) for o in stored])
+    snapshots = sorted((out_dir / ".hydra").glob("*/overrides.yaml"))
+    if not snapshots:
+        return None
+    try:
+        overrides = yaml.safe_load(snapshots[0].read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return upgrade_overrides([str(o) for o in overrides]) if isinstance(overrides, list) else None
