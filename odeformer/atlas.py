@@ -8,10 +8,11 @@ after as many vectors as the state has distinct modes, and everything computed o
 
 - ``eigenvalues``: the Ritz values of ``J`` of largest modulus (``λ``; the scheme sees ``dt·λ``, and a second-order
   scheme ``x'' = a(x)`` sees ``dt²·λ``);
-- ``headroom``: the largest factor by which ``dt`` could grow with every measured ``λ`` still inside the scheme's
-  stability region: the one-step map of the scheme on ``y' = λ y`` (``x'' = λ x`` for a second-order scheme), with the
-  layer's own scheme parameters (per channel), has spectral radius at most one (the radius is measured by stepping
-  the scheme itself; see :func:`radius`);
+- ``headroom``: the largest factor by which ``dt`` could grow with every measured ``λ`` whose exact flow does not
+  grow (:func:`settled`; ``growing`` counts the others) still inside the scheme's stability region: the one-step map
+  of the scheme on ``y' = λ y`` (``x'' = λ x`` for a second-order scheme, at the oscillation ``Re λ``), with the
+  layer's own scheme parameters (per channel), has spectral radius at most one (measured by stepping the scheme
+  itself; see :func:`radius`);
 - ``predicted_contraction``: the ratio of Dirichlet energies across the layer that the scheme gives on the linear
   field ``J`` at the measured spectrum: the scheme steps the projected system ``z' = H z`` (``H = QᵀJQ``), started
   from the state's projection, and the result is lifted back;
@@ -168,15 +169,19 @@ def radius(stepper: AbstractStepper, dt: float, lam: Tensor) -> Tensor:
 
     A one-step scheme's map is read from the step itself: one step from each basis state of the real form (``y`` as
     ``(re, im)``, and ``v`` too for a second-order scheme) gives its columns, and the radius is its eigenvalues' largest
-    modulus. A multistep scheme's map includes its history, which its ``state`` holds in a form of its own: its radius
-    is the growth rate of a long run (:data:`RADIUS_STEPS` steps, the largest magnitude over the last quarter against
-    the second)."""
+    modulus. A multistep scheme's map includes its history, which its ``state`` holds in a form of its own and shows
+    through ``history(state)`` / ``with_history(state, tensors)``: its companion map is read the same way."""
     lam = lam.reshape(-1).to(torch.complex128)
     if not lam.numel():
         return torch.zeros(0, dtype=torch.float64)
     stepper = _float64(stepper)
     if stepper.multistep:
-        return _long_run_radius(stepper, dt, lam)
+        if not (callable(getattr(stepper, "history", None)) and callable(getattr(stepper, "with_history", None))):
+            raise ValueError(
+                f"{type(stepper).__name__} keeps a history in its state (multistep) and does not expose it: define "
+                "history(state) and with_history(state, tensors) (see solvers.analysis) to have its radius read."
+            )
+        return _companion_radius(stepper, dt, lam)
     width, points = _width(stepper), lam.numel()
     size = 4 if stepper.second_order else 2
     start = _basis(size, points, width)
@@ -189,28 +194,36 @@ def radius(stepper: AbstractStepper, dt: float, lam: Tensor) -> Tensor:
     return torch.nan_to_num(values, nan=math.inf).amax(dim=(-1, -2))
 
 
-RADIUS_STEPS = 1024
-"""Steps of the long run that measures a multistep scheme's radius."""
-
-
-def _long_run_radius(stepper: AbstractStepper, dt: float, lam: Tensor) -> Tensor:
+def _companion_radius(stepper: AbstractStepper, dt: float, lam: Tensor) -> Tensor:
+    """A multistep scheme's radius from its companion map: its state with its history (``history(state)`` and
+    ``with_history(state, tensors)``, the protocol :mod:`solvers.analysis` reads) stepped from each basis state."""
     width, points = _width(stepper), lam.numel()
-    field = _complex_field(lam)
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, points, width, generator=generator, dtype=torch.float64)
-    y: Any = PhaseState(x, torch.randn_like(x)) if stepper.second_order else x
-    state, t, sizes = stepper.init(field, 0.0, y), 0.0, []
+    second = bool(stepper.second_order)
+    size_y = 4 if second else 2
+
+    def state_of(start: Tensor, field: Any) -> tuple[Any, Any]:
+        y: Any = PhaseState(start[:2].contiguous(), start[2:4].contiguous()) if second else start[:2].contiguous()
+        with torch.no_grad():
+            y1, state = stepper.step(field, 0.0, y, dt, stepper.init(field, 0.0, y))  # the start-up step, over
+        return y1, state
+
+    probe = _complex_field(lam)
+    _, state = state_of(torch.zeros(size_y, points, width, dtype=torch.float64), probe)
+    size = size_y + sum(t.shape[0] for t in stepper.history(state))
+    start = _basis(size, points, width)
+    field = _complex_field(lam.repeat(size))
+    _, state = state_of(start, field)
+    tensors, row = [], size_y
+    for t in stepper.history(state):
+        tensors.append(start[row : row + t.shape[0]].contiguous())
+        row += t.shape[0]
+    y: Any = PhaseState(start[:2].contiguous(), start[2:4].contiguous()) if second else start[:2].contiguous()
     with torch.no_grad():
-        for _ in range(RADIUS_STEPS):
-            y, state = stepper.step(field, t, y, dt, state)
-            t += dt
-            flat = torch.cat((y.x, y.v)) if isinstance(y, PhaseState) else y
-            sizes.append(flat.abs().amax(dim=0))  # (P, D)
-    quarter = RADIUS_STEPS // 4
-    late = torch.stack(sizes[3 * quarter :]).amax(dim=0)
-    early = torch.stack(sizes[quarter : 2 * quarter]).amax(dim=0)
-    rate = (torch.log(late) - torch.log(early)) / (2 * quarter)
-    return torch.nan_to_num(rate, nan=math.inf, posinf=math.inf).exp().amax(dim=-1)
+        y1, state1 = stepper.step(field, dt, y, dt, stepper.with_history(state, tuple(tensors)))
+    parts = [*((y1.x, y1.v) if second else (y1,)), *stepper.history(state1)]
+    out = torch.cat(parts)  # (size, size * P, D)
+    values = torch.linalg.eigvals(_as_maps(out, size, points, width)).abs()
+    return torch.nan_to_num(values, nan=math.inf).amax(dim=(-1, -2))
 
 
 def _basis(size: int, points: int, width: int) -> Tensor:
@@ -224,39 +237,25 @@ def _as_maps(out: Tensor, size: int, points: int, width: int) -> Tensor:
     return out.reshape(size, size, points, width).permute(2, 3, 0, 1)
 
 
-def exact_growth(stepper: AbstractStepper, dt: float, lam: Tensor) -> Tensor:
-    """The growth factor per step ``dt`` of the flow the scheme converges to (:meth:`~solvers.AbstractStepper.
-    limit_field`) on ``y' = λ y`` (``x'' = λ x``), at least 1: the most the scheme may grow at ``λ`` and still be
-    stable. Heavy ball converges to ``x' = λ x / (1 − β)``, so its flow is that one; a scheme with no small-step
-    limit (order 0) may not grow at all."""
-    lam = lam.reshape(-1).to(torch.complex128)
-    width, points = _width(stepper), lam.numel()
-    size = 4 if stepper.second_order else 2
-    start = _basis(size, points, width)
-    field = _complex_field(lam.repeat(size))
-    try:
-        limit = stepper.limit_field(field)
-    except ValueError:
-        return torch.ones(points, dtype=torch.float64)
-    y: Any = PhaseState(start[:2].contiguous(), start[2:].contiguous()) if stepper.second_order else start
-    with torch.no_grad():
-        out = limit(0.0, y)
-    out = torch.cat((out.x, out.v)) if isinstance(out, PhaseState) else out
-    rate = torch.linalg.eigvals(_as_maps(out.double(), size, points, width)).real.amax(dim=(-1, -2))
-    return torch.exp(dt * rate).clamp(min=1.0)
-
-
 def inside(stepper: AbstractStepper, dt: float, lam: Tensor) -> Tensor:
-    """Whether each ``λ`` is inside the scheme's stability region at step ``dt``: its map grows no faster than the flow
-    it converges to (:func:`radius` at most :func:`exact_growth`, to :data:`INSIDE`)."""
-    stepper = _float64(stepper)
-    return radius(stepper, dt, lam) <= exact_growth(stepper, dt, lam) * (1 + INSIDE)
+    """Whether each ``λ`` is inside the scheme's stability region at step ``dt``: its map's spectral radius is at
+    most 1 (to :data:`INSIDE`)."""
+    return radius(_float64(stepper), dt, lam) <= 1 + INSIDE
+
+
+def settled(lam: Tensor, second_order: bool) -> Tensor:
+    """The eigenvalues whose exact flow does not grow, where a step's stability is the question: ``Re λ < 0`` for
+    ``y' = λ y``; for ``x'' = λ x`` the oscillation ``Re λ < 0`` (read on the real axis: the frequency
+    ``ω² = −Re λ``; a non-real ``λ`` adds a growth of its own, which no step size removes)."""
+    lam = lam.reshape(-1).to(torch.complex128)
+    keep = lam[lam.real < -1e-9 * max(float(lam.abs().max()), 1e-300)] if lam.numel() else lam
+    return torch.complex(keep.real, torch.zeros_like(keep.real)) if second_order else keep
 
 
 def headroom(stepper: AbstractStepper, dt: float, lam: Tensor, upper: float = 64.0) -> float:
     """The largest factor ``c`` (at most ``upper``) such that every ``λ`` stays inside the region at step ``c·dt``
     (:func:`inside`): a scan over ``c`` (doubling from 1/64), then bisection at the first step out; ``upper`` when it
-    never leaves."""
+    never leaves (or there is nothing to bound)."""
     if not lam.numel():
         return upper
 
@@ -292,19 +291,14 @@ def _predicted(layer: Any, y: Any, operator: Callable[[Tensor], Tensor]) -> Tens
     return z1.x if isinstance(z1, PhaseState) else z1
 
 
-def _moving(lam: Tensor) -> Tensor:
-    """The eigenvalues that are not zero (to the rounding of the largest)."""
-    return lam[lam.abs() > 1e-9 * max(float(lam.abs().max()), 1e-300)] if lam.numel() else lam
-
-
 def atlas(model: nn.Module, inputs: Sequence[Any], count: int = 16, size: int = 48) -> list[dict[str, Any]]:
     """The stability atlas of ``model`` on ``inputs`` (one batch), one entry per layer (see the module docstring):
     ``layer``, ``scheme``, ``second_order``, ``dt``, ``eigenvalues`` (at most ``count`` pairs ``(re, im)``: ``J``'s
     Ritz values of largest modulus), ``headroom``, ``predicted_contraction``, ``measured_contraction`` and
     ``krylov`` (the dimension of the space, at most ``size``).
 
-    The headroom is read at the eigenvalues that move the state (:func:`_moving`: a zero eigenvalue, such as the mean
-    a laplacian field leaves alone, sets no bound)."""
+    The headroom is read at the eigenvalues whose exact flow does not grow (:func:`settled`); ``growing`` counts the
+    others (a zero eigenvalue, such as the mean a laplacian field leaves alone, sets no bound either)."""
     backbone = _backbone(model)
     model = model.eval()
     seen: list[tuple[Any, Any, dict[str, Any]]] = []
@@ -316,7 +310,8 @@ def atlas(model: nn.Module, inputs: Sequence[Any], count: int = 16, size: int = 
         x = y.x if isinstance(y, PhaseState) else y
         starts = [_centred(x)] + ([_centred(y.v)] if isinstance(y, PhaseState) else [])
         operator = _jvp_operator(layer.block(context).attention, layer.t0, x)
-        _, H = krylov(operator, starts, size)
+        with torch.no_grad():  # forward-mode AD needs no graph of the parameters
+            _, H = krylov(operator, starts, size)
         ritz = torch.linalg.eigvals(H)
         leading = ritz[torch.argsort(ritz.abs(), descending=True)][:count]
         energy = float(dirichlet_energy(x.double()).sum())
@@ -329,7 +324,8 @@ def atlas(model: nn.Module, inputs: Sequence[Any], count: int = 16, size: int = 
                 "second_order": bool(layer.second_order),
                 "dt": layer.dt,
                 "eigenvalues": [[float(v.real), float(v.imag)] for v in leading],
-                "headroom": headroom(layer.stepper, layer.dt, _moving(leading)),
+                "headroom": headroom(layer.stepper, layer.dt, settled(leading, bool(layer.second_order))),
+                "growing": int(leading.numel() - settled(leading, False).numel()),
                 "predicted_contraction": float(dirichlet_energy(predicted).sum()) / energy,
                 "measured_contraction": float(dirichlet_energy(x1.double()).sum()) / energy,
                 "krylov": int(H.shape[0]),

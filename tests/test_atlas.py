@@ -102,7 +102,10 @@ def test_radius_reads_the_schemes_own_parameters():
     heavy = solvers.LightWave(theta0=math.log(beta / (1 - beta)))
     dt = 0.5  # r² − (1 + dt λ + β) r + β = 0
     roots = torch.linalg.eigvals(torch.tensor([[1 - dt + beta, -beta], [1.0, 0.0]], dtype=torch.float64)).abs()
-    assert float(radius(heavy, dt, lam)) == pytest.approx(float(roots.max()), rel=1e-3)
+    assert float(radius(heavy, dt, lam)) == pytest.approx(float(roots.max()), rel=1e-10)  # its companion matrix
+    leapfrog = solvers.Leapfrog()  # Verlet's positions: neutral inside ω dt < 2, growing beyond
+    assert float(radius(leapfrog, 1.0, lam * 3.0)) == pytest.approx(1.0, abs=1e-9)
+    assert float(radius(leapfrog, 1.0, lam * 4.5)) > 1.1
     wave, damped = solvers.SemiImplicitEuler(), solvers.Damped(gamma=1.0)
     assert float(radius(wave, dt, lam)) == pytest.approx(1.0, abs=1e-12)
     assert float(radius(damped, dt, lam)) < 1.0

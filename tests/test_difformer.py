@@ -190,3 +190,23 @@ def test_light_wave_momentum_reads_the_normalised_states():
         moved = current + 0.2 * force + lam * (current - previous)
         states.append(layer.after_attention(moved))
     torch.testing.assert_close(model(x, edge_index), model.classifier(states[-1][0]), rtol=1e-12, atol=1e-12)
+
+
+def test_graph_propagation_under_torch_func_transforms():
+    """``Â h`` under ``torch.func.jvp`` and ``vmap`` (the stability atlas's Jacobian-vector products): a sparse product
+    has no forward-mode rule, so transforms take the entries a ``Propagation`` keeps (a gather and a scatter-add),
+    equal to it, from the CSR matrix the layers use on CPU and from COO."""
+    from odeformer.tasks.graph import Propagation, propagate
+
+    g = torch.Generator().manual_seed(0)
+    dense = (torch.rand(7, 7, generator=g) > 0.6).double()
+    dense = dense + dense.T + torch.eye(7, dtype=torch.float64)
+    h, v = torch.randn(2, 7, 3, generator=g, dtype=torch.float64)
+    for layout in ("csr", "coo"):
+        adjacency = Propagation.of(dense.to_sparse().coalesce(), layout)
+        torch.testing.assert_close(propagate(adjacency, h), dense @ h)
+        out, tangent = torch.func.jvp(lambda z: propagate(adjacency, z), (h,), (v,))
+        torch.testing.assert_close(out, dense @ h)
+        torch.testing.assert_close(tangent, dense @ v)
+        batched = torch.func.vmap(lambda z: propagate(adjacency, z))(torch.stack((h, v)))
+        torch.testing.assert_close(batched, dense @ torch.stack((h, v)))

@@ -247,8 +247,8 @@ def test_learned_coefficients_are_each_layers_own_after_training(tmp_path):
         "learned: tiny",
         tiny,
         {
-            "splitting λ learned": ["solver=full_wave", "solver.stepper=solvers.SymmetricSplitting"],
-            "two-stage α learned": ["solver=heun", "solver.stepper=solvers.TwoStageRK"],
+            "splitting λ learned": ["solver=symmetric_splitting"],
+            "two-stage α learned": ["solver=two_stage_rk"],
             "fixed": ["solver=velocity_verlet"],
         },
         seeds=[0, 1],
@@ -280,7 +280,7 @@ def test_learned_coefficients_are_each_layers_own_after_training(tmp_path):
         alpha = found["two-stage α learned"]["seeds"][seed]
         assert all(len(v) == 1 and abs(v[0] - (0.2 + 1.3 * s)) < 1e-6 for v, s in zip(alpha, sigmoid))
     # the model as rebuilt agrees with the table's source
-    _, model, _ = load_run(runs_dir / results[0][0], stepper="solvers.SymmetricSplitting")
+    _, model, _ = load_run(runs_dir / results[0][0])
     assert [v for _, v in coefficients(model)] == found["splitting λ learned"]["seeds"][0]
     row = next(line for line in markdown.splitlines() if line.startswith("| two-stage α learned"))
     assert f"{0.2 + 1.3 * sigmoid[2]:.3f}" in row and "(nearest: ralston)" in row.split("|")[-2]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -81,7 +81,7 @@ class GraphDiffusionField(nn.Module):
     def forward(self, t, h: Tensor, propagation: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         out = (1 - self.graph_weight) * self.attention.attend(h, attn_mask)
         if self.graph_weight:
-            out = out + self.graph_weight * torch.sparse.mm(propagation, h[0]).unsqueeze(0)
+            out = out + self.graph_weight * propagate(propagation, h[0]).unsqueeze(0)
         return out - h if self.form == "laplacian" else out
 
 
@@ -141,7 +141,7 @@ class NodeClassifier(TaskModel):
                 f"NodeClassifier expects features of shape (N, {self.in_features}), got {tuple(features.shape)}."
             )
         n = features.shape[0]
-        context = {"propagation": normalized_adjacency(edge_index, n, features.dtype)}
+        context = {"propagation": Propagation.of(normalized_adjacency(edge_index, n, features.dtype), "coo")}
         if self.attention == "graph_softmax":
             context["attn_mask"] = graph_mask(edge_index, n)
         h = self.backbone(self.encoder(features).unsqueeze(0), record=record, **context)  # (1, N, D)
@@ -327,10 +327,38 @@ class _SparseLinear(torch.autograd.Function):
         return None, None, (ctx.transposed @ grad).t(), grad.sum(0)
 
 
-def propagate(adjacency: Tensor, h: Tensor) -> Tensor:
-    """``Â h`` for ``h`` of shape ``(N, D)`` and a symmetric sparse ``Â`` (as :func:`normalized_adjacency` builds)."""
-    if transforms_active():
-        return torch.sparse.mm(adjacency, h)  # transforms compose with PyTorch's own sparse product
+class Propagation(NamedTuple):
+    """A graph's symmetric ``Â`` as the layers propagate with it: the sparse matrix (CSR on CPU, where its products
+    are fastest) and its entries ``(rows, cols, values)``, which ``torch.func`` transforms and forward-mode AD use
+    (a sparse product has no forward-mode rule there, and a CSR matrix cannot be read inside a transform)."""
+
+    matrix: Tensor
+    rows: Tensor
+    cols: Tensor
+    values: Tensor
+
+    @classmethod
+    def of(cls, adjacency: Tensor, layout: str = "csr") -> Propagation:
+        """From a coalesced COO ``adjacency`` (:func:`normalized_adjacency`); ``layout="csr"`` keeps it as CSR."""
+        rows, cols = adjacency.indices()
+        matrix = adjacency
+        if layout == "csr":
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+                matrix = adjacency.to_sparse_csr()
+        return cls(matrix, rows, cols, adjacency.values())
+
+
+def propagate(adjacency: Tensor | Propagation, h: Tensor) -> Tensor:
+    """``Â h`` for ``h`` of shape ``(N, D)`` and a symmetric sparse ``Â`` (as :func:`normalized_adjacency` builds, or
+    a :class:`Propagation` of it, which transforms can differentiate)."""
+    if isinstance(adjacency, Propagation):
+        if transforms_active():  # the product as a gather and a scatter-add: dense operations every transform knows
+            weights = adjacency.values.to(h.dtype)[:, None]
+            return torch.zeros_like(h).index_add(0, adjacency.rows, h[adjacency.cols] * weights)
+        adjacency = adjacency.matrix
+    if adjacency.layout is torch.sparse_coo:
+        return torch.sparse.mm(adjacency, h)
     return _SymmetricPropagation.apply(adjacency, h)
 
 
@@ -416,16 +444,13 @@ class DIFFormer(TaskModel):
         self._adjacency: tuple[Any, Tensor] | None = None
         self._features: tuple[Any, tuple[Tensor, Tensor] | None] | None = None
 
-    def propagation(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> Tensor:
+    def propagation(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> Propagation:
         """``Â = D^{-1/2} (A + I) D^{-1/2}``, built once per graph (the same ``edge_index`` tensor is reused)."""
         key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), num_nodes, dtype, edge_index.device)
         if self._adjacency is None or self._adjacency[0] != key:
             adjacency = normalized_adjacency(edge_index, num_nodes, dtype)
-            if adjacency.device.type == "cpu":  # CSR products are several times faster than COO ones on CPU
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
-                    adjacency = adjacency.to_sparse_csr()
-            self._adjacency = (key, adjacency)
+            # CSR products are several times faster than COO ones on CPU
+            self._adjacency = (key, Propagation.of(adjacency, "csr" if adjacency.device.type == "cpu" else "coo"))
         return self._adjacency[1]
 
     def _encode(self, features: Tensor) -> Tensor:

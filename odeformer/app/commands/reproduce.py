@@ -52,14 +52,13 @@ def section_coefficients(
     section: Section, results: list[Result], runs_dir: Path, path: Path
 ) -> tuple[str, dict[str, Any]]:
     """The learnable rows' coefficients after training (best checkpoint), per layer and seed, as a table and a PNG
-    (:func:`odeformer.app.reporting.learned.learned_coefficients`) against the section's known members. A scheme of
-    one's own is rebuilt from the row's own overrides, not from what its checkpoint says."""
+    (:func:`odeformer.app.reporting.learned.learned_coefficients`) against the section's known members; rows whose
+    scheme learns no coefficient are left out. A scheme of one's own is rebuilt from the row's own overrides, not
+    from what its checkpoint says."""
 
     def models():
         for name, row, _, seed, overrides, _ in results:
-            stepper = _stepper_override(overrides)
-            if stepper is not None:
-                yield row, seed, load_run(runs_dir / name, stepper=stepper)[1]
+            yield row, seed, load_run(runs_dir / name, stepper=_stepper_override(overrides))[1]
 
     return learned_coefficients(models(), section.learned, section.title, path)
 
@@ -73,6 +72,40 @@ def oversmoothing(section: Section, column: str, results: list[Result], runs_dir
         runs.append((row, data, model))
     diagnose(runs, out, size=64)
     return [f"{m}.png" for m in DIAGNOSED if (out / f"{m}.png").exists()]
+
+
+def stability_atlas(section: Section, results: list[Result], runs_dir: Path, key: str, figures: Path) -> str:
+    """Every row's seed-0 run: its stability atlas and refinement (:func:`odeformer.app.run.analysis.analyse_run`),
+    one report with figures per run under ``figures``, and a table of them; return the Markdown."""
+    from ..reporting.analysis import run_markdown
+    from ..run.analysis import analyse_run
+
+    lines = [
+        "| run | layers | smallest headroom (layer) | growing modes | contraction predicted / measured (median over "
+        f"layers) | small-step limit | observed order | validation metric: k = 1 → k = {max(section.atlas)} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    links = []
+    for name, row, _, seed, _, _ in results:
+        if seed != 0:
+            continue
+        numbers, model = analyse_run(runs_dir / name, refine=section.atlas)
+        folder = f"{key}_{slug(row)}"
+        run_markdown(numbers, model, figures / folder, title=f"{row}: stability atlas and refinement")
+        layers = numbers["layers"]
+        low = min(layers, key=lambda entry: entry["headroom"])
+        ratios = sorted(entry["predicted_contraction"] / entry["measured_contraction"] for entry in layers)
+        rows = numbers["refinement"]
+        order = numbers["observed_order"]
+        lines.append(
+            f"| {row} | {len(layers)} | {low['headroom']:.3g} (layer {low['layer']}) | "
+            f"{sum(entry['growing'] for entry in layers)} | {ratios[len(ratios) // 2]:.3f} | "
+            f"{'yes' if numbers['small_step_limit'] else 'no'} | "
+            f"{'–' if order is None else f'{order:.2f}'} | {numbers['metric']} {rows[0]['metric']:.3f} → "
+            f"{rows[-1]['metric']:.3f} |"
+        )
+        links.append(f"[{row}](results/{folder}/report.md)")
+    return "\n".join(lines) + "\n\nEach run's atlas, headroom, contraction and refinement figures: " + ", ".join(links)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +166,8 @@ def _main(argv: list[str] | None = None) -> int:
             if learned:
                 parts.append(f"{learned}\n")
                 parts.append(f"![{key} learned coefficient per layer](results/{key}_coefficients.png)\n")
+        if section.atlas:
+            parts.append(stability_atlas(section, results, args.runs / key, key, figures) + "\n")
         for column in section.diagnose:
             folder = f"{key}_oversmoothing_{slug(column)}" if column else f"{key}_oversmoothing"
             pngs = oversmoothing(section, column, results, args.runs / key, figures / folder)

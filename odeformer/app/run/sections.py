@@ -28,7 +28,7 @@ import yaml
 from .sweep import Job, Result, Sweep
 
 MATCH_ABOVE = 1.1  # rows costing more than this many times diffusion's training time get a compute-matched row
-SETTINGS = ("title", "fixed", "rows", "columns", "seeds", "note", "plot", "diagnose", "matched", "learned")
+SETTINGS = ("title", "fixed", "rows", "columns", "seeds", "note", "plot", "diagnose", "matched", "learned", "atlas")
 """The settings a section may have (``title``, ``fixed`` and ``rows`` it must have)."""
 GROUPS = ("solver", "model", "data", "train", "experiment")
 """What an override in a sections file may set: a key of these groups, or the group's option."""
@@ -42,7 +42,8 @@ class Section:
     (depths); ``diagnose`` names the columns whose seed-0 runs get per-layer diagnostics, one curve per row;
     ``learned`` names, per coefficient symbol (``λ``, ``α``), the known members (label: value) that the trained runs'
     learnable integrator coefficients are set beside, layer by layer
-    (:func:`odeformer.app.reporting.learned.learned_coefficients`).
+    (:func:`odeformer.app.reporting.learned.learned_coefficients`); ``atlas`` (the ``k`` of a refinement, e.g.
+    ``[2, 4, 8]``) gives every row's seed-0 run its stability atlas and refinement (:mod:`odeformer.atlas`).
     """
 
     title: str
@@ -55,6 +56,7 @@ class Section:
     diagnose: tuple[str, ...] = ()
     matched: bool = True
     learned: dict[str, dict[str, float]] = field(default_factory=dict)
+    atlas: tuple[int, ...] = ()
 
     def runs(self) -> list[Job]:
         """The sweep's job for every cell and seed: its run's name, row, column, seed and overrides."""
@@ -188,6 +190,9 @@ def _section(path: Path, key: str, node: Any) -> Section:
         isinstance(members, dict) and all(_number(v) for v in members.values()) for members in learned.values()
     ):
         raise fail("learned", "must map each coefficient's symbol to its known members (label: number).")
+    atlas = node.get("atlas", [])
+    if not isinstance(atlas, list) or not all(_natural(k) and k >= 2 for k in atlas):
+        raise fail("atlas", f"must be a list of whole numbers of at least 2 (a refinement's k), got {atlas!r}.")
     section = Section(
         title,
         fixed,
@@ -199,6 +204,7 @@ def _section(path: Path, key: str, node: Any) -> Section:
         tuple(diagnose),
         flags["matched"],
         {str(symbol): {str(k): float(v) for k, v in members.items()} for symbol, members in learned.items()},
+        tuple(atlas),
     )
     try:
         section.runs()

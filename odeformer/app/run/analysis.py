@@ -1,0 +1,53 @@
+"""A trained run's stability atlas and refinement (:mod:`odeformer.atlas`), as ``odeformer-analyze RUN`` and the
+reproduction's ``stability_atlas`` section compute them: the run's model with its best weights, its registered
+diagnostic batch of validation items, and its own validation metric at every refinement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ... import atlas
+from ...tasks import task_of
+from .builder import load_run
+from .objectives import make_objective
+
+
+def analyse_run(
+    run_dir: Path,
+    batch: int = 16,
+    eigenvalues: int = 16,
+    refine: tuple[int, ...] | list[int] | None = None,
+    checkpoint: str = "best.pt",
+    stepper: str | None = None,
+) -> tuple[dict[str, Any], torch.nn.Module]:
+    """``({"run", "solver", "depth", "layers", "small_step_limit", ["refinement", "observed_order", "metric"]},
+    model)`` for the run in
+    ``run_dir``: the atlas on ``batch`` validation items, and with ``refine`` the refinement at those ``k`` with the
+    run's validation metric (its objective, its batch size and number of evaluation batches) at each."""
+    data, model, record = load_run(run_dir, checkpoint, stepper=stepper)
+    if not getattr(model.backbone, "layers", None):
+        raise ValueError(f"{run_dir} is a continuous-depth run: one adaptive block, no layer steps to analyse.")
+    inputs, _ = task_of(model).diagnostic_batch(data, model, batch)
+    numbers: dict[str, Any] = {
+        "run": str(run_dir),
+        "solver": record["solver"],
+        "depth": record["depth"],
+        "layers": atlas.atlas(model, inputs, count=eigenvalues),
+        # whether the layers converge to an ODE at all (a fixed-size part or a map after a sublayer: no limit)
+        "small_step_limit": all(layer.claims().order > 0 for layer in model.backbone.layers),
+    }
+    if refine:
+        found = atlas.refinement(model, inputs, parts=refine)
+        config = record.get("config") or {}
+        batch_size = int((config.get("data") or {}).get("batch_size") or 64)
+        eval_batches = int((config.get("train") or {}).get("eval_batches") or 0)
+        objective = make_objective(data, model, batch_size, 0, torch.device("cpu"))
+        for row in found["refinement"]:
+            with atlas.refined(model.backbone, row["k"]), torch.no_grad():
+                measured = objective.evaluate(model, "val", eval_batches)
+            row["metric"] = measured.get(objective.metric)
+        numbers |= found | {"metric": objective.metric}
+    return numbers, model
