@@ -108,3 +108,42 @@ def test_a_changed_preset_says_what_it_changed():
     changed = solver("diffusion", splitting="strang", dt=0.25)
     assert changed.equation.endswith("[changed: dt=0.25, splitting=strang]")
     assert solver("full_wave") == odeformer.SOLVERS["full_wave"]
+
+
+def test_the_command_line_spells_a_class_of_ones_own_as_python_does(tmp_path):
+    """``solver=module.Class`` on the command line, as in ``ViT(solver="module.Class")``: the class in the layer its
+    claims call for (a second-order scheme: laplacian force, dt 0.5, the FFN by the chain rule; a first-order one:
+    the residual field at step 1), named after the class; nothing is imported to compose it."""
+    from omegaconf import OmegaConf
+
+    import odeformer.app.commands.train as entry
+    from odeformer.app.run.builder import build
+
+    (tmp_path / "spelled_mod.py").write_text(textwrap.dedent(SCHEMES))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        for path, form, dt in (("spelled_mod.Kick", "laplacian", 0.5), ("spelled_mod.ThetaGate", "residual", 1.0)):
+            cfg = entry.compose([f"solver={path}", "data=synthetic", "model.depth=2", "model.dim=8", "model.heads=2"])
+            assert cfg.solver.stepper == path
+            if path.endswith("Kick"):  # composed, not imported: the module runs only when the run is built
+                assert "spelled_mod" not in sys.modules
+            _, model, record = build(OmegaConf.to_container(cfg, resolve=True))
+            layer = model.backbone.layers[0]
+            assert record["solver"] == path.rsplit(".", 1)[1] and type(layer.stepper).__name__ == path.split(".")[1]
+            assert (layer.attention.form, layer.dt) == (form, dt)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("spelled_mod", None)
+
+
+def test_a_class_that_cannot_be_imported_is_one_failed_row_of_a_sweep(tmp_path):
+    from helpers import cli
+
+    done = cli(
+        "-m", "solver=diffusion,nowhere_mod.Scheme", "train=debug", "data=synthetic", "model.depth=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    table = (tmp_path / "sweep" / "summary.md").read_text()
+    rows = [line for line in table.splitlines() if "solver=" in line]
+    assert len(rows) == 2 and "completed" in rows[0] and "failed" in rows[1] and "Scheme" in rows[1]

@@ -50,7 +50,7 @@ from ..reporting.tables import sweep_table
 from ..run import launch
 from ..run.builder import UsageError
 from ..run.checkpoints import CheckpointError, CheckpointWriteError
-from ..run.config import Config, group_options
+from ..run.config import Config, SolverConfig, group_options
 from ..run.identity import model_name
 from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
 from ..run.trainer import TrainingDiverged
@@ -62,6 +62,26 @@ store.store(name="config_schema", node=Config)
 for _group, _nodes in group_options().items():
     for _name, _node in _nodes.items():
         store.store(group=_group, name=_name, node=_node)
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
+def register_user_solvers(overrides: list[str]) -> None:
+    """``solver=module.Class`` (also in a sweep's list, ``solver=diffusion,module.Class``): a scheme of the user's,
+    spelled on the command line as in Python (``ViT(solver="module.Class")``), is a ``solver`` option of its own, the
+    class in the layer its claims call for (``solver.stepper=module.Class`` under ``full_wave``'s name, whose layout a
+    class of another kind does not keep). Only the name is stored; the module is imported when the run is built
+    (naming a module runs its code)."""
+    names = store.repo.get("solver", {})
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") != "solver" or not value:
+            continue
+        for choice in value.strip("[]").split(","):
+            choice = choice.strip()
+            if _DOTTED.match(choice) and f"{choice}.yaml" not in names:
+                store.store(group="solver", name=choice, node=SolverConfig(name="full_wave", stepper=choice))
+
 
 _FLAGS_WITH_VALUE = {
     "--config-path",
@@ -109,6 +129,7 @@ def compose(overrides: list[str]) -> DictConfig:
     """
     from hydra import compose as hydra_compose
 
+    register_user_solvers(overrides)
     with _initialized():
         try:
             return hydra_compose(config_name="train", overrides=overrides)
@@ -391,6 +412,7 @@ def _forget_snapshot(out_dir: Path, subdir: str | None) -> None:
 def main() -> None:
     """Console-script entry: check the command line (one line and exit 2 on bad input), then hand over to Hydra."""
     try:
+        register_user_solvers(sys.argv[1:])
         check_command_line(sys.argv[1:])
     except UsageError as error:
         print(f"odeformer-train: error: {error}", file=sys.stderr)

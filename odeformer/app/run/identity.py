@@ -54,8 +54,9 @@ def describe(config: dict[str, Any]) -> dict[str, Any]:
     """The solver, model, data and depth names :func:`~odeformer.app.run.builder.build` gives ``config``'s run, without
     building it."""
     target = config["model"].get("_target_")
+    stepper = config["solver"].get("stepper")  # a class of one's own: the layer is named after it
     return {
-        "solver": config["solver"].get("name"),
+        "solver": stepper.rsplit(".", 1)[-1] if isinstance(stepper, str) and stepper else config["solver"].get("name"),
         "model": model_name(target) or str(target or "").rsplit(".", 1)[-1],
         "data": config["data"].get("name"),
         "depth": config["model"].get("depth"),
