@@ -32,6 +32,7 @@ import re
 import shutil
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +67,13 @@ for _group, _nodes in group_options().items():
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
 
-def register_user_solvers(overrides: list[str]) -> None:
+def register_user_solvers(overrides: list[str]) -> list[str]:
     """``solver=module.Class`` (also in a sweep's list, ``solver=diffusion,module.Class``): a scheme of the user's,
     spelled on the command line as in Python (``ViT(solver="module.Class")``), is a ``solver`` option of its own, the
     class in the layer its claims call for (``solver.stepper=module.Class`` under ``full_wave``'s name, whose layout a
     class of another kind does not keep). Only the name is stored; the module is imported when the run is built
-    (naming a module runs its code)."""
-    names = store.repo.get("solver", {})
+    (naming a module runs its code). Returns the names it added."""
+    names, added = store.repo.get("solver", {}), []
     for override in overrides:
         key, _, value = override.partition("=")
         if key.lstrip("+~") != "solver" or not value:
@@ -81,6 +82,19 @@ def register_user_solvers(overrides: list[str]) -> None:
             choice = choice.strip()
             if _DOTTED.match(choice) and f"{choice}.yaml" not in names:
                 store.store(group="solver", name=choice, node=SolverConfig(name="full_wave", stepper=choice))
+                added.append(choice)
+    return added
+
+
+@contextlib.contextmanager
+def _user_solvers(overrides: list[str]) -> Iterator[None]:
+    """The command line's own solvers (:func:`register_user_solvers`) for the duration of one composition."""
+    added = register_user_solvers(overrides)
+    try:
+        yield
+    finally:
+        for name in added:
+            store.repo["solver"].pop(f"{name}.yaml", None)
 
 
 _FLAGS_WITH_VALUE = {
@@ -129,8 +143,7 @@ def compose(overrides: list[str]) -> DictConfig:
     """
     from hydra import compose as hydra_compose
 
-    register_user_solvers(overrides)
-    with _initialized():
+    with _user_solvers(overrides), _initialized():
         try:
             return hydra_compose(config_name="train", overrides=overrides)
         except (HydraException, OmegaConfBaseException) as error:
