@@ -20,7 +20,11 @@ def print_summary(summary: dict[str, Any], out_dir: Path) -> None:
     print(f"run directory: {out_dir}")
 
 
-SWEEP_COLUMNS = ("run", "solver", "model", "data", "depth", "metric", "val", "test", "steps", "wall_s", "status")
+SWEEP_COLUMNS = (
+    "run", "solver", "model", "data", "depth", "metric", "val", "test", "steps", "wall_s", "params", "evals/token",
+    "status",
+)  # fmt: skip
+"""A sweep table's columns: the summary's keys, ``evals/token`` its field evaluations per token of one forward."""
 
 
 def sweep_table(sweep_dir: Path) -> tuple[str, list[dict[str, Any]]]:
@@ -28,7 +32,9 @@ def sweep_table(sweep_dir: Path) -> tuple[str, list[dict[str, Any]]]:
     rows = []
     for path in sorted(Path(sweep_dir).glob("*/summary.json"), key=lambda p: _job_number(p.parent.name)):
         summary = json.loads(path.read_text())
-        rows.append({"run": path.parent.name, **{k: summary.get(k) for k in SWEEP_COLUMNS[1:]}})
+        evaluations = summary.get("evaluations") or {}
+        row = {"run": path.parent.name, **{k: summary.get(k) for k in SWEEP_COLUMNS[1:]}}
+        rows.append(row | {"evals/token": evaluations.get("per_token")})
     lines = ["| " + " | ".join(SWEEP_COLUMNS) + " |", "|" + "---|" * len(SWEEP_COLUMNS)]
     for row in rows:
         lines.append("| " + " | ".join(_cell(row[k]) for k in SWEEP_COLUMNS) + " |")

@@ -130,6 +130,8 @@ def build(
         "dt": chosen.T / model_node["depth"] if hasattr(chosen, "T") else (chosen.dt if step is None else step),
         "config": config,
     }
+    if getattr(chosen, "block_stepper", None) is not None and chosen.block_stepper.__name__ == "Split":
+        record["splitting"] = chosen.splitting  # how the FFN enters the layer: lie or strang
     if getattr(chosen, "scheme", None):  # a scheme made from coefficients: they and its derived claims
         record["scheme"] = chosen.scheme
     return data, model, record

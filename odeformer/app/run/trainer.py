@@ -36,6 +36,7 @@ from ...data import TaskData
 from ..reporting.plots import plot_curves
 from .checkpoints import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from .config import TrainConfig
+from .cost import evaluations, scheme_parameters
 from .history import HISTORY, non_finite, record
 from .identity import RUN_RECORD
 from .objectives import TextObjective, make_objective
@@ -476,7 +477,10 @@ class Trainer:
             "data": self.run_record.get("data"),
             "depth": self.run_record.get("depth"),
             **({"scheme": self.run_record["scheme"]} if self.run_record.get("scheme") else {}),
+            **({"splitting": self.run_record["splitting"]} if self.run_record.get("splitting") else {}),
             "params": sum(p.numel() for p in _unwrap(self.model).parameters()),
+            "evaluations": evaluations(_unwrap(self.model)),  # per forward: what a comparison at equal compute reads
+            **({"scheme_parameters": found} if (found := scheme_parameters(_unwrap(self.model))) else {}),
             "best_step": self.best_step,
             "status": status,
             "device": str(self.device),
