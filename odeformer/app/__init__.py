@@ -10,5 +10,5 @@
 Imports go one way: commands use run and reporting, run uses reporting (a run draws its curves), reporting uses
 neither. ``odeformer.app.train`` and ``odeformer.app.reproduce`` start their commands by module path
 (``python -m``, ``torchrun -m``). The library (``odeformer`` outside this package) imports nothing from here, and
-no module here imports another round a circle; ``tests/test_hygiene.py`` checks both.
+no module here imports another round a circle; ``tests/house/test_hygiene.py`` checks both.
 """

@@ -25,7 +25,7 @@ from odeformer.app.run.checkpoints import load_checkpoint
 from odeformer.app.run.sweep import config_drift
 from odeformer.app.run.upgrade import upgrade_config, upgrade_overrides
 
-FIXTURES = Path(__file__).parent / "fixtures" / "runs_v1"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "runs_v1"
 RUNS = sorted(path.name for path in FIXTURES.iterdir())
 NOW = {  # the solver each run is today, and what its stored spelling was
     "omelyan2": "omelyan2",

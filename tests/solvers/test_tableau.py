@@ -473,7 +473,7 @@ def test_the_design_example_proves_measures_and_trains(capsys):
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "design_a_scheme.py"
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "design_a_scheme.py"
     spec = importlib.util.spec_from_file_location("design_a_scheme", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -26,7 +26,7 @@ from odeformer.data import load
 from odeformer.joint import JointLayerNorm
 from odeformer.tasks import TASK_MODELS, task_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2"]
 FASHION = Path("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz").exists()
 needs_fashion = pytest.mark.skipif(not FASHION, reason="apt-get install dataset-fashion-mnist (CI installs it)")

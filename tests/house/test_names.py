@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _cross_package_private_imports(root: pathlib.Path) -> list[str]:

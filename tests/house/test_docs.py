@@ -1,5 +1,5 @@
 """docs/extending.md runs as written, top to bottom, in a scratch directory: its files are written, its Python
-blocks executed, its shell commands run. The README's examples likewise (tests/test_readme.py runs its commands)."""
+blocks executed, its shell commands run. The README's examples likewise (tests/house/test_readme.py runs its commands)."""
 
 import json
 import os
@@ -14,7 +14,7 @@ import pytest
 import solvers
 from helpers import HANG
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(sys.executable).parent
 FENCE = re.compile(r"```(\w+)([^\n]*)\n(.*?)```", re.S)
 

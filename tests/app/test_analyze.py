@@ -13,7 +13,7 @@ import pytest
 import odeformer
 from odeformer.app.commands.analyze import JSON_KEYS, main
 
-FIXTURES = Path(__file__).parent / "fixtures" / "runs_v1"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "runs_v1"
 
 
 def _analyse(tmp_path, *args):

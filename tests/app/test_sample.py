@@ -19,7 +19,7 @@ from odeformer.app.run.config import DataConfig, SolverConfig, model_config, ste
 from odeformer.app.run.identity import RUN_RECORD
 from odeformer.app.run.sampling import EvalSample
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ITOS = list("\n !',.:;?ABCDEHILMNORTUaehilmnorstuw")
 
 

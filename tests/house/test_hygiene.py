@@ -5,7 +5,7 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _imports(path):
@@ -233,3 +233,15 @@ def test_the_check_finds_an_import_circle(tmp_path):
     graph = _app_import_graph(tmp_path)
     assert graph["odeformer.app.d"] == {"odeformer.app.run.a", "odeformer.app.run.b"}
     assert _import_circles(graph) == [["odeformer.app.run.a", "odeformer.app.run.b", "odeformer.app.run.c"]]
+
+
+def test_tests_are_grouped_by_area():
+    """Every test module lies in one area's folder, each folder is described in tests/README.md, and no two modules
+    share a name (pytest imports them by their base name)."""
+    tests = ROOT / "tests"
+    assert not sorted(p.name for p in tests.glob("test_*.py")), "a test module at tests/: put it in its area's folder"
+    areas = sorted(p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+    readme = (tests / "README.md").read_text()
+    assert [a for a in areas if f"`{a}/`" not in readme] == [], "an area missing from tests/README.md"
+    names = [p.name for p in tests.glob("*/test_*.py")]
+    assert len(names) == len(set(names)), "two test modules share a name"

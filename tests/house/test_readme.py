@@ -46,7 +46,7 @@ def _tiny(command: str, tmp: Path, index: int) -> list[list[str]] | str:
         recipe = _recipe("train").replace("$(VENV)/bin/", "")
         return [_train(recipe, tmp, index)]
     if command == "make bench":
-        return "benchmarks.run --smoke runs in tests/test_benchmarks.py (slow); the Makefile target is checked below"
+        return "benchmarks.run --smoke runs in tests/house/test_benchmarks.py (slow); the Makefile target is checked below"
     if words[0] == "bash" and "gpu_check.sh" in command:
         return "needs a CUDA device (benchmarks/gpu_check.sh exits early without one)"
     if words[:3] == ["python", "-m", "benchmarks.gpu"]:
@@ -107,7 +107,7 @@ def _tiny(command: str, tmp: Path, index: int) -> list[list[str]] | str:
         return [*made, words]
     if words[0] == "odeformer-reproduce":
         return [[*words, "--smoke", "--out", str(tmp / "reproduce"), "--workers", "1"]]
-    raise AssertionError(f"README command without a tiny form: {command!r}; add a rule to tests/test_readme.py")
+    raise AssertionError(f"README command without a tiny form: {command!r}; add a rule to tests/house/test_readme.py")
 
 
 def _recipe(target: str) -> str:

@@ -12,7 +12,7 @@ import torch
 import solvers
 from helpers import HANG
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEYS = {
     "euler_vs_reference",
     "light_vs_diffusion_time",
@@ -409,7 +409,7 @@ def test_the_gpu_commands_without_a_gpu_or_its_files_are_one_line(tmp_path):
     import os
     import shutil
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "out"
     if shutil.which("bash") and not torch.cuda.is_available():
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}

@@ -16,7 +16,7 @@ from odeformer.app.run.checkpoints import FORMAT, CheckpointError, load_checkpoi
 from odeformer.app.run.identity import RUN_RECORD
 from odeformer.app.run.sections import smoke_section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Exploit:

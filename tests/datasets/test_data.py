@@ -27,7 +27,7 @@ from odeformer.data import DATASETS, DatasetNotFound, TaskData, load
 from odeformer.data.fashion_mnist import DEFAULT_DIR, FILES
 from odeformer.data.synthetic import SIZE_OPTIONS
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEBIAN_FASHION = all((DEFAULT_DIR / name).is_file() for pair in FILES.values() for name in pair)
 needs_fashion = pytest.mark.skipif(not DEBIAN_FASHION, reason="apt-get install dataset-fashion-mnist")
 
