@@ -46,7 +46,9 @@ def _tiny(command: str, tmp: Path, index: int) -> list[list[str]] | str:
         recipe = _recipe("train").replace("$(VENV)/bin/", "")
         return [_train(recipe, tmp, index)]
     if command == "make bench":
-        return "benchmarks.run --smoke runs in tests/house/test_benchmarks.py (slow); the Makefile target is checked below"
+        return (
+            "benchmarks.run --smoke runs in tests/house/test_benchmarks.py (slow); the Makefile target is checked below"
+        )
     if words[0] == "bash" and "gpu_check.sh" in command:
         return "needs a CUDA device (benchmarks/gpu_check.sh exits early without one)"
     if words[:3] == ["python", "-m", "benchmarks.gpu"]:
@@ -105,6 +107,23 @@ def _tiny(command: str, tmp: Path, index: int) -> list[list[str]] | str:
             ["odeformer-train", "train=debug", "train.max_steps=2", "model.depth=2", f"train.out_dir={r}"] for r in runs
         ]
         return [*made, words]
+    if words[0] == "odeformer-compare":  # one seed, two steps, small models; the comparison under tmp
+        return [
+            [
+                *words,
+                "--seeds",
+                "1",
+                "--workers",
+                "1",
+                "--rounds",
+                "1",
+                "--out",
+                str(tmp / "cmp"),
+                *SMALL,
+                "train=debug",
+                "model.depth=2",
+            ]
+        ]
     if words[0] == "odeformer-reproduce":
         return [[*words, "--smoke", "--out", str(tmp / "reproduce"), "--workers", "1"]]
     raise AssertionError(f"README command without a tiny form: {command!r}; add a rule to tests/house/test_readme.py")

@@ -143,6 +143,16 @@ class Sweep:
         path.write_text(json.dumps({"measured": measured, "costs": costs}, indent=2, ensure_ascii=False) + "\n")
         return costs
 
+    def evaluations(self, fixed: list[str], rows: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+        """Per row, the field evaluations per token of one forward of its model, built from seed 0 in a worker
+        process (:func:`odeformer.app.run.cost.evaluations`): from the claims for a fixed-step scheme, measured over
+        one training batch at initialisation for a continuous-depth one."""
+        measure = functools.partial(_measure_evaluations, compose=self.compose)
+        (counts,) = _in_pool(measure, [(fixed, rows)], 1)
+        if "interrupted" in counts:
+            raise Interrupted(counts["interrupted"])
+        return counts
+
 
 # -- in a worker ----------------------------------------------------------------------------------------------------
 
@@ -235,6 +245,33 @@ def _measure_costs(
         per_column.append({row: statistics.median(times) / base for row, times in seconds.items()})
     return {row: statistics.median(c[row] for c in per_column) for row in rows if row != baseline}
 
+
+def _measure_evaluations(job: tuple[list[str], dict[str, list[str]]], compose: Compose) -> dict[str, Any]:
+    """Worker: per row, :func:`odeformer.app.run.cost.evaluations` of its model (see :meth:`Sweep.evaluations`)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from . import trainer
+    from .builder import build
+    from .cost import evaluations
+    from .objectives import make_objective
+
+    fixed, rows = job
+    out: dict[str, Any] = {}
+    for row, row_overrides in rows.items():
+        if trainer.PENDING_STOP is not None:
+            return {"interrupted": trainer.PENDING_STOP}
+        config = compose([*fixed, *row_overrides])
+        torch.manual_seed(0)
+        data, model, _ = build(config)
+        counted = evaluations(model)
+        if counted["per_token"] is None:  # continuous depth: the solver chooses its steps; count one forward's
+            objective = make_objective(data, model, config["data"]["batch_size"], 0, torch.device("cpu"))
+            with torch.no_grad():
+                objective.loss(objective.network(model), objective.batch(0, 1))
+            counted = evaluations(model)
+        out[row] = counted
+    return out
 
 # -- reuse and drift ------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,372 @@
+"""``odeformer-compare``: schemes side by side on one task, at equal compute, over seeds.
+
+    odeformer-compare my_schemes.DampedVerlet --against diffusion full_wave --experiment digits_vit \\
+        --seeds 3 --budget evals --out DIR [overrides...]
+
+Each scheme is a row: a registered solver (``full_wave``), a class of one's own as Python spells it
+(``my_schemes.DampedVerlet``, imported from the current directory: naming a module runs its code), or either with
+options after colons (``light_wave:theta0=2``, ``tableau:a=[[0,0],[1,0]]:b=[0.5,0.5]``; a bare key is the solver's
+option, ``solver.options.<key>``, a dotted key such as ``model.dt=0.5`` is that row's own override). The rows of
+``--against`` come after the schemes; the first of them (else the first scheme) is the *reference* the budget and
+the step costs are stated against. The remaining words (``key=value``) are overrides every run takes.
+
+The budget says what is equal across rows:
+
+- ``steps``: every row trains the reference's number of steps (its ``train.max_steps``);
+- ``evals``: every row gets the field evaluations per token the reference spends in its steps (the attention and
+  FFN evaluations of one forward, :func:`odeformer.app.run.cost.evaluations`: from the claims for a fixed-step
+  scheme, measured over one batch at initialisation for a continuous-depth one), so a row whose forward evaluates
+  twice as often trains half as many steps;
+- ``time``: every row gets the reference's training time, by its step cost measured against the reference's
+  side by side in one process (:meth:`odeformer.app.run.sweep.Sweep.step_costs`).
+
+The runs are jobs of the sweep engine :mod:`odeformer.app.run.sweep` (the one ``odeformer-reproduce`` uses), written
+under ``DIR/runs``; a finished run is reused if its saved configuration is what its overrides compose to now, an
+interrupted one resumes. ``DIR/comparison.md`` and ``DIR/comparison.json`` hold one row per scheme: the test metric's
+mean ± std over the seeds, the seeds, the budget it got (steps, evaluations per token), the step cost against the
+reference and the parameter count; ``DIR/figures/`` the per-layer diagnostics of every row's seed-0 run
+(:mod:`odeformer.app.reporting.diagnostics`), each curve labelled by the row's solver and options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BUDGETS = ("evals", "time", "steps")
+_OVERRIDE = re.compile(r"^[+~]*[A-Za-z_][\w.\-]*=")  # key=value, the key without a colon
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+_NAME = re.compile(r"^[A-Za-z_]\w*$")
+
+
+class CompareError(ValueError):
+    """Bad input to the command: one line saying what was wrong and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One scheme of the comparison: its ``label`` (the solver and its options), its own overrides and, for a
+    class of one's own, its dotted path (``stepper``: what rebuilds its runs)."""
+
+    label: str
+    overrides: tuple[str, ...]
+    stepper: str | None = None
+
+
+def parse_scheme(text: str) -> Row:
+    """A scheme as the command line gives it: ``name``, ``module.Class`` or either with ``:key=value`` options."""
+    name, *options = text.split(":")
+    if not (_NAME.match(name) or _DOTTED.match(name)):
+        raise CompareError(
+            f"scheme {text!r}: give a solver name (full_wave), a class of your own (module.Class), or either with "
+            "options after colons (light_wave:theta0=2)"
+        )
+    overrides = [f"solver={name}"]
+    shown = []
+    for option in options:
+        key, equals, value = option.partition("=")
+        if not equals or not key or not re.match(r"^[A-Za-z_][\w.]*$", key):
+            raise CompareError(
+                f"scheme {text!r}: option {option!r} is not key=value (a solver option such as theta0=2, or a "
+                "dotted key such as model.dt=0.5)"
+            )
+        overrides.append(f"{key}={value}" if "." in key else f"solver.options.{key}={value}")
+        shown.append(f"{key}={value}")
+    return Row(" ".join([name, *shown]), tuple(overrides), name if _DOTTED.match(name) else None)
+
+
+def split_words(words: list[str]) -> tuple[list[str], list[str]]:
+    """The command line's words as (schemes, overrides): a word ``key=value`` whose key has no colon is an
+    override, any other a scheme."""
+    schemes, overrides = [], []
+    for word in words:
+        (overrides if _OVERRIDE.match(word) and ":" not in word.split("=", 1)[0] else schemes).append(word)
+    return schemes, overrides
+
+
+def budget_steps(budget: str, rows: list[str], base_steps: int, per_token: dict[str, float], costs: dict[str, float]):
+    """Each row's training steps under ``budget``, the first row being the reference that trains ``base_steps``:
+    ``steps`` the same, ``evals`` inversely to its evaluations per token (``per_token``), ``time`` inversely to its
+    step cost over the reference's (``costs``, the reference absent). At least one step each."""
+    reference = rows[0]
+    out = {}
+    for row in rows:
+        if budget == "steps" or row == reference:
+            out[row] = base_steps
+        elif budget == "evals":
+            out[row] = max(1, round(base_steps * per_token[reference] / per_token[row]))
+        else:
+            out[row] = max(1, round(base_steps / costs[row]))
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="odeformer-compare",
+        description=__doc__.splitlines()[0].strip("`").split("``: ")[-1],
+        epilog="Example: odeformer-compare my_schemes.DampedVerlet --against diffusion full_wave "
+        "--experiment digits_vit --seeds 3 --budget evals --out cmp train.max_steps=300",
+    )
+    parser.add_argument(
+        "words",
+        nargs="*",
+        metavar="SCHEME | key=value",
+        help="schemes (full_wave, module.Class, light_wave:theta0=2), then overrides every run takes",
+    )
+    parser.add_argument(
+        "--against",
+        nargs="*",
+        default=["diffusion", "full_wave"],
+        metavar="SCHEME",
+        help="baselines, after the schemes; the first is the reference of the budget (default: diffusion full_wave)",
+    )
+    parser.add_argument("--experiment", default="digits_vit", help="the task's experiment config (default digits_vit)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per row (default 3)")
+    parser.add_argument("--budget", choices=BUDGETS, default="evals", help="what is equal across rows (default evals)")
+    parser.add_argument("--out", type=Path, required=True, help="folder of comparison.md/.json, figures/ and runs/")
+    parser.add_argument("--workers", type=int, default=2, help="training processes side by side (default 2)")
+    parser.add_argument("--rounds", type=int, default=7, help="timed steps per row for the step costs (default 7)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: bad input, a refused checkpoint and missing data are one line and exit 2."""
+    from ...data import DatasetNotFound
+    from ..run.checkpoints import CheckpointError
+    from ..run.locks import RunDirectoryError
+    from ..run.sweep import Interrupted
+
+    try:
+        return _main(argv)
+    except (ValueError, CheckpointError, RunDirectoryError, DatasetNotFound) as error:
+        print(f"odeformer-compare: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    except (TypeError, ImportError) as error:  # a scheme of one's own that cannot be one, or cannot be imported
+        print(f"odeformer-compare: error: {type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Interrupted) as error:
+        signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
+        saved = not isinstance(error, Interrupted) or error.saved
+        how = (
+            "the running runs saved their checkpoints; the same command resumes them"
+            if saved
+            else "stopped again before the running runs saved: they resume from their last checkpoints"
+        )
+        print(f"odeformer-compare: interrupted by signal {int(signum)}; {how}.", file=sys.stderr)
+        return 128 + int(signum)
+
+
+def _refuse(message: str) -> None:
+    raise CompareError(message)
+
+
+def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Row], list[str]]:
+    words, fixed = split_words(args.words)
+    if args.seeds < 1:
+        _refuse(f"--seeds must be a whole number ≥ 1, got {args.seeds}")
+    if args.workers < 1:
+        _refuse(f"--workers must be a whole number ≥ 1, got {args.workers}")
+    if args.rounds < 1:
+        _refuse(f"--rounds must be a whole number ≥ 1, got {args.rounds}")
+    if not re.match(r"^[A-Za-z_][\w\-]*$", args.experiment):
+        _refuse(
+            f"--experiment takes an experiment config's name (digits_vit, shakespeare_char, ...), got "
+            f"{args.experiment!r}"
+        )
+    for override in fixed:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in ("solver", "experiment") or key.startswith("solver.") or key in ("train.seed", "train.out_dir"):
+            _refuse(
+                f"{override!r}: every run takes the overrides after the schemes, so they may not choose the solver, "
+                "the experiment (--experiment), the seed (--seeds) or the run folder (--out)"
+            )
+    rows = [parse_scheme(text) for text in [*words, *args.against]]
+    seen: dict[str, Row] = {}
+    for row in rows:
+        seen.setdefault(row.label, row)  # a scheme that is also a baseline is one row
+    rows = list(seen.values())
+    if len(rows) < 2:
+        _refuse("give at least two schemes in all (the schemes and --against) to compare")
+    if args.out.exists() and not args.out.is_dir():
+        _refuse(f"--out {args.out} is a file; give a folder")
+    return rows, [f"experiment={args.experiment}", *fixed]
+
+
+_TAKES_ONE = {"--out", "--experiment", "--seeds", "--budget", "--workers", "--rounds"}
+
+
+def _without_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``argv`` less its overrides (``key=value`` words that are no option's value), and the overrides, so that
+    ``--against``'s list ends where they begin."""
+    rest, overrides = [], []
+    for i, word in enumerate(argv):
+        after_option = i > 0 and argv[i - 1] in _TAKES_ONE
+        is_override = _OVERRIDE.match(word) and ":" not in word.split("=", 1)[0] and not word.startswith("-")
+        (overrides if is_override and not after_option else rest).append(word)
+    return rest, overrides
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    rest, overrides = _without_overrides(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_intermixed_args(rest)
+    args.words = [*args.words, *overrides]
+    rows, fixed = _check(args, parser)  # every usage error before anything heavy is imported
+
+    from ..run.sections import slug
+    from ..run.sweep import Job, Sweep
+    from .train import compose_config
+
+    by_label = {row.label: row for row in rows}
+    overrides = {row.label: list(row.overrides) for row in rows}
+    reference = rows[0].label if not args.against else parse_scheme(args.against[0]).label
+    order = [reference, *(label for label in by_label if label != reference)]
+    base = compose_config([*fixed, *overrides[reference]])
+    base_steps = int(base["train"]["max_steps"])
+    sweep = Sweep(compose_config, args.workers)
+    runs = args.out / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    counted = sweep.evaluations(fixed, {label: overrides[label] for label in order})
+    per_token = {label: counted[label]["per_token"] for label in order}
+    costs = sweep.step_costs(
+        fixed, {label: overrides[label] for label in order}, {"": []}, runs, baseline=reference, rounds=args.rounds
+    )
+    steps = budget_steps(args.budget, order, base_steps, per_token, costs)
+    jobs = [
+        Job(
+            slug(f"{label}__steps={steps[label]}__seed={seed}"),
+            label,
+            "",
+            seed,
+            [*fixed, *overrides[label], f"train.max_steps={steps[label]}", f"train.seed={seed}"],
+        )
+        for label in order
+        for seed in range(args.seeds)
+    ]
+    results = sweep.run(jobs, runs)
+    comparison = _comparison(args, overrides, order, reference, base_steps, steps, per_token, counted, costs, results)
+    figures = _figures(results, runs, by_label, args.out / "figures")
+    comparison["figures"] = figures
+    (args.out / "comparison.json").write_text(json.dumps(comparison, indent=2, ensure_ascii=False) + "\n")
+    (args.out / "comparison.md").write_text(comparison_markdown(comparison))
+    print(comparison_markdown(comparison), end="")
+    print(f"wrote {args.out / 'comparison.md'}, {args.out / 'comparison.json'} and {len(figures)} figures")
+    return 0
+
+
+def _comparison(
+    args, overrides, order, reference, base_steps, steps, per_token, counted, costs, results
+) -> dict[str, Any]:
+    rows = []
+    metric = None
+    for label in order:
+        mine = [r for r in results if r.row == label]
+        summaries = [r.summary for r in mine]
+        failed = [r.name for r in mine if r.summary.get("status") != "completed" or r.summary.get("test") is None]
+        tests = [s["test"] for s in summaries if s.get("status") == "completed" and s.get("test") is not None]
+        metric = metric or next((s.get("metric") for s in summaries if s.get("metric")), None)
+        evals = per_token[label]
+        rows.append(
+            {
+                "solver": label,
+                "overrides": [*overrides[label], f"train.max_steps={steps[label]}"],
+                "mean": statistics.fmean(tests) if tests else None,
+                "std": statistics.stdev(tests) if len(tests) > 1 else None,  # undefined for one seed
+                "tests": tests,
+                "seeds": [r.seed for r in mine],
+                "failed": failed,
+                "budget": {
+                    "kind": args.budget,
+                    "steps": steps[label],
+                    "evals_per_token_per_step": evals,
+                    "evals_per_token": None if evals is None else evals * steps[label],
+                    "evaluations_source": counted[label]["source"],
+                },
+                "step_cost": 1.0 if label == reference else costs.get(label),
+                "params": summaries[0].get("params") if summaries else None,
+                "wall_s": statistics.fmean(s.get("wall_s") or 0.0 for s in summaries) if summaries else None,
+            }
+        )
+    return {
+        "experiment": args.experiment,
+        "reference": reference,
+        "budget": args.budget,
+        "reference_steps": base_steps,
+        "metric": metric,
+        "seeds": args.seeds,
+        "rows": rows,
+    }
+
+
+def comparison_markdown(comparison: dict[str, Any]) -> str:
+    """The comparison's table: one row per scheme, the test metric's mean ± std over the seeds, its budget and step
+    cost against the reference; then what the budget held equal."""
+    metric = comparison["metric"] or "metric"
+    percent = metric == "accuracy"
+    scale = 100 if percent else 1
+    unit = " (%)" if percent else ""
+    reference = comparison["reference"]
+    lines = [
+        f"| solver | test {metric}{unit} | seeds | steps | evals/token per step | evals/token in all | "
+        f"step cost vs {reference} | params |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in comparison["rows"]:
+        if row["mean"] is None:
+            shown = "failed"
+        else:
+            shown = f"{row['mean'] * scale:.2f}"
+            if row["std"] is not None:
+                shown += f" ± {row['std'] * scale:.2f}"
+            if row["failed"]:
+                shown += f" ({len(row['failed'])} failed)"
+        budget = row["budget"]
+        cost = "–" if row["step_cost"] is None else f"{row['step_cost']:.2f}"
+        per_step = budget["evals_per_token_per_step"]
+        total = budget["evals_per_token"]
+        lines.append(
+            f"| `{row['solver']}` | {shown} | {len(row['tests'])} | {budget['steps']} | "
+            f"{'–' if per_step is None else f'{per_step:g}'}"
+            f"{' (measured)' if budget['evaluations_source'] == 'measured' else ''} | "
+            f"{'–' if total is None else f'{total:g}'} | {cost} | {row['params'] if row['params'] else '–'} |"
+        )
+    held = {
+        "steps": f"every row trains {comparison['reference_steps']} steps",
+        "evals": f"every row gets the field evaluations per token of `{reference}`'s {comparison['reference_steps']} "
+        "steps",
+        "time": f"every row gets the training time of `{reference}`'s {comparison['reference_steps']} steps, by its "
+        "step cost measured side by side",
+    }[comparison["budget"]]
+    caption = (
+        f"\n{comparison['experiment']}: test {metric}, mean ± std over {comparison['seeds']} seeds; budget "
+        f"`{comparison['budget']}`: {held}. Step cost: a training step's time over `{reference}`'s, measured side "
+        "by side in one process.\n"
+    )
+    return "\n".join(lines) + "\n" + caption
+
+
+def _figures(results, runs: Path, rows: dict[str, Row], out: Path) -> list[str]:
+    """The per-layer diagnostics of every row's seed-0 run, one curve per row labelled by its solver and options."""
+    from ..reporting.diagnostics import DIAGNOSED, diagnose
+    from ..run.builder import load_run
+
+    chosen = [r for r in results if r.seed == 0 and r.summary.get("status") == "completed"]
+    loaded = []
+    for result in chosen:
+        data, model, _ = load_run(runs / result.name, stepper=rows[result.row].stepper)
+        loaded.append((result.row, data, model))
+    if not loaded:
+        return []
+    diagnose(loaded, out, size=64)
+    return [f"figures/{m}.png" for m in DIAGNOSED if (out / f"{m}.png").exists()]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
