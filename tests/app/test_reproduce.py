@@ -27,6 +27,25 @@ TITLES = {"smoke": smoke_section().title, **{key: section.title for key, section
 ORDER = ["smoke", *SECTIONS]
 
 
+def test_a_smoke_run_needs_no_data_and_writes_outside_the_working_directory(tmp_path, monkeypatch, capsys):
+    """With no datasets at all and no ``--out``, ``--smoke`` runs on built-in data into a new temporary folder: the
+    working directory (a checkout's ``docs/``) is left as it was."""
+    work, temporary = tmp_path / "checkout", tmp_path / "tmp"
+    (work / "docs").mkdir(parents=True)
+    temporary.mkdir()
+    (work / "docs" / "RESULTS.md").write_text("# Results\n")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("ODEFORMER_DATA", str(tmp_path / "no-data"))
+    monkeypatch.setattr("tempfile.tempdir", str(temporary))
+    assert main(["--smoke", "--workers", "1"]) == 0
+    assert (work / "docs" / "RESULTS.md").read_text() == "# Results\n" and sorted(p.name for p in work.iterdir()) == [
+        "docs"
+    ]
+    (written,) = temporary.iterdir()
+    assert written.name.startswith("odeformer-smoke-") and str(written) in capsys.readouterr().out
+    assert "| `diffusion` |" in (written / "RESULTS.md").read_text()
+
+
 def table(section, results, costs):
     return results_table(results, costs, len(section.seeds))
 
@@ -35,7 +54,6 @@ def step_costs(section, runs_dir, rounds=7):
     return Sweep(compose_config, 1).step_costs(section.fixed, section.rows, section.columns, runs_dir, rounds=rounds)
 
 
-@pytest.mark.data("cora")
 def test_smoke_run_writes_a_results_block(tmp_path):
     out, runs = tmp_path / "docs", tmp_path / "runs"
     out.mkdir()
@@ -310,6 +328,8 @@ def test_learned_coefficients_are_read_from_every_solver(name):
     assert [symbol for symbol, _ in found] == [learnable[name]] * 2 if name in learnable else found == []
     for _, values in found:
         assert len(values) in (1, 8) and all(0 < v < 1.5 for v in values)
+
+
 # -- sections files: data, never code ---------------------------------------------------------------------------
 
 

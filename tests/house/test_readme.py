@@ -15,7 +15,7 @@ from test_docs import ROOT, blocks, commands, shell
 
 DATA = os.environ.get("ODEFORMER_DATA")
 SMALL = ["train.max_steps=2", "train.eval_every=2", "train.progress=false"]
-NEEDS_DATA = ("difformer_cora", "cora_deep", "shakespeare", "sst2", "odeformer-reproduce")
+NEEDS_DATA = ("difformer_cora", "cora_deep", "shakespeare", "sst2")
 
 
 def readme_commands() -> list[str]:
@@ -159,3 +159,13 @@ def test_readme_command_runs(index, command, tmp_path):
     for words in tiny:
         done = shell(shlex.join(words), cwd)
         assert done.returncode == 0, f"{shlex.join(words)}\n{done.stderr[-3000:]}"
+
+
+def test_the_readme_lists_every_key_a_resume_may_change():
+    """The README's sentence on what a resume may change names exactly ``RESUME_MAY_CHANGE``."""
+    from odeformer.app.run.resume import RESUME_MAY_CHANGE
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    sentence = re.search(r"a config that differs from the run's in anything but (.+?) is refused", text)
+    assert sentence, "the README's sentence on what a resume may change is gone"
+    assert sorted(re.findall(r"`([\w.]+)`", sentence.group(1))) == sorted(RESUME_MAY_CHANGE)

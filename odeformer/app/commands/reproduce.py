@@ -2,7 +2,8 @@
 
     odeformer-reproduce                          # every section, 2 worker processes, then rewrite docs/RESULTS.md
     odeformer-reproduce --sections difformer     # some sections
-    odeformer-reproduce --smoke --out /tmp/x     # one tiny configuration end to end (CI)
+    odeformer-reproduce --smoke                  # one tiny configuration end to end on built-in data (CI), written
+                                                 # into a new temporary folder (or --out)
 
 A section is a table: rows (a solver and its options), columns (a depth, a split, ...) and seeds, read from
 ``odeformer/app/run/sweeps/results.yaml`` (:mod:`odeformer.app.run.sections` says what a section may hold). Every
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -136,8 +138,15 @@ def _main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=None, help="folder of RESULTS.md and its figures (default: docs)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--smoke", action="store_true", help="one tiny configuration (for CI)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one tiny configuration on built-in data (digits), written into a new temporary folder unless --out",
+    )
     args = parser.parse_args(argv)
+    if args.out is None and args.smoke:  # a smoke run never rewrites the repository's docs
+        args.out = Path(tempfile.mkdtemp(prefix="odeformer-smoke-"))
+        print(f"odeformer-reproduce --smoke: writing into {args.out} (--out chooses the folder)")
     if args.runs is None:
         args.runs = args.out / "runs" if args.out is not None else Path("runs") / "reproduce"
     if args.out is None:
