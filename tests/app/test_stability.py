@@ -49,3 +49,44 @@ def test_a_scheme_without_a_small_step_limit_has_no_bound():
 
     layer = SOLVERS["mix"].build(8)
     assert layer.stepper.order == 0 and max_stable_dt(layer.stepper) is None
+
+
+class _DampedVerlet(solvers.AbstractStepper):
+    """A scheme of a user's own: velocity Verlet with a per-channel damping, friction applied at each kick."""
+
+    order, second_order, symplectic, reversible, evals_per_step = 1, True, False, False, 2
+
+    def __init__(self, dim: int = 1):
+        super().__init__()
+        import torch
+
+        self.gamma = torch.nn.Parameter(torch.full((dim,), 0.1))
+
+    def step(self, field, t, y, dt, state=None):
+        x, v = y
+        v = v * (1 - self.gamma * dt / 2) + dt / 2 * field(t, x)
+        x = x + dt * v
+        v = v * (1 - self.gamma * dt / 2) + dt / 2 * field(t + dt, x)
+        return solvers.PhaseState(x, v), state
+
+
+def test_a_users_scheme_in_a_laplacian_layer_is_warned_about_beyond_its_own_bound():
+    """The start-up warning steps the layer's own stepper: a scheme of the user's gets its own bound (here a damped
+    Verlet's, just under velocity Verlet's √2), not a table's."""
+    import warnings
+
+    import odeformer
+    from odeformer.app.run.stability import warn_unstable
+
+    bound = max_stable_dt(_DampedVerlet(4))
+    assert 1.0 < bound < 2.5
+    for dt, warned in ((0.9 * bound, False), (1.2 * bound, True)):
+        model = odeformer.ViT(
+            solver=odeformer.solver("full_wave", stepper=_DampedVerlet),
+            num_classes=3, image_size=8, patch_size=4, dim=4, depth=1, heads=1, dt=dt,
+        )  # fmt: skip
+        assert type(model.backbone.layers[0].stepper) is _DampedVerlet
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warn_unstable(model)
+        assert any("_DampedVerlet's stability bound" in str(w.message) for w in caught) is warned, dt
