@@ -20,18 +20,18 @@ def _interrupted_while_starting() -> None:
         raise SystemExit(130) from None
 
 
-try:
-    from .backbone import Backbone, Fields, SolverSchedule, schedule, transformer
-    from .continuous import ContinuousSolver
-    from .fields import AttentionField, FeedForward, SimpleAttentionField, graph_mask
-    from .hf import from_hf
-    from .joint import JointJVP, JointLayerNorm, JointMLP, JointSequential
-    from .layer import Layer
-    from .registry import SOLVERS, Solver, as_solver, check_solver, register_solver, solver, solver_names
-    from .tasks import CausalLM, DIFFormer, MaskedLM, NodeClassifier, ViT
-except KeyboardInterrupt:
-    _interrupted_while_starting()
-    raise
+_PUBLIC = {
+    "Backbone": "backbone", "Fields": "backbone", "SolverSchedule": "backbone", "schedule": "backbone",
+    "transformer": "backbone", "ContinuousSolver": "continuous", "AttentionField": "fields",
+    "FeedForward": "fields", "SimpleAttentionField": "fields", "graph_mask": "fields", "from_hf": "hf",
+    "JointJVP": "joint", "JointLayerNorm": "joint", "JointMLP": "joint", "JointSequential": "joint", "Layer": "layer",
+    "SOLVERS": "registry", "Solver": "registry", "as_solver": "registry", "check_solver": "registry",
+    "register_solver": "registry", "solver": "registry", "solver_names": "registry", "CausalLM": "tasks",
+    "DIFFormer": "tasks", "MaskedLM": "tasks", "NodeClassifier": "tasks", "ViT": "tasks",
+}  # fmt: skip
+"""Each public name and the submodule that defines it. They are imported on first use (``odeformer.ViT``, ``from
+odeformer import ViT``), so that ``import odeformer`` (and every command's ``--help`` or usage error) does not wait
+for torch."""
 
 __version__ = "0.1.0"
 
@@ -69,9 +69,30 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    import importlib
+
+    if name in _PUBLIC:
+        try:
+            value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+        except KeyboardInterrupt:
+            _interrupted_while_starting()
+            raise
+        globals()[name] = value  # found once; later reads do not come here
+        return value
     from .registry import renamed
 
     try:
-        return renamed(name, globals())
+        return renamed(name, _Namespace(globals()))
     except AttributeError:
         raise AttributeError(f"module 'odeformer' has no attribute {name!r}") from None
+
+
+class _Namespace(dict):
+    """This module's names, a public one imported when it is read."""
+
+    def __missing__(self, key: str):
+        return getattr(_sys.modules[__name__], key)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

@@ -137,30 +137,40 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command: bad input, a refused checkpoint and missing data are one line and exit 2."""
-    from ...data import DatasetNotFound
-    from ..run.checkpoints import CheckpointError
-    from ..run.locks import RunDirectoryError
-    from ..run.sweep import Interrupted
-
+    """The command: bad input, a refused checkpoint, a scheme that cannot be one and missing data are one line and
+    exit 2; an interrupt says how to resume."""
     try:
         return _main(argv)
-    except (ValueError, CheckpointError, RunDirectoryError, DatasetNotFound) as error:
-        print(f"odeformer-compare: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    except (TypeError, ImportError) as error:  # a scheme of one's own that cannot be one, or cannot be imported
-        print(f"odeformer-compare: error: {type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, Interrupted) as error:
-        signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
-        saved = not isinstance(error, Interrupted) or error.saved
-        how = (
-            "the running runs saved their checkpoints; the same command resumes them"
-            if saved
-            else "stopped again before the running runs saved: they resume from their last checkpoints"
-        )
-        print(f"odeformer-compare: interrupted by signal {int(signum)}; {how}.", file=sys.stderr)
-        return 128 + int(signum)
+    except KeyboardInterrupt:
+        return _interrupted(signal.SIGINT, saved=True)
+    except Exception as error:  # noqa: BLE001 - sorted by kind below; anything else goes on as a traceback
+        if isinstance(error, ValueError):  # a usage error among them: answered before anything heavy is loaded
+            print(f"odeformer-compare: error: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
+        from ...data import DatasetNotFound
+        from ..run.checkpoints import CheckpointError
+        from ..run.locks import RunDirectoryError
+        from ..run.sweep import Interrupted
+
+        if isinstance(error, Interrupted):
+            return _interrupted(error.signum, error.saved)
+        if isinstance(error, (CheckpointError, RunDirectoryError, DatasetNotFound)):
+            print(f"odeformer-compare: error: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
+        if isinstance(error, (TypeError, ImportError)):  # a scheme of one's own that cannot be one, or be imported
+            print(f"odeformer-compare: error: {type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _interrupted(signum: int, saved: bool) -> int:
+    how = (
+        "the running runs saved their checkpoints; the same command resumes them"
+        if saved
+        else "stopped again before the running runs saved: they resume from their last checkpoints"
+    )
+    print(f"odeformer-compare: interrupted by signal {int(signum)}; {how}.", file=sys.stderr)
+    return 128 + int(signum)
 
 
 def _refuse(message: str) -> None:

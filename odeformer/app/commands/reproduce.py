@@ -30,24 +30,37 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...data import DatasetNotFound
-from ..reporting.diagnostics import DIAGNOSED, diagnose
-from ..reporting.learned import learned_coefficients
-from ..reporting.plots import accuracy_plot
-from ..reporting.results import HEADER, split_combined_block, write_results, write_section
-from ..reporting.tables import results_table
-from ..run.builder import load_run
-from ..run.checkpoints import CheckpointError
-from ..run.locks import RunDirectoryError
-from ..run.sections import Section, results_sections, run_section, slug, smoke_section
-from ..run.sweep import Interrupted, Result, Sweep
-from .train import compose_config
+if TYPE_CHECKING:
+    from ..run.sections import Section
+    from ..run.sweep import Result
 
 
 def _stepper_override(overrides: list[str]) -> str | None:
     return next((o.split("=", 1)[1] for o in overrides if o.startswith("solver.stepper=")), None)
+
+
+def results_sections() -> dict[str, Section]:
+    """The sections of ``docs/RESULTS.md`` (:func:`odeformer.app.run.sections.results_sections`)."""
+    from ..run.sections import results_sections as packaged
+
+    return packaged()
+
+
+def _section_keys() -> list[str]:
+    """The keys of ``sweeps/results.yaml``, in its order (the sections themselves are read by
+    :func:`results_sections`); none if the file is not a mapping (reading it then says what is wrong)."""
+    from importlib import resources
+
+    import yaml
+
+    with resources.as_file(resources.files("odeformer.app.run") / "sweeps" / "results.yaml") as path:
+        try:
+            node = yaml.safe_load(path.read_text())
+        except yaml.YAMLError:
+            return []
+    return [str(key) for key in node] if isinstance(node, dict) else []
 
 
 def section_coefficients(
@@ -58,6 +71,9 @@ def section_coefficients(
     scheme learns no coefficient are left out. A scheme of one's own is rebuilt from the row's own overrides, not
     from what its checkpoint says."""
 
+    from ..reporting.learned import learned_coefficients
+    from ..run.builder import load_run
+
     def models():
         for name, row, _, seed, overrides, _ in results:
             yield row, seed, load_run(runs_dir / name, stepper=_stepper_override(overrides))[1]
@@ -67,6 +83,9 @@ def section_coefficients(
 
 def oversmoothing(section: Section, column: str, results: list[Result], runs_dir: Path, out: Path) -> list[str]:
     """Diagnose the seed-0 runs of ``column``, one curve per row; return the PNG names."""
+    from ..reporting.diagnostics import DIAGNOSED, diagnose
+    from ..run.builder import load_run
+
     chosen = [(row, name) for name, row, c, seed, _, _ in results if seed == 0 and c == column]
     runs = []
     for row, name in chosen:
@@ -81,6 +100,7 @@ def stability_atlas(section: Section, results: list[Result], runs_dir: Path, key
     one report with figures per run under ``figures``, and a table of them; return the Markdown."""
     from ..reporting.analysis import run_markdown
     from ..run.analysis import analyse_run
+    from ..run.sections import slug
 
     lines = [
         "| run | layers | smallest headroom (layer) | growing modes | contraction predicted / measured (median over "
@@ -114,25 +134,36 @@ def main(argv: list[str] | None = None) -> int:
     """The command: bad input, a damaged or refused checkpoint and missing data are one line and exit 2."""
     try:
         return _main(argv)
-    except (ValueError, CheckpointError, RunDirectoryError, DatasetNotFound) as error:
-        print(f"odeformer-reproduce: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, Interrupted) as error:
-        signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
-        saved = not isinstance(error, Interrupted) or error.saved
-        how = (
-            "the running runs saved their checkpoints; the same command resumes them"
-            if saved
-            else "stopped again before the running runs saved: they resume from their last checkpoints"
-        )
-        print(f"odeformer-reproduce: interrupted by signal {int(signum)}; {how}.", file=sys.stderr)
-        return 128 + int(signum)
+    except KeyboardInterrupt:
+        return _interrupted(signal.SIGINT, saved=True)
+    except Exception as error:  # noqa: BLE001 - sorted by kind below; anything else goes on as a traceback
+        from ...data import DatasetNotFound
+        from ..run.checkpoints import CheckpointError
+        from ..run.locks import RunDirectoryError
+        from ..run.sweep import Interrupted
+
+        if isinstance(error, Interrupted):
+            return _interrupted(error.signum, error.saved)
+        if isinstance(error, (ValueError, CheckpointError, RunDirectoryError, DatasetNotFound)):
+            print(f"odeformer-reproduce: error: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _interrupted(signum: int, saved: bool) -> int:
+    how = (
+        "the running runs saved their checkpoints; the same command resumes them"
+        if saved
+        else "stopped again before the running runs saved: they resume from their last checkpoints"
+    )
+    print(f"odeformer-reproduce: interrupted by signal {int(signum)}; {how}.", file=sys.stderr)
+    return 128 + int(signum)
 
 
 def _main(argv: list[str] | None = None) -> int:
-    known = results_sections()  # sweeps/results.yaml: a malformed file is one line, naming the file and the key
+    keys = _section_keys()  # the choices, read without checking the sections (that loads torch; after parsing)
     parser = argparse.ArgumentParser(prog="odeformer-reproduce", description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", nargs="+", choices=list(known), default=list(known))
+    parser.add_argument("--sections", nargs="+", choices=keys, default=keys)
     parser.add_argument(
         "--runs", type=Path, default=None, help="where runs are written (default: <out>/runs, or runs/reproduce)"
     )
@@ -144,6 +175,13 @@ def _main(argv: list[str] | None = None) -> int:
         help="one tiny configuration on built-in data (digits), written into a new temporary folder unless --out",
     )
     args = parser.parse_args(argv)
+    from ..reporting.plots import accuracy_plot
+    from ..reporting.results import HEADER, split_combined_block, write_results, write_section
+    from ..reporting.tables import results_table
+    from ..run.sections import run_section, slug, smoke_section
+    from ..run.sweep import Sweep
+    from .train import compose_config
+    known = results_sections()  # sweeps/results.yaml: a malformed file is one line, naming the file and the key
     if args.out is None and args.smoke:  # a smoke run never rewrites the repository's docs
         args.out = Path(tempfile.mkdtemp(prefix="odeformer-smoke-"))
         print(f"odeformer-reproduce --smoke: writing into {args.out} (--out chooses the folder)")
