@@ -36,6 +36,8 @@ def test_a_scheme_is_a_name_a_class_or_either_with_options():
     row = parse_scheme("light_wave:theta0=2:model.dt=0.5")
     assert row.label == "light_wave theta0=2 model.dt=0.5"
     assert row.overrides == ("solver=light_wave", "solver.options.theta0=2", "model.dt=0.5")
+    own = parse_scheme("my_schemes.Damped:gamma=0.25")
+    assert own.overrides == ("solver=my_schemes.Damped", "+solver.options.gamma=0.25")  # new keys to the config
     inline = parse_scheme("tableau:a=[[0,0],[1,0]]:b=[0.5,0.5]")
     assert inline.overrides == ("solver=tableau", "solver.options.a=[[0,0],[1,0]]", "solver.options.b=[0.5,0.5]")
 

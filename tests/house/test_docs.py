@@ -1,5 +1,6 @@
 """docs/extending.md runs as written, top to bottom, in a scratch directory: its files are written, its Python
-blocks executed, its shell commands run. The README's examples likewise (tests/house/test_readme.py runs its commands)."""
+blocks executed, its shell commands run. The README's examples likewise (tests/house/test_readme.py runs its
+commands)."""
 
 import json
 import os
@@ -62,7 +63,14 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
                 done = shell(command, tmp_path)
                 assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
                 ran["bash"] += 1
-    assert ran == {"python": 5, "bash": 5, "file": 2}
+    assert ran == {"python": 6, "bash": 9, "file": 3}
+    compared = json.loads((tmp_path / "outputs" / "damped_vs" / "comparison.json").read_text())
+    assert [row["solver"] for row in compared["rows"]] == [
+        "diffusion",
+        "my_damped.DampedVerlet gamma=0.25",
+        "full_wave",
+    ]
+    assert (tmp_path / "outputs" / "damped_vs" / "figures" / "cosine.png").exists()
     printed = capsys.readouterr().out
     # the layer orders the page states: Lie 1, Strang 2, Whole 4, each measured
     assert re.search(r"Split\(Yoshida4, ffn=Euler, lie\): declared 1, measured 1\.\d\d", printed)

@@ -205,8 +205,8 @@ def test_graph_propagation_under_torch_func_transforms():
     for layout in ("csr", "coo"):
         adjacency = Propagation.of(dense.to_sparse().coalesce(), layout)
         torch.testing.assert_close(propagate(adjacency, h), dense @ h)
-        out, tangent = torch.func.jvp(lambda z: propagate(adjacency, z), (h,), (v,))
+        out, tangent = torch.func.jvp(lambda z, a=adjacency: propagate(a, z), (h,), (v,))
         torch.testing.assert_close(out, dense @ h)
         torch.testing.assert_close(tangent, dense @ v)
-        batched = torch.func.vmap(lambda z: propagate(adjacency, z))(torch.stack((h, v)))
+        batched = torch.func.vmap(lambda z, a=adjacency: propagate(a, z))(torch.stack((h, v)))
         torch.testing.assert_close(batched, dense @ torch.stack((h, v)))

@@ -219,7 +219,8 @@ def test_splittings_oscillator_interval_from_a_product_of_shears(name):
     lo, hi = float(hs[first - 1]), float(hs[first])
     for _ in range(50):
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if abs(torch.trace(_shear_product(cls.tableau.drifts, cls.tableau.kicks, mid))) > 2 + 1e-12 else (mid, hi)
+        trace = torch.trace(_shear_product(cls.tableau.drifts, cls.tableau.kicks, mid))
+        lo, hi = (lo, mid) if abs(trace) > 2 + 1e-12 else (mid, hi)
     assert analysis.oscillator_stability_interval(cls) == pytest.approx(lo, abs=1e-8)
 
 

@@ -77,7 +77,8 @@ def parse_scheme(text: str) -> Row:
                 f"scheme {text!r}: option {option!r} is not key=value (a solver option such as theta0=2, or a "
                 "dotted key such as model.dt=0.5)"
             )
-        overrides.append(f"{key}={value}" if "." in key else f"solver.options.{key}={value}")
+        own = "+" if _DOTTED.match(name) else ""  # a class of one's own: its options are new to the config
+        overrides.append(f"{key}={value}" if "." in key else f"{own}solver.options.{key}={value}")
         shown.append(f"{key}={value}")
     return Row(" ".join([name, *shown]), tuple(overrides), name if _DOTTED.match(name) else None)
 

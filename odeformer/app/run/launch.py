@@ -22,16 +22,41 @@ from .stability import warn_unstable
 from .trainer import LoopConfig, Trainer
 
 
-def train(config: dict[str, Any], out_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+def idle_threads() -> int:
+    """The CPU threads that do not oversubscribe this machine now: its cores (those this process may use) less the
+    1-minute load average, rounded, at least 1 and at most torch's own default. On an idle machine that is torch's
+    default; on one whose cores are busy with other work, fewer (one thread per busy core competes for it, and torch's
+    threads then wait on each other far more than they compute)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average on this system: assume an idle machine
+        load = 0.0
+    return max(1, min(torch.get_num_threads(), cores, int(cores - load + 0.5)))
+
+
+def train(
+    config: dict[str, Any], out_dir: Path, overrides: list[str] | None = None, choose_threads: bool = True
+) -> dict[str, Any]:
     """Train the resolved ``config`` into ``out_dir``; return the summary (``{}`` on a rank other than 0).
     ``overrides`` (the command line's) are stored in the checkpoints, so that a resume with another config can be
     told the command to repeat. What a start or a resume must not do
-    (:func:`~odeformer.app.run.resume.check_run_directory`) is refused before anything is written."""
+    (:func:`~odeformer.app.run.resume.check_run_directory`) is refused before anything is written. With
+    ``train.threads`` null, the run computes with :func:`idle_threads` (unless ``choose_threads`` is false: a caller
+    that set the thread count itself, as the sweep engine's workers do)."""
     out_dir = Path(out_dir)
     loop = LoopConfig(**config["train"], batch_size=config["data"]["batch_size"])
     writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 writes the run and holds its lock
     if loop.threads is not None:
         torch.set_num_threads(loop.threads)
+    elif choose_threads and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        default, chosen = torch.get_num_threads(), idle_threads()
+        if chosen < default:
+            print(
+                f"computing with {chosen} of {default} CPU threads: the machine's cores are busy "
+                f"(load {os.getloadavg()[0]:.1f}); train.threads=N chooses"
+            )
+            torch.set_num_threads(chosen)
     with lock_run_directory(out_dir) if writer else contextlib.nullcontext():
         changes = check_run_directory(out_dir, loop.resume, config)
         torch.manual_seed(loop.seed)  # the model's initial weights are part of the run's seed

@@ -195,7 +195,8 @@ def _train(job: tuple[str, list[str], str], compose: Compose) -> dict[str, Any]:
             )
         return json.loads(summary_path.read_text())
     resume = ["train.resume=true"] if (Path(out_dir) / "last.pt").exists() else []  # an interrupted sweep
-    summary = launch.train(compose([*overrides, *resume, "train.progress=false"]), Path(out_dir))
+    config = compose([*overrides, *resume, "train.progress=false"])
+    summary = launch.train(config, Path(out_dir), choose_threads=False)  # one thread: the workers fill the cores
     if summary.get("status") == "interrupted" and _IN_WORKER:  # signalled while training: no other job here
         trainer.PENDING_STOP = summary.get("signal") or signal.SIGINT
     return summary
