@@ -218,9 +218,9 @@ def test_ctrl_c_in_diagnose_is_one_line(tmp_path, monkeypatch, capsys):
 
 def test_ctrl_c_while_a_command_is_still_importing_is_one_line():
     """An interrupt that lands while odeformer is still loading torch (its public names load on first use): an
-    ``odeformer-*`` command says so in one line and exits 130; anywhere else the KeyboardInterrupt goes on as usual. The Ctrl-C is delivered where torch
-    starts to load (an import hook raises it), not after a delay: on a warm machine the whole import can take less
-    than any delay one would choose."""
+    ``odeformer-*`` command says so in one line and exits 130; anywhere else the KeyboardInterrupt goes on as usual.
+    The Ctrl-C is delivered where torch starts to load (an import hook raises it), not after a delay: on a warm
+    machine the whole import can take less than any delay one would choose."""
     code = (
         "import sys\n"
         "sys.argv[0] = sys.argv[1]\n"
