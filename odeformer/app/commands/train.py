@@ -55,6 +55,7 @@ from ..run.config import Config, SolverConfig, group_options
 from ..run.identity import model_name
 from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
 from ..run.trainer import TrainingDiverged
+from .help import solver_options_text
 
 CONFIG_MODULE = "odeformer.configs"
 
@@ -63,6 +64,8 @@ store.store(name="config_schema", node=Config)
 for _group, _nodes in group_options().items():
     for _name, _node in _nodes.items():
         store.store(group=_group, name=_name, node=_node)
+
+OmegaConf.register_new_resolver("odeformer_solver_options", solver_options_text, replace=True)  # --help's footer
 
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
