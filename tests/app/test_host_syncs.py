@@ -89,8 +89,8 @@ def _task(name, n=48):
     torch.manual_seed(0)
     if name == "vit":
         data = load("synthetic", task="image", n=n)
-        meta = data.meta
-        return data, odeformer.ViT(meta["image_size"], 2, meta["in_chans"], meta["num_classes"], depth=2, dim=8, heads=2)
+        m = data.meta
+        return data, odeformer.ViT(m["image_size"], 2, m["in_chans"], m["num_classes"], depth=2, dim=8, heads=2)
     if name == "causal_lm":
         data = load("synthetic", task="text", n=64)
         return data, odeformer.CausalLM(data.meta["vocab_size"], 8, depth=2, dim=8, heads=2)
@@ -153,8 +153,8 @@ def test_a_non_finite_loss_is_caught_at_the_next_check_and_named_by_its_step(tmp
     )
     trainer = Trainer(model, data, loop, tmp_path, {"solver": "diffusion"})
     loss = trainer.objective.loss
-    trainer.objective.loss = lambda network, batch: loss(network, batch) * (
-        float("nan") if trainer.step + 1 >= 3 else 1.0
+    trainer.objective.loss = lambda network, batch: (
+        loss(network, batch) * (float("nan") if trainer.step + 1 >= 3 else 1.0)
     )
     with pytest.raises(trainer_module.TrainingDiverged, match=r"loss is nan at step 3: .*\(step 2\)"):
         trainer.fit()

@@ -87,7 +87,7 @@ class _Labelled(Objective):
         for split in ("train", "val", "test"):
             _empty(split, len(data.splits[split][1]))
         self.sampler = EpochSampler(len(data.splits["train"][1]), batch_size, seed)
-        self.splits = resident(dict(data.splits), device)
+        self.splits = resident(data.splits, device)  # on the CPU: data.splits itself
 
     def batch(self, rank, world):
         index = next(self.sampler)[rank::world]
@@ -157,7 +157,7 @@ class TextObjective(Objective):
                     f"({context}) + 1: use a smaller model.max_len or a longer stream."
                 )
         self.sampler = WindowSampler(len(data.splits["train"][0]), context, batch_size, seed)
-        self.streams = resident({split: value[0] for split, value in data.splits.items()}, device)
+        self.splits = resident(data.splits, device)  # on the CPU: data.splits itself
 
     @classmethod
     def for_model(cls, data, model, batch_size, seed, device):
@@ -170,7 +170,7 @@ class TextObjective(Objective):
         return chunk[:, :-1], chunk[:, 1:]
 
     def batch(self, rank, world):
-        return self._windows(self.streams["train"], next(self.sampler)[rank::world])
+        return self._windows(self.splits["train"][0], next(self.sampler)[rank::world])
 
     def loss(self, model, batch):
         inputs, targets = batch
@@ -178,7 +178,7 @@ class TextObjective(Objective):
 
     @torch.no_grad()
     def evaluate(self, model, split, max_batches, stop=None):
-        stream = self.streams[split]
+        stream = self.splits[split][0]
         if max_batches:  # that many batches of windows, spread evenly over the stream
             starts = torch.linspace(0, len(stream) - self.context - 2, max_batches * self.batch_size).long().unique()
         else:  # the whole stream: consecutive windows, each token after the first a target once
