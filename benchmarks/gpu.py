@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import odeformer
-from benchmarks.timing import interleaved
+from benchmarks.timing import interleaved, synchronizer
 
 SOLVERS = ("diffusion", "light_wave", "full_wave", "reversible")
 ANCHORS = ("hf_vit", "torch_vit")
@@ -81,37 +81,48 @@ def models() -> tuple[str, ...]:
     return SOLVERS + tuple(a for a in ANCHORS if a != "hf_vit" or have_transformers())
 
 
-def build(name: str) -> torch.nn.Module:
-    """A DeiT-Ti-sized ViT on the CPU: a solver's, or an anchor's (:data:`ANCHORS`)."""
+def build(name: str, sizes: dict | None = None) -> torch.nn.Module:
+    """A ViT on the CPU, DeiT-Ti-sized unless ``sizes`` changes some of :data:`DEIT_TI`: a solver's, or an anchor's
+    (:data:`ANCHORS`)."""
     from benchmarks.anchors import TorchViT, hf_vit
 
+    s = {**DEIT_TI, **(sizes or {})}
     torch.manual_seed(0)
     if name == "hf_vit":
-        return hf_vit(**DEIT_TI)
+        return hf_vit(**s)
     if name == "torch_vit":
-        return TorchViT(**DEIT_TI)
+        return TorchViT(**s)
     dt = 1.0 if name in ("diffusion", "light_wave") else None
-    return odeformer.ViT(**DEIT_TI, solver=name, dt=dt)
+    return odeformer.ViT(**s, solver=name, dt=dt)
 
 
-def _model(name: str, compile_mode: str | None = None) -> torch.nn.Module:
-    model = build(name).cuda()
+def _model(
+    name: str, compile_mode: str | None = None, device: str = "cuda", sizes: dict | None = None
+) -> torch.nn.Module:
+    model = build(name, sizes).to(device)
     return torch.compile(model, mode=compile_mode) if compile_mode else model
 
 
-def _steps(model: torch.nn.Module, batch: int, compile_mode: str | None = None) -> dict[str, Callable[[], None]]:
+def _steps(
+    model: torch.nn.Module,
+    batch: int,
+    compile_mode: str | None = None,
+    device: str = "cuda",
+    sizes: dict | None = None,
+) -> dict[str, Callable[[], None]]:
     """The training step (forward, backward, AdamW) and the inference step of ``model`` on a fixed synthetic batch.
     Under CUDA graphs (``reduce-overhead``, ``max-autotune``) each step is marked as a new one, so that a replay may
     reuse the memory of the last one's outputs."""
-    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    images = torch.randn(batch, 3, 224, 224, device="cuda")
-    labels = torch.randint(0, 1000, (batch,), device="cuda")
-    graphs = compile_mode in ("reduce-overhead", "max-autotune")
+    s = {**DEIT_TI, **(sizes or {})}
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as the trainer's: no host read per step
+    images = torch.randn(batch, s["in_chans"], s["image_size"], s["image_size"], device=device)
+    labels = torch.randint(0, s["num_classes"], (batch,), device=device)
+    graphs = compile_mode in ("reduce-overhead", "max-autotune") and device == "cuda"
 
     def train():
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             loss = F.cross_entropy(model(images), labels)
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
@@ -121,26 +132,32 @@ def _steps(model: torch.nn.Module, batch: int, compile_mode: str | None = None) 
     def inference():
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             model(images)
 
     return {"train": train, "inference": inference}
 
 
-def peak_memory(solver: str, batch: int, compile_mode: str | None = None) -> dict[str, float]:
-    """Peak allocated GiB of a training and of an inference step, with only this model (and its optimiser) alive."""
-    model = _model(solver, compile_mode)
-    out = {}
-    for mode, fn in _steps(model, batch, compile_mode).items():
+def peak_memory(
+    solver: str, batch: int, compile_mode: str | None = None, device: str = "cuda", sizes: dict | None = None
+) -> dict[str, float | None]:
+    """Peak allocated GiB of a training and of an inference step, with only this model (and its optimiser) alive
+    (None on the CPU, which keeps no such count: the steps still run)."""
+    model = _model(solver, compile_mode, device, sizes)
+    cuda, out = device == "cuda", {}
+    for mode, fn in _steps(model, batch, compile_mode, device, sizes).items():
         for _ in range(2):
             fn()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         fn()
-        torch.cuda.synchronize()
-        out[f"{mode}_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        if cuda:
+            torch.cuda.synchronize()
+        out[f"{mode}_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
     del model
-    torch.cuda.empty_cache()
+    if cuda:
+        torch.cuda.empty_cache()
     return out
 
 
@@ -151,6 +168,8 @@ def throughput(
     compile_mode: str | None = None,
     names: tuple[str, ...] | None = None,
     time_limit: float | None = None,
+    device: str = "cuda",
+    sizes: dict | None = None,
 ) -> tuple[dict[str, dict[str, float]], list[str]]:
     """Images/s per model and mode: the median over ``rounds`` blocks of ``steps`` steps, the models taking turns
     block by block (so clock ramps and a busy neighbour hit all of them alike).
@@ -165,15 +184,15 @@ def throughput(
             skipped.append(name)
             continue
         begin = time.perf_counter()
-        runs[name] = _steps(_model(name, compile_mode), batch, compile_mode)
+        runs[name] = _steps(_model(name, compile_mode, device, sizes), batch, compile_mode, device, sizes)
         for fn in runs[name].values():
             for _ in range(3):  # compile, then record and replay the CUDA graphs
                 fn()
-        torch.cuda.synchronize()
+        synchronizer(device)()
         out[name] = {"warmup_s": time.perf_counter() - begin}
     for mode in ("train", "inference"):
         calls = {name: runs[name][mode] for name in runs}
-        seconds = interleaved(calls, rounds, warmup=1, device="cuda", repeats=steps)  # a step's, timed in blocks
+        seconds = interleaved(calls, rounds, warmup=1, device=device, repeats=steps)  # a step's, timed in blocks
         for name in runs:
             out[name][f"{mode}_images_per_s"] = batch / seconds[name]
     return out, skipped
@@ -224,7 +243,8 @@ def render(folder: Path) -> str:
         f"Generated by `bash benchmarks/gpu_check.sh OUT` on one {gpu['gpu']} (torch {gpu['torch']})"
         f"{f' at commit `{commit}`' if commit else ''}, then "
         f"`python -m benchmarks.gpu --render OUT --results docs/RESULTS.md`. DeiT-Ti-sized ViT: dim 192, depth 12, "
-        f"heads 3, 224² synthetic images, patch 16, batch {gpu['batch']}, bf16 autocast, AdamW; images/s is the "
+        f"heads 3, 224² synthetic images, patch 16, batch {gpu['batch']}, bf16 autocast, "
+        f"{gpu.get('optimizer', 'AdamW')}; images/s is the "
         f"median of {gpu['rounds']} blocks of {gpu['steps']} steps, the models taking turns; peak is "
         "`torch.cuda.max_memory_allocated` of one step with only that model alive. Runs (the compile column): "
         f"{settings}, every model alike in each. Ratios are against diffusion (the plain transformer) in the same run; "
@@ -243,14 +263,18 @@ def render(folder: Path) -> str:
                 continue
             r, base = run[name], run.get("diffusion", {})
             ratio = base["train_images_per_s"] / r["train_images_per_s"] if base else None
-            memory = r["train_peak_gib"] / base["train_peak_gib"] if "train_peak_gib" in r and base else None
+            memory = (
+                r["train_peak_gib"] / base["train_peak_gib"]
+                if r.get("train_peak_gib") and base.get("train_peak_gib")
+                else None
+            )
             tflops, used = _train_speed(run, name)
             speedup = None
             if run is not eager and eager is not None and name in eager:
                 speedup = r["train_images_per_s"] / eager[name]["train_images_per_s"]
             lines.append(
                 f"| `{name}` | {setting(run)} | {r['train_images_per_s']:.0f} | "
-                f"{_cell(r.get('train_peak_gib'), '.2f')} | {r['inference_images_per_s']:.0f} | "
+                f"{_cell(r.get('train_peak_gib'), '.2f')} | {_cell(r.get('inference_images_per_s'), '.0f')} | "
                 f"{_cell(r.get('inference_peak_gib'), '.2f')} | "
                 f"{_cell(ratio, '.2f')} | {_cell(memory, '.2f')} | {tflops:.1f} | {100 * used:.1f} % | "
                 f"{'–' if speedup is None else f'{speedup:.2f}×'} |"
@@ -258,6 +282,9 @@ def render(folder: Path) -> str:
     for run in measured:
         if run.get("skipped"):
             lines += ["", f"Not measured under `{setting(run)}` (compile time limit): {', '.join(run['skipped'])}."]
+        for name, why in (run.get("not_measured") or {}).items():
+            lines += ["", f"`{name}` not measured under `{setting(run)}`: {why}."]
+    lines += _environment_lines(gpu)
     lines += [
         "",
         "Paper (DeiT-Ti, their GPU): Full Wave about 2× time and 2× memory; Light Wave about 1.0× time, 1.1× memory.",
@@ -282,7 +309,76 @@ def render(folder: Path) -> str:
             f"{s['solver']}, depth {s['depth']}, test {s['metric']} {100 * s['test']:.1f} % after {s['steps']} "
             f"steps in {s['wall_s']:.0f} s ({s['status']}).",
         ]
+    extras = folder / "extras.json"
+    if extras.exists():
+        lines += _extras_lines(json.loads(extras.read_text()))
     return "\n".join(lines) + "\n"
+
+
+def _kernels(checked: dict) -> str:
+    """``flash yes, efficient no (its first reason), ...`` for one model's q/k/v."""
+    parts = []
+    for kernel in ("flash", "efficient", "cudnn"):
+        r = checked.get(kernel) or {}
+        usable = r.get("usable")
+        why = f" ({r['reasons'][0][:100]})" if not usable and r.get("reasons") else ""
+        parts.append(f"{kernel} {'yes' if usable else 'no' if usable is not None else '?'}{why}")
+    return ", ".join(parts)
+
+
+def _environment_lines(gpu: dict) -> list[str]:
+    """The environment, the fused attention kernels and the host syncs per step that ``benchmarks/gpu_run.py``
+    records in ``gpu.json`` (nothing for runs recorded before it)."""
+    env, lines = gpu.get("environment") or {}, []
+    if env:
+        lines += [
+            "",
+            f"Environment: {env.get('device')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN "
+            f"{env.get('cudnn')}, compute capability {'.'.join(map(str, env.get('capability') or [])) or '–'}.",
+        ]
+        for name, checked in (env.get("attention") or {}).items():
+            shape = "×".join(map(str, checked.get("shape", [])))
+            lines.append(
+                f"Fused attention on `{name}`'s own q/k/v ({shape}, {checked.get('dtype')}): {_kernels(checked)}."
+            )
+    syncs = {k: v for k, v in (gpu.get("syncs") or {}).items() if isinstance(v, dict)}
+    if syncs:
+        shown = ", ".join(f"`{name}` {r['per_step']:g}" for name, r in syncs.items())
+        lines += ["", f"Host syncs per eager training step (`torch.cuda.set_sync_debug_mode`): {shown}."]
+    return lines
+
+
+def _extras_lines(extras: dict) -> list[str]:
+    """The training run on CUDA, the causal LM beside GPT-2 and the stages' statuses from ``extras.json``."""
+    lines, train, lm = [], extras.get("train") or {}, extras.get("lm") or {}
+    s = train.get("summary")
+    if s:
+        test = "–" if s.get("test") is None else f"{100 * s['test']:.1f} %"
+        lines += [
+            "",
+            f"Main job on CUDA without Hydra (`experiment=digits_vit`'s model and training settings, data "
+            f"{train.get('data')}, through the library's Trainer, bf16 autocast): {s['solver']}, test {s['metric']} "
+            f"{test} after {s['steps']} steps in {s['wall_s']:.0f} s ({s['status']}); host syncs between logging "
+            f"steps {train.get('syncs_between_logging_steps')}, in logging, evaluation and checkpoint steps "
+            f"{train.get('syncs_in_logging_steps')}.",
+        ]
+    if lm.get("odeformer"):
+        shape = lm.get("shape", {})
+        ours = lm["odeformer"]["train_tokens_per_s"]
+        hf = (lm.get("hf_gpt2") or {}).get("train_tokens_per_s")
+        beside = f"; Hugging Face's GPT-2 {hf:,.0f} tokens/s ({ours / hf:.2f}×)" if hf else ""
+        why = (lm.get("not_measured") or {}).get("hf_gpt2")
+        lines += [
+            "",
+            f"Causal LM of GPT-2-small's shape (depth {shape.get('depth')}, width {shape.get('dim')}, "
+            f"{shape.get('heads')} heads, {shape.get('max_len')} tokens, vocabulary {shape.get('vocab_size')}, batch "
+            f"{lm.get('batch')}, eager bf16 training): the diffusion CausalLM {ours:,.0f} tokens/s{beside}"
+            f"{f' (GPT-2 not measured: {why})' if why else ''}.",
+        ]
+    unfinished = {k: v for k, v in (extras.get("stages") or {}).items() if not v.startswith("done")}
+    if unfinished:
+        lines += ["", "Stages not finished: " + "; ".join(f"{k} {v}" for k, v in unfinished.items()) + "."]
+    return lines
 
 
 def _model_names(text: str) -> tuple[str, ...]:
@@ -356,6 +452,7 @@ def main(argv: list[str] | None = None) -> None:
         "peak_tflops": args.peak_tflops,
         "flops_formula": FLOPS_FORMULA,
         "sizes": DEIT_TI,
+        "optimizer": "fused AdamW",
     }
     names = args.models or models()
     if "hf_vit" not in models():

@@ -1,59 +1,45 @@
 #!/usr/bin/env bash
-# GPU check (about 7 minutes on an H200; each step has its own time limit, 9.5 minutes in all): DeiT-Ti-sized ViT
-# throughput, MFU and peak memory per solver beside the anchors of the same size (Hugging Face's ViT where
-# transformers is installed, an nn.TransformerEncoder ViT), first eager and then every model compiled with CUDA graphs
-# (torch.compile mode reduce-overhead; models whose compilation would start after 120 s are skipped and listed), the
-# benchmark ratios on the GPU, and a short bf16 training run of the main job on CUDA. The commit measured
-# (git rev-parse HEAD, "+uncommitted" when tracked files differ from it; or $ODEFORMER_COMMIT, for a copy of the tree
-# without .git) goes into OUT/commit.txt and the JSON. A step that fails or runs out of time is reported at the end
-# and does not stop the others. Uses the machine's own CUDA build of torch and reads the project from this checkout
-# (nothing is installed).
-#   bash benchmarks/gpu_check.sh [OUT_DIR]
-# Then, here: python -m benchmarks.gpu --render OUT_DIR --results docs/RESULTS.md
+# Every GPU number in one command, under 8 minutes (benchmarks/gpu_run.py: the stages in order of value, each in its
+# own process under its own limit within a 450 s budget, the results written after every stage): the environment and
+# the fused attention kernels the models' q/k/v get; eager DeiT-Ti bf16 throughput, peak memory and MFU of diffusion,
+# Full Wave, Light Wave, Hugging Face's ViT and an nn.TransformerEncoder ViT; host syncs per step; the same compiled
+# with CUDA graphs (diffusion, Hugging Face's ViT, Full Wave, nn.TransformerEncoder); the main job's training run on
+# CUDA without Hydra; a GPT-2-small-shaped causal LM beside Hugging Face's GPT-2. OUT receives four files: gpu.json,
+# gpu_reduce-overhead.json, extras.json, gpu_check.log. Needs only torch with CUDA; reads the project from this folder
+# (no install, no .git needed). The commit measured: the second argument, else $ODEFORMER_COMMIT, else git's HEAD
+# ("+uncommitted" when tracked files differ from it).
+#   bash benchmarks/gpu_check.sh OUT [COMMIT]               on a GPU machine
+#   bash benchmarks/gpu_check.sh --rehearse OUT [COMMIT]    every stage at tiny sizes on the CPU, from a copy of the
+#                                                           tree, imports as the GPU machine's image has them
+#   bash benchmarks/gpu_check.sh --render OUT [RESULTS]     the returned files as the GPU block of RESULTS
+#                                                           (default docs/RESULTS.md), on any machine
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+mode=run
+case "${1:-}" in
+  --render)
+    [ -n "${2:-}" ] || { echo "gpu_check.sh --render OUT [RESULTS]: name the folder the GPU run wrote" >&2; exit 2; }
+    exec python3 -m benchmarks.gpu --render "$2" --results "${3:-docs/RESULTS.md}" ;;
+  --rehearse) mode=rehearse; shift ;;
+  -*) echo "gpu_check.sh: unknown option $1; use OUT [COMMIT], --rehearse OUT [COMMIT] or --render OUT [RESULTS]" >&2
+    exit 2 ;;
+esac
+[ -n "${1:-}" ] || { echo "gpu_check.sh: name the folder the results go into (bash benchmarks/gpu_check.sh OUT)" >&2; exit 2; }
 # Before anything is written: without a GPU there is nothing to measure, and no OUT folder is left behind.
-if ! python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+if [ "$mode" = run ] && ! python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
   echo "gpu_check.sh: no CUDA device here (torch.cuda.is_available() is False); run it on a machine with a GPU" >&2
   exit 2
 fi
-out="$(mkdir -p "${1:-${OUT:-gpu_results}}" && cd "${1:-${OUT:-gpu_results}}" && pwd)"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [ -z "${ODEFORMER_COMMIT:-}" ]; then
-  ODEFORMER_COMMIT="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-  if [ "$ODEFORMER_COMMIT" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
-    ODEFORMER_COMMIT="$ODEFORMER_COMMIT+uncommitted"
+commit="${2:-${ODEFORMER_COMMIT:-}}"
+if [ -z "$commit" ]; then
+  commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  if [ "$commit" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    commit="$commit+uncommitted"
   fi
 fi
-export ODEFORMER_COMMIT
-echo "$ODEFORMER_COMMIT" >"$out/commit.txt"
-echo "commit $ODEFORMER_COMMIT"
-python3 -c "import torch; print(torch.cuda.get_device_name())"
-python3 -c "import transformers" 2>/dev/null || echo "transformers is not installed here: the Hugging Face rows are skipped"
-
-failed=()
-step() { # step SECONDS NAME COMMAND...: run COMMAND under a time limit, its output also in OUT/NAME.txt
-  local limit=$1 name=$2 rc=0
-  shift 2
-  timeout "$limit" "$@" 2>&1 | tee "$out/$name.txt" || rc=$?
-  if [ "$rc" -eq 124 ]; then
-    failed+=("$name (over its $limit s)")
-  elif [ "$rc" -ne 0 ]; then
-    failed+=("$name (exit $rc)")
-  fi
-  return 0
-}
-step 130 gpu python3 -m benchmarks.gpu --json "$out/gpu.json"
-step 250 gpu_reduce-overhead python3 -m benchmarks.gpu --compile-mode reduce-overhead --no-memory --time-limit 120 \
-  --json "$out/gpu_reduce-overhead.json"
-step 120 ratios python3 -m benchmarks.run --quick --device cuda --json "$out/ratios.json"
-run="$(mktemp -d)"
-step 70 train python3 -m odeformer.app.train experiment=digits_vit train.device=cuda "train.out_dir=$run"
-if [ -f "$run/summary.json" ]; then
-  cp "$run/summary.json" "$out/train_summary.json"
+echo "commit $commit"
+if [ "$mode" = rehearse ]; then
+  exec python3 -m benchmarks.gpu_run "$1" --commit "$commit" --rehearse
 fi
-if [ "${#failed[@]}" -gt 0 ]; then
-  printf 'failed: %s\n' "${failed[@]}" >&2
-  exit 1
-fi
-echo "all steps done: $out"
+exec python3 -m benchmarks.gpu_run "$1" --commit "$commit"

@@ -57,6 +57,18 @@ def normalized_adjacency(edge_index: Tensor, num_nodes: int, dtype: torch.dtype 
     return torch.sparse_coo_tensor(index, weights, (num_nodes, num_nodes), check_invariants=False).coalesce()
 
 
+def _cached_propagation(model: nn.Module, edge_index: Tensor, num_nodes: int, dtype: torch.dtype, layout: str):
+    """``model``'s :class:`Propagation` of :func:`normalized_adjacency`, built again only for another graph (another
+    ``edge_index`` tensor, or the same one changed in place): a full-batch step on the one graph neither checks its
+    edges on the host nor coalesces it again."""
+    if torch.compiler.is_compiling():  # traced into the graph instead
+        return Propagation.of(normalized_adjacency(edge_index, num_nodes, dtype), layout)
+    key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), num_nodes, dtype, edge_index.device)
+    if model._adjacency is None or model._adjacency[0] != key:
+        model._adjacency = (key, Propagation.of(normalized_adjacency(edge_index, num_nodes, dtype), layout))
+    return model._adjacency[1]
+
+
 class GraphDiffusionField(nn.Module):
     """``f(h) = (1 - w) Attn(h) + w P h`` (residual form) or that minus ``h`` (laplacian form).
 
@@ -134,6 +146,7 @@ class NodeClassifier(TaskModel):
             fields=Fields(lambda preset_form: GraphDiffusionField(dim, heads, preset_form, graph_weight, attention)),
         )
         self.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, num_classes))
+        self._adjacency: tuple[Any, Propagation] | None = None  # built once per graph: no host read per step
 
     def forward(self, features: Tensor, edge_index: Tensor, *, record: list | None = None) -> Tensor:
         if features.dim() != 2 or features.shape[1] != self.in_features:
@@ -141,7 +154,7 @@ class NodeClassifier(TaskModel):
                 f"NodeClassifier expects features of shape (N, {self.in_features}), got {tuple(features.shape)}."
             )
         n = features.shape[0]
-        context = {"propagation": Propagation.of(normalized_adjacency(edge_index, n, features.dtype), "coo")}
+        context = {"propagation": _cached_propagation(self, edge_index, n, features.dtype, "coo")}
         if self.attention == "graph_softmax":
             context["attn_mask"] = graph_mask(edge_index, n)
         h = self.backbone(self.encoder(features).unsqueeze(0), record=record, **context)  # (1, N, D)
@@ -446,12 +459,9 @@ class DIFFormer(TaskModel):
 
     def propagation(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> Propagation:
         """``Â = D^{-1/2} (A + I) D^{-1/2}``, built once per graph (the same ``edge_index`` tensor is reused)."""
-        key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), num_nodes, dtype, edge_index.device)
-        if self._adjacency is None or self._adjacency[0] != key:
-            adjacency = normalized_adjacency(edge_index, num_nodes, dtype)
-            # CSR products are several times faster than COO ones on CPU
-            self._adjacency = (key, Propagation.of(adjacency, "csr" if adjacency.device.type == "cpu" else "coo"))
-        return self._adjacency[1]
+        # CSR products are several times faster than COO ones on CPU
+        layout = "csr" if edge_index.device.type == "cpu" else "coo"
+        return _cached_propagation(self, edge_index, num_nodes, dtype, layout)
 
     def _encode(self, features: Tensor) -> Tensor:
         """The encoder; its first product reads sparse features as sparse (CPU, no gradient wanted for them)."""

@@ -334,62 +334,43 @@ def test_gpu_options_name_what_is_allowed(capsys):
 
 
 FAKE_PYTHON = r"""#!/usr/bin/env bash
-# python3 on a pretend GPU machine: logs its arguments; writes what each step of gpu_check.sh would write
+# python3 on a pretend GPU machine: says CUDA is there and logs every other call's arguments
+if [ "$1" = -c ]; then exit 0; fi
 echo "$*" >> "$FAKE/calls.txt"
-if [ "$1" = -c ]; then echo "NVIDIA H200"; exit 0; fi
-json=""; prev=""
-for a in "$@"; do [ "$prev" = --json ] && json="$a"; prev="$a"; done
-case "$2" in
-  benchmarks.gpu)
-    name=gpu.json; case "$*" in *--compile-mode*) name=gpu_reduce-overhead.json;; esac
-    sed "s/COMMIT/$ODEFORMER_COMMIT/" "$FAKE/$name" > "$json";;
-  benchmarks.run) echo "ratios failed" >&2; exit 3;;
-  odeformer.app.train)
-    for a in "$@"; do case "$a" in train.out_dir=*) cp "$FAKE/summary.json" "${a#train.out_dir=}/";; esac; done;;
-esac
 """
 
 
-def _fake_gpu_machine(tmp_path):
-    fake = tmp_path / "fake"
+@pytest.mark.parametrize("given", [None, "argument", "environment"])
+def test_gpu_check_hands_the_run_and_its_commit_to_the_driver(tmp_path, given):
+    """benchmarks/gpu_check.sh on a pretend GPU (a python3 stub on PATH): one call of the driver, with the commit from
+    the second argument, else $ODEFORMER_COMMIT, else git's HEAD; --rehearse and --render reach theirs."""
+    import os
+
+    fake, out = tmp_path / "fake", tmp_path / "out"
     fake.mkdir()
     (fake / "python3").write_text(FAKE_PYTHON)
     (fake / "python3").chmod(0o755)
-    eager = _fake_run(None, {"diffusion": 3000.0, "full_wave": 2000.0}, commit="COMMIT")
-    compiled = _fake_run("reduce-overhead", {"diffusion": 6000.0, "full_wave": 5000.0}, commit="COMMIT")
-    (fake / "gpu.json").write_text(json.dumps(eager))
-    (fake / "gpu_reduce-overhead.json").write_text(json.dumps(compiled))
-    summary = dict(solver="full_wave", depth=4, metric="accuracy", test=0.96, steps=600, wall_s=17, status="completed")
-    (fake / "summary.json").write_text(json.dumps(summary))
-    return fake
-
-
-@pytest.mark.parametrize("given", [None, "feedbeef"], ids=["from_git", "from_environment"])
-def test_gpu_check_runs_eager_and_compiled_and_records_the_commit(tmp_path, given):
-    """benchmarks/gpu_check.sh on a pretend GPU (a python3 stub on PATH): the eager and the reduce-overhead runs, the
-    commit in OUT/commit.txt and in the JSON, and a failing step reported at the end without stopping the others."""
-    import os
-
-    from benchmarks.gpu import render
-
-    fake, out = _fake_gpu_machine(tmp_path), tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "ODEFORMER_COMMIT"}
-    env |= {"PATH": f"{fake}:{env['PATH']}", "FAKE": str(fake)} | ({"ODEFORMER_COMMIT": given} if given else {})
-    done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), str(out)], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 1 and "failed: ratios (exit 3)" in done.stderr, done.stderr
+    env |= {"PATH": f"{fake}:{env['PATH']}", "FAKE": str(fake)}
+    env |= {"ODEFORMER_COMMIT": "feedbeef"} if given == "environment" else {}
+    script = str(ROOT / "benchmarks" / "gpu_check.sh")
+    arguments = [str(out)] + (["cafe01"] if given == "argument" else [])
+    done = subprocess.run(["bash", script, *arguments], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    commit = (out / "commit.txt").read_text().strip()
-    assert commit == given if given else commit in (head, f"{head}+uncommitted")
-    calls = (fake / "calls.txt").read_text().splitlines()
-    gpu_calls = [c for c in calls if c.startswith("-m benchmarks.gpu")]
-    assert gpu_calls[0] == f"-m benchmarks.gpu --json {out}/gpu.json"
-    assert gpu_calls[1].startswith("-m benchmarks.gpu --compile-mode reduce-overhead --no-memory --time-limit")
-    assert (out / "train_summary.json").exists()  # the step after the failing one ran
-    text = render(out)
-    assert f"at commit `{commit}`" in text
-    assert "| 2.50× |" in _row(text, "full_wave", "reduce-overhead")
+    (call,) = (fake / "calls.txt").read_text().splitlines()
+    commit = call.split("--commit ")[1]
+    expected = {"argument": ["cafe01"], "environment": ["feedbeef"], None: [head, f"{head}+uncommitted"]}[given]
+    assert call.startswith(f"-m benchmarks.gpu_run {out} --commit ") and commit in expected
+    for options, driver in (
+        (["--rehearse", str(out)], "-m benchmarks.gpu_run"),
+        (["--render", str(out)], "-m benchmarks.gpu --render"),
+    ):
+        assert subprocess.run(["bash", script, *options], env=env, capture_output=True).returncode == 0
+        assert (fake / "calls.txt").read_text().splitlines()[-1].startswith(driver)
+    assert "--rehearse" in (fake / "calls.txt").read_text().splitlines()[-2]
+    done = subprocess.run(["bash", script, "--fast"], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown option --fast" in done.stderr
 
 
 def test_joint_mlp_benchmark_compares_the_same_products():
@@ -536,11 +517,11 @@ def test_gpu_throughput_times_blocks_of_steps_taking_turns(monkeypatch):
     from benchmarks import gpu
 
     calls = []
-    monkeypatch.setattr(gpu, "_model", lambda name, compile_mode=None: name)
+    monkeypatch.setattr(gpu, "_model", lambda name, *args: name)
     monkeypatch.setattr(
         gpu,
         "_steps",
-        lambda model, batch, mode=None: {m: (lambda m=m: calls.append((model, m))) for m in ("train", "inference")},
+        lambda model, batch, *args: {m: (lambda m=m: calls.append((model, m))) for m in ("train", "inference")},
     )
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     out, skipped = gpu.throughput(batch=4, steps=2, rounds=3, names=("diffusion", "full_wave"))

@@ -48,3 +48,34 @@ class WindowSampler:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["generator"])
+
+
+RESIDENT_BYTES = 2 * 2**30
+"""A dataset split up to this size is copied to the GPU once and batched there (no copy per step); a larger one stays
+on the host and each batch travels through pinned memory."""
+
+
+def to_device(tensor: Tensor, device: torch.device) -> Tensor:
+    """``tensor`` on ``device``. From the host to a GPU the copy goes through pinned memory and is queued on the
+    stream without the host waiting for the work already queued (a pageable copy would wait for it); on the CPU it is
+    ``tensor`` itself."""
+    if device.type != "cuda" or tensor.device.type == "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def resident(tensors: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """``tensors`` (a split's tensors, or tuples of them, by name) moved to a GPU at once when together they take at
+    most :data:`RESIDENT_BYTES`; otherwise (and on the CPU) as they are, to be copied batch by batch."""
+    if device.type != "cuda":
+        return tensors
+    flat = [t for value in tensors.values() for t in (value if isinstance(value, (tuple, list)) else (value,))]
+    if sum(t.numel() * t.element_size() for t in flat) > RESIDENT_BYTES:
+        return tensors
+
+    def move(value: Any) -> Any:
+        if isinstance(value, (tuple, list)):
+            return type(value)(to_device(t, device) for t in value)
+        return to_device(value, device)
+
+    return {name: move(value) for name, value in tensors.items()}

@@ -98,7 +98,7 @@ class TrainConfig:
     precision: str = "auto"  # auto (bf16 autocast on CUDA) | fp32 | bf16
     out_dir: str = "outputs/${now:%Y-%m-%d}/${now:%H-%M-%S}"
     resume: bool = False  # continue the run already in out_dir from its last.pt
-    compile: bool = False
+    compile: Any = False  # false | true | off | default | reduce-overhead | max-autotune | fullgraph
     progress: bool = True  # progress bar on a terminal
     threads: Optional[int] = None  # CPU threads torch computes with (None: torch's default); 1 on a busy shared machine
 

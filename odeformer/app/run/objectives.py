@@ -9,10 +9,17 @@ validation or test split with nothing to evaluate.
 ``max_batches`` of :meth:`Objective.evaluate` (``train.eval_batches``) caps a labelled split at that many batches;
 a text stream is read in that many batches of windows spread evenly over it; 0 means all: every labelled item, the
 whole stream in consecutive windows (each token after the first predicted once). A graph is always evaluated whole.
+``stop`` (a callable) is asked between batches: when it says so, the evaluation ends with :class:`EvaluationStopped`
+instead of a result, so a signal during a long evaluation is acted on before the next batch.
+
+A training batch never makes the host wait on the device: on a GPU, splits that fit (:func:`~.batches.resident`)
+live there and are indexed there, larger ones travel through pinned memory; an evaluation sums on the device and
+reads its totals once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,7 +28,16 @@ from torch import Tensor, nn
 
 from ...data import TaskData
 from ...tasks import task_of
-from .batches import EpochSampler, WindowSampler
+from .batches import EpochSampler, WindowSampler, resident, to_device
+
+
+class EvaluationStopped(Exception):
+    """An evaluation ended early because its ``stop`` callable asked it to (a signal to stop the run)."""
+
+
+def _check(stop: Callable[[], bool] | None) -> None:
+    if stop is not None and stop():
+        raise EvaluationStopped
 
 
 class Objective:
@@ -49,7 +65,9 @@ class Objective:
     def loss(self, model: nn.Module, batch: Any) -> Tensor:
         raise NotImplementedError
 
-    def evaluate(self, model: nn.Module, split: str, max_batches: int) -> dict[str, float]:
+    def evaluate(
+        self, model: nn.Module, split: str, max_batches: int, stop: Callable[[], bool] | None = None
+    ) -> dict[str, float]:
         raise NotImplementedError
 
 
@@ -69,31 +87,38 @@ class _Labelled(Objective):
         for split in ("train", "val", "test"):
             _empty(split, len(data.splits[split][1]))
         self.sampler = EpochSampler(len(data.splits["train"][1]), batch_size, seed)
+        self.splits = resident(data.splits, device)  # on the CPU: data.splits itself
 
     def batch(self, rank, world):
         index = next(self.sampler)[rank::world]
-        inputs, labels = self.data.splits["train"]
-        return inputs[index].to(self.device), labels[index].to(self.device)
+        inputs, labels = self.splits["train"]
+        if inputs.device != self.device:  # on the host: gather there, then one copy through pinned memory
+            return to_device(inputs[index], self.device), to_device(labels[index], self.device)
+        index = to_device(index, self.device)
+        return inputs[index], labels[index]
 
     def loss(self, model, batch):
         inputs, labels = batch
         return F.cross_entropy(model(inputs).float(), labels)
 
     @torch.no_grad()
-    def evaluate(self, model, split, max_batches):
-        inputs, labels = self.data.splits[split]
-        total_loss, correct, count = 0.0, 0, 0
+    def evaluate(self, model, split, max_batches, stop=None):
+        inputs, labels = self.splits[split]
+        # float64 sums of each batch's float32 sum: the same additions as Python floats, read once at the end
+        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        correct, count = torch.zeros((), dtype=torch.long, device=self.device), 0
         for b, start in enumerate(range(0, len(labels), self.batch_size)):
             if max_batches and b >= max_batches:
                 break
-            x = inputs[start : start + self.batch_size].to(self.device)
-            y = labels[start : start + self.batch_size].to(self.device)
+            _check(stop)
+            x = to_device(inputs[start : start + self.batch_size], self.device)
+            y = to_device(labels[start : start + self.batch_size], self.device)
             logits = model(x).float()
-            total_loss += float(F.cross_entropy(logits, y, reduction="sum"))
-            correct += int((logits.argmax(-1) == y).sum())
+            total_loss += F.cross_entropy(logits, y, reduction="sum").double()
+            correct += (logits.argmax(-1) == y).sum()
             count += len(y)
         _empty(split, count)
-        return {"loss": total_loss / count, "accuracy": correct / count}
+        return {"loss": total_loss.item() / count, "accuracy": correct.item() / count}
 
 
 class ImageObjective(_Labelled):
@@ -132,37 +157,40 @@ class TextObjective(Objective):
                     f"({context}) + 1: use a smaller model.max_len or a longer stream."
                 )
         self.sampler = WindowSampler(len(data.splits["train"][0]), context, batch_size, seed)
+        self.splits = resident(data.splits, device)  # on the CPU: data.splits itself
 
     @classmethod
     def for_model(cls, data, model, batch_size, seed, device):
         return cls(data, batch_size, seed, device, context=model.max_len)
 
     def _windows(self, stream: Tensor, starts: Tensor) -> tuple[Tensor, Tensor]:
-        offsets = starts[:, None] + torch.arange(self.context + 1)
-        chunk = stream[offsets].to(self.device)  # (B, T + 1)
+        starts = to_device(starts, stream.device)
+        offsets = starts[:, None] + torch.arange(self.context + 1, device=stream.device)
+        chunk = to_device(stream[offsets], self.device)  # (B, T + 1)
         return chunk[:, :-1], chunk[:, 1:]
 
     def batch(self, rank, world):
-        return self._windows(self.data.splits["train"][0], next(self.sampler)[rank::world])
+        return self._windows(self.splits["train"][0], next(self.sampler)[rank::world])
 
     def loss(self, model, batch):
         inputs, targets = batch
         return F.cross_entropy(model(inputs).float().flatten(0, 1), targets.flatten())
 
     @torch.no_grad()
-    def evaluate(self, model, split, max_batches):
-        stream = self.data.splits[split][0]
+    def evaluate(self, model, split, max_batches, stop=None):
+        stream = self.splits[split][0]
         if max_batches:  # that many batches of windows, spread evenly over the stream
             starts = torch.linspace(0, len(stream) - self.context - 2, max_batches * self.batch_size).long().unique()
         else:  # the whole stream: consecutive windows, each token after the first a target once
             starts = torch.arange(0, len(stream) - self.context, self.context)
-        total, count = 0.0, 0
+        total, count = torch.zeros((), dtype=torch.float64, device=self.device), 0
         for chunk in starts.split(self.batch_size):
+            _check(stop)
             inputs, targets = self._windows(stream, chunk)
-            total += float(F.cross_entropy(model(inputs).float().flatten(0, 1), targets.flatten(), reduction="sum"))
+            total += F.cross_entropy(model(inputs).float().flatten(0, 1), targets.flatten(), reduction="sum").double()
             count += targets.numel()
         _empty(split, count)
-        return {"loss": total / count}
+        return {"loss": total.item() / count}
 
 
 class GraphObjective(Objective):
@@ -182,7 +210,8 @@ class GraphObjective(Objective):
         return F.cross_entropy(model(self.features, self.edges)[batch].float(), self.labels[batch])
 
     @torch.no_grad()
-    def evaluate(self, model, split, max_batches):
+    def evaluate(self, model, split, max_batches, stop=None):
+        _check(stop)
         index = self.index[split]
         logits = model(self.features, self.edges)[index].float()
         return {

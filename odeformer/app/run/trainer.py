@@ -8,9 +8,18 @@ run (``train.resume``) restores the model, optimiser, scheduler, data order, RNG
 ``best.pt`` from them: one written after ``last.pt`` by a run killed later is of a trajectory the resume discards) and
 drops the metrics logged after ``last.pt``, so on CPU it reaches bit-identical parameters to an uninterrupted run of
 the same length. A fresh run in a directory left by a run killed before its first ``last.pt`` starts its logs anew.
-SIGTERM or Ctrl-C saves a checkpoint and stops cleanly; a non-finite loss stops the run, names the step, and keeps
-the last good checkpoint. Under ``torchrun`` the model is wrapped in DistributedDataParallel (gloo on CPU, nccl on
-GPU): each rank takes its share of every batch, rank 0 logs, evaluates and checkpoints.
+SIGTERM or Ctrl-C saves a checkpoint and stops cleanly (one during an evaluation ends it before its next batch); a
+non-finite loss stops the run, names the step, and keeps the last good checkpoint.
+
+A step never makes the host wait for the device: the loss is checked for finiteness on the device and read only when
+it is logged, so a non-finite loss is acted on at the next logging, evaluation or checkpoint step (naming the step it
+first appeared at); the stop flag is a tensor (reduced across processes) only under ``torchrun``; batches come from
+:mod:`~odeformer.app.run.objectives` without a blocking copy. ``train.compile`` compiles the network with
+``torch.compile``: ``true`` or ``default``, ``reduce-overhead`` (CUDA graphs), ``max-autotune``, ``fullgraph`` (the
+default mode, failing on a graph break), or ``false`` / ``off``.
+
+Under ``torchrun`` the model is wrapped in DistributedDataParallel (gloo on CPU, nccl on GPU): each rank takes its
+share of every batch, rank 0 logs, evaluates and checkpoints.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 
 from ...data import TaskData
 from ..reporting.plots import plot_curves
@@ -39,7 +48,7 @@ from .config import TrainConfig
 from .cost import evaluations, scheme_parameters
 from .history import HISTORY, non_finite, record
 from .identity import RUN_RECORD
-from .objectives import TextObjective, make_objective
+from .objectives import EvaluationStopped, TextObjective, make_objective
 from .optimizer import make_optimizer
 from .resume import resume_command
 from .sampling import EvalSample
@@ -47,6 +56,24 @@ from .sampling import EvalSample
 PENDING_STOP: int | None = None
 """A signal received before the loop could install its own handler (a sweep's worker process sets it): the run
 starts, saves its first checkpoint and stops, as if signalled during training."""
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "fullgraph")
+"""What ``train.compile`` may name besides ``true`` (``default``) and ``false`` / ``off``: torch.compile's modes, and
+``fullgraph`` (the default mode as one graph, an error at a graph break)."""
+
+
+def compile_mode(value: Any) -> str | None:
+    """``train.compile`` as one of :data:`COMPILE_MODES`, or None for no compilation; anything else is a one-line
+    ValueError."""
+    if value is False or value is None or value == "off":
+        return None
+    if value is True:
+        return "default"
+    if isinstance(value, str) and value in COMPILE_MODES:
+        return value
+    allowed = ", ".join(["true", "false", "off", *COMPILE_MODES])
+    raise ValueError(f"train.compile must be one of {allowed}; got {value!r}.")
 
 
 class TrainingDiverged(RuntimeError):
@@ -106,6 +133,7 @@ class LoopConfig(TrainConfig):
             )
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"train.precision must be auto, fp32 or bf16; got {self.precision!r}.")
+        compile_mode(self.compile)
 
 
 def choose_device(name: str) -> torch.device:
@@ -151,8 +179,14 @@ class Trainer:
         if self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.network = nn.parallel.DistributedDataParallel(self.network, device_ids=ids)
-        if loop.compile:
-            self.network = torch.compile(self.network)
+        mode = compile_mode(loop.compile)
+        if mode is not None:
+            options = {"fullgraph": True} if mode == "fullgraph" else {} if mode == "default" else {"mode": mode}
+            self.network = torch.compile(self.network, **options)
+        # CUDA graphs: each step is a new one, so a replay may reuse the memory of the last step's outputs
+        self.graphs = mode in ("reduce-overhead", "max-autotune") and self.device.type == "cuda"
+        self.first_bad: Tensor | None = None  # on the device: [step, loss] of the first non-finite loss (step 0: none)
+        self.cut_evaluation = False  # an evaluation ended early by a signal
         bf16 = loop.precision == "bf16" or (loop.precision == "auto" and self.device.type == "cuda")
         self.autocast = (
             (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
@@ -301,14 +335,16 @@ class Trainer:
     def evaluate(self, split: str) -> dict[str, float]:
         """Metrics on ``split``: validation is capped at ``eval_batches`` batches (0: all), the test split is used
         whole; a text stream is read in ``eval_batches`` batches of windows spread over it, for validation and test
-        alike (0: the whole stream, in consecutive windows); a graph is evaluated whole."""
+        alike (0: the whole stream, in consecutive windows); a graph is evaluated whole. A signal received meanwhile
+        ends it before its next batch (:class:`~odeformer.app.run.objectives.EvaluationStopped`)."""
         model = self.objective.network(_unwrap(self.model))
         model.eval()
         limit = self.loop.eval_batches if split == "val" or isinstance(self.objective, TextObjective) else 0
-        with self.autocast():
-            result = self.objective.evaluate(model, split, limit)
-        model.train()
-        return result
+        try:
+            with self.autocast():
+                return self.objective.evaluate(model, split, limit, stop=lambda: self.stop_signal is not None)
+        finally:
+            model.train()
 
     def _checkpoint_and_evaluate(self) -> None:
         """At an evaluation step (every ``eval_every`` and the last), evaluate and keep ``best.pt``; at a checkpoint
@@ -318,8 +354,14 @@ class Trainer:
         saving = final or (self.step % o.checkpoint_every == 0 if o.checkpoint_every else evaluating)
         if not (evaluating or saving):
             return
+        self._check_loss()
         if self.main and evaluating:
-            result = self.evaluate("val")
+            try:
+                result = self.evaluate("val")
+            except EvaluationStopped:  # nothing of it is logged or kept; the stop check saves last.pt
+                self.cut_evaluation = True
+                evaluating = saving = False
+        if self.main and evaluating:
             value = result[self.objective.metric]
             row = {"step": self.step, **{f"val_{k}": v for k, v in result.items()}}
             if self.sample is not None:  # what the model writes now (a fixed prompt and seed)
@@ -345,17 +387,41 @@ class Trainer:
     def _save_last(self) -> None:
         """Write ``last.pt``, unless the model or optimiser state holds a NaN or infinity: that is a divergence, and
         the last good ``last.pt`` is kept."""
+        self._check_loss()
         state = self.state()
-        where = non_finite(state)
-        if where is not None:
+        if not _all_finite([state["model"], state["optimizer"]]):
+            where = non_finite(state)
             self._diverged(f"the {where} state holds non-finite values at step {self.step}")
         save_checkpoint(self.out_dir / "last.pt", state)
         self.saved_step = self.step
 
-    def _diverged(self, what: str) -> None:
+    def _watch(self, loss: Tensor) -> None:
+        """Keep, on the device, the step and value of the first non-finite loss (no host read)."""
+        loss = loss.detach().double()
+        if self.first_bad is None:
+            self.first_bad = torch.zeros(2, dtype=torch.float64, device=loss.device)
+        new = ~torch.isfinite(loss) & (self.first_bad[0] == 0)
+        self.first_bad = torch.where(new, torch.stack([loss.new_tensor(self.step + 1.0), loss]), self.first_bad)
+
+    def _read_loss(self, loss: Tensor) -> float:
+        """The step's loss on the host (the one read of a logging step), after the divergence check."""
+        value, step, bad = torch.cat([loss.detach().double().reshape(1), self.first_bad]).tolist()
+        if step:
+            self._diverged(f"loss is {bad} at step {int(step)}", int(step))
+        return value
+
+    def _check_loss(self) -> None:
+        """Stop if a loss since the last check was not finite (before anything is evaluated or saved)."""
+        if self.first_bad is not None:
+            step, bad = self.first_bad.tolist()
+            if step:
+                self._diverged(f"loss is {bad} at step {int(step)}", int(step))
+
+    def _diverged(self, what: str, step: int | None = None) -> None:
         """Record the divergence in the run's history and stop with one line saying how to go on."""
         if self.main:
-            event = {"event": "diverged", "step": self.step + 1, "what": what, "checkpoint_step": self.saved_step}
+            step = self.step + 1 if step is None else step
+            event = {"event": "diverged", "step": step, "what": what, "checkpoint_step": self.saved_step}
             record(self.out_dir, event)
         last = self.out_dir / "last.pt"
         if self.saved_step is not None and last.exists():
@@ -377,6 +443,8 @@ class Trainer:
         self.stop_signal = signum
 
     def _stop_requested(self) -> bool:
+        if self.world == 1:  # one process: its own flag, no tensor and no device round trip
+            return self.stop_signal is not None
         # on the process group's device: nccl reduces CUDA tensors only
         flag = torch.tensor([1.0 if self.stop_signal is not None else 0.0], device=self.device)
         if self.world > 1:
@@ -408,12 +476,12 @@ class Trainer:
             self.network.train()
             started = time.perf_counter() - self.wall
             while self.step < o.max_steps:
+                if self.graphs:
+                    torch.compiler.cudagraph_mark_step_begin()
                 batch = self.objective.batch(self.rank, self.world)
                 with self.autocast():
                     loss = self.objective.loss(self.network, batch)
-                value = loss.item()  # the step's one host sync: the divergence check, the log and the bar read it
-                if not math.isfinite(value):
-                    self._diverged(f"loss is {value} at step {self.step + 1}")
+                self._watch(loss)  # on the device: the loss is read on the host only when it is logged
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if o.grad_clip > 0:
@@ -424,6 +492,7 @@ class Trainer:
                 self.step += 1
                 self.wall = time.perf_counter() - started
                 if self.step % o.log_every == 0 or self.step == o.max_steps:
+                    value = self._read_loss(loss)
                     self._log(
                         {
                             "step": self.step,
@@ -433,13 +502,14 @@ class Trainer:
                             **_solver_stats(self.model),
                         }
                     )
+                    if self.bar is not None:
+                        best = "-" if self.best_val is None else f"{self.best_val:.4f}"
+                        self.bar.set_postfix({"loss": f"{value:.4f}", f"best val {self.objective.metric}": best})
                 if self.bar is not None:
                     self.bar.update(1)
-                    best = "-" if self.best_val is None else f"{self.best_val:.4f}"
-                    self.bar.set_postfix({"loss": f"{value:.4f}", f"best val {self.objective.metric}": best})
                 self._checkpoint_and_evaluate()
-                if self._stop_requested() and self.step < o.max_steps:
-                    if self.main:
+                if self._stop_requested() and (self.step < o.max_steps or self.cut_evaluation):
+                    if self.main and self.saved_step != self.step:
                         self._save_last()
                     status = "interrupted"
                     self._say(
@@ -464,7 +534,10 @@ class Trainer:
         if status == "completed" and self.best_weights is not None:  # the weights best.pt holds, kept in memory
             current = {k: v.clone() for k, v in _unwrap(self.model).state_dict().items()}
             _unwrap(self.model).load_state_dict(self.best_weights)
-            test = self.evaluate("test")[self.objective.metric]
+            try:
+                test = self.evaluate("test")[self.objective.metric]
+            except EvaluationStopped:  # last.pt holds the finished run: a resume takes the test
+                status = "interrupted"
             _unwrap(self.model).load_state_dict(current)
         summary = {
             "metric": self.objective.metric,
@@ -494,6 +567,22 @@ class Trainer:
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         plot_curves(list(read_metrics(self.out_dir)), self.out_dir / "curves.png")
         return summary
+
+
+def _all_finite(states: list[Any]) -> bool:
+    """Whether every floating tensor in ``states`` is finite: one reduction and one host read per device."""
+    found: dict[torch.device, list[Tensor]] = {}
+    stack = list(states)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Tensor):
+            if node.is_floating_point() and node.numel():
+                found.setdefault(node.device, []).append(torch.isfinite(node).all())
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return all(bool(torch.stack(flags).all()) for flags in found.values())
 
 
 def _solver_stats(model: nn.Module) -> dict[str, Any]:
