@@ -1,8 +1,7 @@
 """``odeformer-train --help`` lists every solver's ``solver.options`` with their defaults, not only the chosen one's."""
 
-from helpers import cli
-
 import odeformer
+from helpers import cli
 from odeformer.app.commands.help import solver_options_text
 
 
