@@ -18,6 +18,8 @@ or corrupt, and where.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 import os
 from collections.abc import Callable
@@ -25,12 +27,6 @@ from typing import Any, NamedTuple
 
 from ._common import ENV_VAR, DatasetNotFound, TaskData
 from ._common import one_line as one_line  # the one-line error text odeformer-data writes too
-from .digits import digits
-from .fashion_mnist import fashion_mnist
-from .planetoid import planetoid
-from .shakespeare import shakespeare
-from .sst2 import sst2
-from .synthetic import synthetic
 
 
 class Dataset(NamedTuple):
@@ -40,19 +36,37 @@ class Dataset(NamedTuple):
     kind: str | None  # None: the loader's ``task`` option says (synthetic)
 
 
-DATASETS: dict[str, Dataset] = {
-    "digits": Dataset(digits, "image"),
-    "fashion_mnist": Dataset(fashion_mnist, "image"),
-    "planetoid": Dataset(planetoid, "graph"),
-    "shakespeare": Dataset(shakespeare, "text"),
-    "sst2": Dataset(sst2, "sequence"),
-    "synthetic": Dataset(synthetic, None),
+_LOADERS = {
+    "digits": "image",
+    "fashion_mnist": "image",
+    "planetoid": "graph",
+    "shakespeare": "text",
+    "sst2": "sequence",
+    "synthetic": None,
 }
+"""Each registered dataset and the kind of data it gives. Its loader is the function of its name in the module of
+its name (``odeformer.data.planetoid.planetoid``), reached through :func:`load` or :data:`DATASETS`."""
+
+
+@functools.cache
+def _datasets() -> dict[str, Dataset]:
+    """:data:`DATASETS`, made on first use: a loader's module (and torch) is imported only when a dataset is needed,
+    so that ``import odeformer.data`` (``odeformer-data``'s own start) loads neither."""
+    table = {}
+    for name, kind in _LOADERS.items():
+        table[name] = Dataset(getattr(importlib.import_module(f".{name}", __name__), name), kind)
+    return table
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DATASETS":  # every registered dataset by name: its loader and its kind
+        return _datasets()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def data_kind(name: str, options: dict[str, Any] | None = None) -> str | None:
     """The kind of data ``load(name, **options)`` gives, without loading it (None: an unknown dataset)."""
-    dataset = DATASETS.get(name)
+    dataset = _datasets().get(name)
     if dataset is None:
         return None
     return dataset.kind or (options or {}).get("task") or inspect.signature(dataset.loader).parameters["task"].default
@@ -66,9 +80,9 @@ def load(name: str, root: str | os.PathLike | None = None, /, **options: Any) ->
     ``synthetic`` ignore it. ``name`` is positional only, so that ``load("planetoid", name="citeseer")`` reaches the
     loader's own ``name`` option.
     """
-    dataset = DATASETS.get(name) if isinstance(name, str) else None
+    dataset = _datasets().get(name) if isinstance(name, str) else None
     if dataset is None:
-        raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}.")
+        raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(_LOADERS)}.")
     if "root" in options:
         if root is not None:
             raise TypeError("load() got root twice (positionally and as root=); pass it once.")
@@ -94,11 +108,5 @@ __all__ = [
     "DatasetNotFound",
     "TaskData",
     "data_kind",
-    "digits",
-    "fashion_mnist",
     "load",
-    "planetoid",
-    "shakespeare",
-    "sst2",
-    "synthetic",
 ]

@@ -7,9 +7,10 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
 
 ENV_VAR = "ODEFORMER_DATA"
 KINDS = ("image", "text", "sequence", "graph")

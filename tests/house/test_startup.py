@@ -11,6 +11,7 @@ LAZY = {
     "compare": (["--help"], ["rk4", "--out", "x", "--seeds", "0"]),
     "analyze": (["--help"], ["--refine", "0"]),
     "reproduce": (["--help"], ["--sections", "nonesuch"]),
+    "data": (["--help"], ["nonesuch"]),
 }
 """Each command whose start-up is checked: its ``--help`` and one usage error."""
 
