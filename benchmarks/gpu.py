@@ -341,7 +341,7 @@ def _environment_lines(gpu: dict) -> list[str]:
             lines.append(
                 f"Fused attention on `{name}`'s own q/k/v ({shape}, {checked.get('dtype')}): {_kernels(checked)}."
             )
-    syncs = {k: v for k, v in (gpu.get("syncs") or {}).items() if isinstance(v, dict)}
+    syncs = {k: v for k, v in (gpu.get("syncs") or {}).items() if isinstance(v, dict) and "per_step" in v}
     if syncs:
         shown = ", ".join(f"`{name}` {r['per_step']:g}" for name, r in syncs.items())
         lines += ["", f"Host syncs per eager training step (`torch.cuda.set_sync_debug_mode`): {shown}."]
