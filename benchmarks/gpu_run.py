@@ -277,15 +277,19 @@ def counted_syncs(device: str):
             finally:
                 torch.cuda.set_sync_debug_mode(0)
         return
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.overrides import TorchFunctionMode
 
-    syncing = {"_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_dim", "_coalesce", "equal"}
+    syncing = {  # what reads a tensor on the host (and so syncs on a GPU), as Python calls it
+        "item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__", "nonzero", "masked_select",
+        "unique", "unique_consecutive", "coalesce", "equal",
+    }  # fmt: skip
     found: list = []
 
-    class Count(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func._overloadpacket.__name__ in syncing:
-                found.append(func._overloadpacket.__name__)
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if name in syncing:
+                found.append(name)
             return func(*args, **(kwargs or {}))
 
     with Count():
