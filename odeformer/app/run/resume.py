@@ -133,7 +133,9 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
                 raise RunDirectoryError(
                     f"after the divergence at step {diverged['step']}, a resume may lower train.lr (the run's is "
                     f"{old}), not raise it to {new}; resume with train.lr below {old}: "
-                    + resume_command(out_dir, run_overrides(out_dir, payload), f"train.lr={_lower(old)}")
+                    + resume_command(
+                        out_dir, own_overrides(run_overrides(out_dir, payload) or [])[0], f"train.lr={_lower(old)}"
+                    )
                 )
         differences = [d for d in differences if d[0] not in AFTER_DIVERGENCE]
     if not differences:
@@ -144,7 +146,14 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
     if overrides is None:
         how = "the overrides it was started with"
     else:
-        how = "its own overrides: " + resume_command(out_dir, overrides)
+        kept, dropped = own_overrides(overrides)
+        left = (
+            f"; {dropped} stored override{'s' if dropped > 1 else ''} that {'are' if dropped > 1 else 'is'} not one "
+            "of the package's own settings (or that names a module) left out, add your own"
+            if dropped
+            else ""
+        )
+        how = f"its own overrides, as {last} stores them{left}: " + resume_command(out_dir, kept)
     may = ", ".join(RESUME_MAY_CHANGE + (AFTER_DIVERGENCE if diverged is not None else ()))
     raise RunDirectoryError(
         f"train.resume=true continues the run in {out_dir} with its own config, but this command changes {shown}"
@@ -176,6 +185,36 @@ def _lower(lr: Any) -> str:
 
 def _show(value: Any) -> str:
     return repr(value) if isinstance(value, str) and not value else str(value)
+
+
+_OWN_KEY = re.compile(r"^(experiment|solver|model|data|train)(\.[A-Za-z_]\w*)*$")
+_NAMES_CODE = re.compile(r"^solver\.stepper$|^solver$")
+
+
+def own_overrides(overrides: list[str]) -> tuple[list[str], int]:
+    """The overrides among ``overrides`` (read from a file) that set the package's own groups and keys — a
+    ``solver``, ``model``, ``data``, ``train`` or ``experiment`` choice or key, a ``+solver.options.<key>`` — with a
+    plain value, and how many others were left out: a ``hydra.…`` key, a ``+``/``~`` on anything else, a value that
+    interpolates (``${…}``), and a module named as a scheme (``solver.stepper=mod.Class``, ``solver=mod.Class``:
+    naming a module runs it, so a file never chooses one for a command it prints)."""
+    kept, dropped = [], 0
+    for override in overrides:
+        key, sep, value = str(override).partition("=")
+        plain = key.lstrip("+")
+        allowed = (
+            sep
+            and not key.startswith("~")
+            and (key == plain or (key == "+" + plain and plain.startswith("solver.options.")))
+            and _OWN_KEY.match(plain)
+            and "${" not in value
+            and "\n" not in value
+            and not (_NAMES_CODE.match(plain) and "." in value)
+        )
+        if allowed:
+            kept.append(str(override))
+        else:
+            dropped += 1
+    return kept, dropped
 
 
 def run_overrides(out_dir: Path, payload: dict[str, Any]) -> list[str] | None:
