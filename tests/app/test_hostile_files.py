@@ -211,3 +211,80 @@ def test_only_the_packages_own_overrides_are_repeated():
     kept, dropped = own_overrides(stored)
     assert kept == ["solver=diffusion", "model.depth=4", "+solver.options.theta=0.5"]
     assert dropped == len(stored) - len(kept)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished 4-step run, copied by the tests that change it."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    done = cli_in_process(
+        "train=debug", "data=synthetic", "model.depth=1", "model.dim=16", "model.heads=2", "train.max_steps=4",
+        "train.eval_every=4", "train.eval_batches=1", f"train.out_dir={hydra_quote(str(out))}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _copy(finished: Path, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(finished, to, symlinks=True)
+    return to
+
+
+def test_a_refused_resume_prints_only_the_packages_own_stored_overrides(finished, tmp_path):
+    from odeformer.app.run.identity import RUN_RECORD
+
+    out = _copy(finished, tmp_path / "run")
+    payload = load_checkpoint(out / "last.pt")
+    own = list(payload[RUN_RECORD]["overrides"])
+    payload[RUN_RECORD]["overrides"] = [*own, "+hydra.callbacks.x._target_=evilmod.Run", "solver.stepper=evilmod.Evil"]
+    save_checkpoint(out / "last.pt", payload)
+    own = [o for o in own if not o.startswith("train.out_dir=")]
+    done = cli_in_process(*own, f"train.out_dir={hydra_quote(str(out))}", "model.dim=32", "train.resume=true")
+    line = _line(done, 2)
+    assert f"as {out / 'last.pt'} stores them; 2 stored overrides" in line and "left out" in line
+    assert "evilmod" not in line and "hydra.callbacks" not in line
+    assert all(o in line for o in own)
+
+
+def test_sample_refuses_a_compressed_checkpoint_in_one_line(finished, tmp_path, capsys):
+    from odeformer.app.commands import sample
+
+    out = _copy(finished, tmp_path / "run")
+    with zipfile.ZipFile(out / "best.pt") as source:
+        records = [(info.filename, source.read(info)) for info in source.infolist()]
+    with zipfile.ZipFile(out / "best.pt", "w") as rewritten:
+        for name, data in records:
+            rewritten.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED)
+    assert sample.main([str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"{out / 'best.pt'} holds a compressed record" in err
+
+
+def test_diagnose_refuses_a_bad_batch_an_out_under_a_file_and_a_linked_folder(finished, tmp_path, capsys):
+    from odeformer.app.commands import diagnose
+
+    out = _copy(finished, tmp_path / "run")
+    assert diagnose.main([str(out), "--batch", "-1"]) == 2
+    assert "--batch must be at least 1" in _one(capsys.readouterr().err)
+    (tmp_path / "file").write_text("x")
+    assert diagnose.main([str(out), "--out", str(tmp_path / "file" / "figures")]) == 2
+    assert "is a file, not a folder" in _one(capsys.readouterr().err)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / "diagnostics").symlink_to(elsewhere)
+    assert diagnose.main([str(out)]) == 2
+    assert f"{out / 'diagnostics'} is a link" in _one(capsys.readouterr().err)
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    (figures / "cka.png").symlink_to(tmp_path / "file")
+    assert diagnose.main([str(out), "--out", str(figures)]) == 2
+    assert "cka.png is a link" in _one(capsys.readouterr().err)
+    assert (tmp_path / "file").read_text() == "x" and not list(elsewhere.iterdir())
+
+
+def _one(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    return lines[0]
