@@ -15,6 +15,7 @@ from odeformer.app import files
 from odeformer.app.reporting.plots import plot_curves
 from odeformer.app.run.checkpoints import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from odeformer.app.run.history import record
+from odeformer.app.run.identity import RUN_RECORD
 from odeformer.app.run.locks import RunDirectoryError, lock_run_directory
 from odeformer.app.run.resume import hydra_quote, own_overrides
 
@@ -288,3 +289,56 @@ def _one(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     assert len(lines) == 1, text
     return lines[0]
+
+
+# -- the training state a resume restores ---------------------------------------------------------------------------
+
+
+def _sampler_with_order(payload):
+    sampler = payload["sampler"]
+    assert isinstance(sampler, dict)
+    return sampler
+
+
+@pytest.mark.parametrize(
+    "key, change",
+    [
+        ("step", lambda p: p.update(step="abc")),
+        ("step", lambda p: p.update(step=float("nan"))),
+        ("step", lambda p: p.update(step=-1)),
+        ("step", lambda p: p.update(step=True)),
+        ("wall", lambda p: p.update(wall="soon")),
+        ("best_step", lambda p: p.update(best_step=p["step"] + 1)),
+        ("best_val", lambda p: p.update(best_val=float("inf"))),
+        ("rng.torch", lambda p: p["rng"].update(torch=p["rng"]["torch"][:10])),
+        ("sampler.generator", lambda p: _sampler_with_order(p).update(generator=torch.zeros(3, dtype=torch.uint8))),
+        ("sampler.position", lambda p: _sampler_with_order(p).update(position=-1)),
+        ("sampler.position", lambda p: _sampler_with_order(p).update(position=10**18)),
+        ("sampler.order", lambda p: _sampler_with_order(p).update(order=torch.tensor([0, 10**12]))),
+        ("sampler.order", lambda p: _sampler_with_order(p).update(order=torch.zeros(2, 2, dtype=torch.long))),
+    ],
+)
+def test_a_last_pt_with_a_bad_training_state_is_one_line_naming_it_and_the_key(finished, tmp_path, key, change):
+    from odeformer.app.run.resume import check_resumable
+
+    out = _copy(finished, tmp_path / "run")
+    payload = load_checkpoint(out / "last.pt")
+    if key.startswith("sampler.") and not (isinstance(payload["sampler"], dict) and "position" in payload["sampler"]):
+        payload["sampler"] = {**(payload["sampler"] or {}), "order": torch.randperm(8), "position": 0}
+        payload["sampler"].setdefault("generator", torch.Generator().get_state())
+    check_resumable(out / "last.pt", payload)  # the run's own state passes
+    change(payload)
+    with pytest.raises(CheckpointError, match=rf"{out / 'last.pt'} cannot be resumed: its {key} must be"):
+        check_resumable(out / "last.pt", payload)
+
+
+def test_a_resume_from_a_negative_step_is_one_line(finished, tmp_path):
+    out = _copy(finished, tmp_path / "run")
+    payload = load_checkpoint(out / "last.pt")
+    payload["step"] = -5
+    save_checkpoint(out / "last.pt", payload)
+    own = [o for o in payload[RUN_RECORD]["overrides"] if not o.startswith("train.out_dir=")]
+    before = _tree(out)
+    done = cli_in_process(*own, f"train.out_dir={hydra_quote(str(out))}", "train.resume=true", "train.max_steps=6")
+    assert "its step must be an integer of at least 0, not -5" in _line(done, 2)
+    assert _tree(out) == before
