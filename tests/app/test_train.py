@@ -250,7 +250,7 @@ def test_resume_with_another_config_is_refused_naming_the_keys_and_the_command(t
     assert "solver.name (full_wave in the run, diffusion now), model.dropout (0.0 in the run, 0.5 now)" in line
     assert "data.batch_size (32 in the run, 8 now) and 1 more; only train.max_steps, train.resume" in line
     command = " ".join(["odeformer-train", *SHORT, f"train.out_dir={out}", "train.resume=true"])
-    assert line.endswith(f"Resume with its own overrides: {command}")
+    assert line.endswith(f"Resume with its own overrides, as {out / 'last.pt'} stores them: {command}")
     assert _files(out) == before  # not a byte written: not even the command's config snapshot is left
     # where and how it runs, how long, what it writes may change
     allowed = ["train.max_steps=4", "train.device=cpu", "train.progress=true", "train.log_every=2", "data.root=/x"]

@@ -20,6 +20,8 @@ import torch
 from omegaconf import OmegaConf
 
 from ...data import DatasetNotFound, load
+from .. import files
+from ..files import UnsafeFile
 from ..reporting.diagnostics import diagnose
 from ..run.builder import UsageError, build, load_run
 from ..run.checkpoints import CheckpointError
@@ -37,6 +39,24 @@ def fresh_config(solver: str, data: str, depth: int, dim: int | None) -> dict[st
     if dim is not None:
         overrides.append(f"model.dim={dim}")
     return OmegaConf.to_container(compose(overrides), resolve=True)
+
+
+_BAD_INPUT = (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, FileNotFoundError, UnsafeFile)
+
+
+def check_out(out: Path, default: bool) -> None:
+    """The figures' folder must be a folder or a path where one can be made (a file there or above it is a one-line
+    :class:`UsageError`), and nothing in it is written through a link: a ``diagnostics`` folder inside a run that is
+    a link, or an entry of the folder that is one, is a one-line :class:`~odeformer.app.files.UnsafeFile`."""
+    if default:
+        files.refuse_links(out.parent, [out.name])
+    for folder in (out, *out.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise UsageError(f"--out {out} cannot be made: {folder} is a file, not a folder.")
+            break
+    if out.is_dir():
+        files.refuse_links(out, sorted(p.name for p in out.iterdir()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.runs and not args.fresh:
         parser.error("give run directories, or --fresh SOLVER [SOLVER ...]")
+    if args.batch < 1:
+        print(f"odeformer-diagnose: error: --batch must be at least 1 (items), got {args.batch}.", file=sys.stderr)
+        return 2
     try:
+        out = args.out or (args.runs[0] / "diagnostics" if args.runs else Path("outputs") / "diagnostics")
+        check_out(out, default=args.out is None)
         runs = []
         for run_dir in args.runs:
             data, model, record = load_run(run_dir, args.checkpoint, stepper=args.stepper)
@@ -74,9 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.manual_seed(args.seed)
             data, model, _ = build(fresh_config(solver, args.data, args.depth, args.dim))
             runs.append((f"{solver} (depth {args.depth}, init)", data, model))
-        out = args.out or (args.runs[0] / "diagnostics" if args.runs else Path("outputs") / "diagnostics")
         diagnose(runs, out, args.batch)
-    except (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, FileNotFoundError) as error:
+    except _BAD_INPUT as error:
         print(f"odeformer-diagnose: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -29,7 +29,6 @@ import errno
 import json
 import os
 import re
-import shutil
 import signal
 import sys
 from collections.abc import Iterator
@@ -47,6 +46,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ...data import DatasetNotFound
+from .. import files
+from ..files import UnsafeFile
 from ..reporting.tables import sweep_table
 from ..run import launch
 from ..run.builder import UsageError
@@ -277,6 +278,7 @@ def check_command_line(argv: list[str]) -> None:
             continue
         first[i] = f"{o.input_line.split('=', 1)[0]}={values[0]}"
     plain = [o for o in first if o is not None]
+    _check_output_subdir(plain)
     _check_out_dir(compose(plain), multirun=any(a in ("-m", "--multirun") for a in argv))
     for i, o in sweeps:
         for value in (_sweep_values(o) or [])[1:]:
@@ -297,14 +299,30 @@ def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
     path = Path(str(cfg.train.out_dir)).expanduser()
     if os.environ.get("RANK", "0") == "0":  # torchrun's other ranks start beside rank 0, which holds the lock
         try:
-            check_not_locked(path)
-        except RunDirectoryBusy as error:
-            raise UsageError(str(error)) from None
+            check_not_locked(path)  # also refuses a run directory whose entries are links
+        except RunDirectoryError as error:
+            raise UsageError(" ".join(str(error).split())) from None
     for folder in (path, *path.parents):
         if folder.exists():
             if not folder.is_dir():
                 raise UsageError(f"train.out_dir={path} cannot be made: {folder} is a file, not a folder.")
             return
+
+
+def _check_output_subdir(overrides: list[str]) -> None:
+    """``hydra.output_subdir`` (where Hydra writes this invocation's config snapshot, which a refused command removes
+    again) must be a relative path that stays inside the run directory: an absolute one, or one that climbs out of
+    it (``..``), is a one-line error before anything is written."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") != "hydra.output_subdir" or value in ("", "null", "None"):
+            continue
+        parts = Path(value).parts
+        if Path(value).is_absolute() or value.startswith("~") or ".." in parts or not parts or parts == (".",):
+            raise UsageError(
+                f"hydra.output_subdir={value} is refused: the config snapshot is written inside train.out_dir, so "
+                "give a relative path below it (the default is .hydra/<date>_<time>), or null for none."
+            )
 
 
 def _sweep_values(override: Any) -> list[str] | None:
@@ -336,11 +354,16 @@ class SweepSummary(Callback):
         if not sweep_dir.is_dir():
             return
         markdown, rows = sweep_table(sweep_dir)
-        (sweep_dir / "summary.md").write_text(markdown)
-        (sweep_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+        try:  # never through a link planted in the sweep directory
+            files.write_text(sweep_dir / "summary.md", markdown)
+            files.write_text(sweep_dir / "summary.json", json.dumps(rows, indent=2) + "\n")
+        except UnsafeFile as error:
+            print(f"odeformer-train: error: {' '.join(str(error).split())}", file=sys.stderr)
         print(f"\n{markdown}\nsweep summary: {sweep_dir / 'summary.md'}")
 
 
+_BAD_INPUT = (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError, UnsafeFile)
+"""What a run refuses in one line and exit code 2."""
 _FAILED_JOBS: list[int] = []  # exit codes of the sweep's jobs that failed (a sweep goes on past them)
 
 
@@ -359,7 +382,7 @@ def _main(cfg: DictConfig) -> None:
     except RunDirectoryBusy as error:  # another process took the lock after this command checked it
         # the snapshot folder is named to the second, so it may be the other run's too: it is left as it is
         _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep, record=False)
-    except (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError) as error:
+    except _BAD_INPUT as error:
         if os.environ.get("ODEFORMER_DEBUG"):
             raise
         if _written(out_dir) == before and not sweep:  # refused before training: the command leaves no trace
@@ -403,7 +426,8 @@ def _failed(cfg: DictConfig, out_dir: Path, error: str, code: int, sweep: bool, 
         "depth": OmegaConf.select(cfg, "model.depth"),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with contextlib.suppress(UnsafeFile):  # a link planted there: the failure is reported above, nothing written
+        files.write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
 
 
 def _written(out_dir: Path) -> dict[str, tuple[int, int]]:
@@ -412,17 +436,38 @@ def _written(out_dir: Path) -> dict[str, tuple[int, int]]:
     return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in files}
 
 
+SNAPSHOT_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+"""What Hydra writes into ``hydra.output_subdir`` for one invocation."""
+
+
 def _forget_snapshot(out_dir: Path, subdir: str | None) -> None:
-    """Remove the config snapshot Hydra wrote for this invocation (``.hydra/<date>_<time>/``), and the folders left
-    empty by it: a command refused before it trains leaves the run directory as it was, and the snapshots kept are
-    those of commands that ran."""
+    """Remove the config snapshot Hydra wrote for this invocation (the files :data:`SNAPSHOT_FILES` of
+    ``.hydra/<date>_<time>/``), and the folders left empty by it up to ``out_dir``: a command refused before it trains
+    leaves the run directory as it was, and the snapshots kept are those of commands that ran. Nothing else is
+    removed: a file the snapshot folder holds besides these, a folder that is not inside ``out_dir`` (an
+    ``output_subdir`` that climbs out, or a link on the way), or a link in the snapshot's place are all left alone."""
     if not subdir:
         return
-    snapshot = out_dir / subdir
-    shutil.rmtree(snapshot, ignore_errors=True)
-    for folder in (snapshot.parent, out_dir):
-        with contextlib.suppress(OSError):  # not empty: an earlier invocation's snapshots, or a run
-            folder.rmdir()
+    root = Path(os.path.realpath(out_dir))
+    snapshot = Path(out_dir) / subdir
+    if os.path.islink(snapshot):
+        return
+    real = Path(os.path.realpath(snapshot))
+    if real == root or root not in real.parents:
+        return
+    for name in SNAPSHOT_FILES:
+        with contextlib.suppress(OSError):
+            if not os.path.islink(real / name):
+                (real / name).unlink()
+    folder = real
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()  # not empty: an earlier invocation's snapshots, a file of someone's, or a run
+        except OSError:
+            return
+        folder = folder.parent
+    with contextlib.suppress(OSError):
+        root.rmdir()
 
 
 def main() -> None:

@@ -9,6 +9,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .. import files
+
 
 def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path:
     """A run's curves (``curves.png``): training loss and validation metrics against step, from its
@@ -30,7 +32,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path:
     if right.lines:
         right.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    files.replace(Path(path), lambda f: fig.savefig(f, dpi=100, format="png"))  # never through a link
     plt.close(fig)
     return path
 
@@ -57,7 +59,7 @@ def accuracy_plot(title: str, columns: list[str], cells: dict[str, dict[str, lis
     ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    files.replace(Path(path), lambda f: fig.savefig(f, dpi=110, format="png"))  # never through a link
     plt.close(fig)
 
 
@@ -101,5 +103,5 @@ def coefficient_plot(
         ax.legend(fontsize=6)
     fig.suptitle(title.split(":")[0], fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    files.replace(Path(path), lambda f: fig.savefig(f, dpi=110, format="png"))  # never through a link
     plt.close(fig)

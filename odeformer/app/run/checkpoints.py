@@ -3,7 +3,8 @@
 A checkpoint is a ``dict`` saved with ``torch.save`` and read back by :func:`load_checkpoint`, the package's one
 checkpoint reader, with ``weights_only=True``: tensors and plain values only, never a pickled object that could run
 code (a file naming any other global is refused in one line). Its ``format`` key names this layout. A write goes to a
-temporary file that is renamed over the old one, so a reader or a kill sees the old checkpoint or the new one, never
+temporary file created exclusively beside it (never through a link planted there, :mod:`odeformer.app.files`) that
+is renamed over the old one, so a reader or a kill sees the old checkpoint or the new one, never
 half of one; a full disk is one line and leaves the previous checkpoint as it was.
 """
 
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from .. import files
 
 FORMAT = "odeformer-checkpoint-2"
 """The layout this version writes: the run record under ``run_record``."""
@@ -38,15 +40,11 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     A full disk is a one-line :class:`CheckpointWriteError`; the half-written temporary file is removed and the
     previous checkpoint left as it was."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
+        files.replace(path, lambda f: torch.save(payload, f))
     except (OSError, RuntimeError) as error:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        if isinstance(error, files.UnsafeFile):
+            raise
         if _disk_full(error):
             kept = "the previous checkpoint is intact" if path.exists() else "no earlier checkpoint was there"
             raise CheckpointWriteError(
@@ -58,7 +56,9 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
                 f"{'the previous checkpoint is intact' if path.exists() else 'nothing was written'}."
             ) from None
         raise
-    os.replace(tmp, path)
+    for stale in files.stale_temporaries(path):  # what a write killed mid-way left (the run's lock is held)
+        with contextlib.suppress(OSError):
+            stale.unlink()
 
 
 def _disk_full(error: BaseException) -> bool:
@@ -80,12 +80,41 @@ def error_text(error: BaseException, doing: str) -> str:
     return f"{type(error).__name__}: {text[:160]}" if text else f"{type(error).__name__} while {doing}"
 
 
+def _check_archive(path: Path) -> None:
+    """Refuse, before ``torch.load`` allocates anything, a checkpoint whose zip directory declares a record that is
+    compressed (``torch.save`` writes every record stored as it is, so a compressed one is not torch's: a few
+    megabytes can inflate to gigabytes) or whose sizes exceed the file's own size. A file that is not a zip archive
+    (or none at all) is left to ``torch.load``, whose error is reported as it is."""
+    import zipfile
+
+    try:
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as archive:
+            records = archive.infolist()
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return
+    for info in records:
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError(
+                f"{path} holds a compressed record ({info.filename!r}), which a checkpoint written by torch.save never "
+                "does; it was not loaded (it could inflate to any size). Use a checkpoint written by odeformer-train."
+            )
+        if info.file_size > size or info.compress_size > size or info.header_offset > size:
+            raise CheckpointError(
+                f"{path} declares a record ({info.filename!r}) of {info.file_size} bytes in a file of {size}; it was "
+                "not loaded. Use a checkpoint written by odeformer-train."
+            )
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint with ``weights_only=True`` (never unpickles code): the package's one checkpoint reader.
 
-    A file that names a global a checkpoint never holds (``os.system``, a class of someone's) is refused without
-    running anything; a truncated, empty or foreign file is a one-line :class:`CheckpointError` naming the file."""
+    A file whose zip records are compressed or larger than the file is refused before anything is allocated
+    (:func:`_check_archive`). A file that names a global a checkpoint never holds (``os.system``, a class of
+    someone's) is refused without running anything; a truncated, empty or foreign file is a one-line
+    :class:`CheckpointError` naming the file."""
     path = Path(path)
+    _check_archive(path)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:

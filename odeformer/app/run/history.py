@@ -16,13 +16,15 @@ from typing import Any
 
 import torch
 
+from .. import files
+
 HISTORY = "history.jsonl"  # what happened to a run beyond its metrics: a stop for divergence, a resume's changes
 
 
 def record(out_dir: Path, event: dict[str, Any]) -> None:
     """Append ``event`` (with the time) to the run's ``history.jsonl``."""
     row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), **event}
-    with open(Path(out_dir) / HISTORY, "a") as f:
+    with files.append(Path(out_dir) / HISTORY) as f:
         f.write(json.dumps(row, default=str) + "\n")
 
 

@@ -1,7 +1,8 @@
 """One writer per run directory: a lock that a killed run cannot leave held.
 
 A run directory holds at most one run and one process writing it (:func:`lock_run_directory`); a second command
-asking for it is told, in one line, which process holds it, before it writes anything.
+asking for it is told, in one line, which process holds it, before it writes anything. A run directory whose entries
+are links is refused in one line before anything is read or written (:func:`refuse_planted_links`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,26 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from .. import files
 from .checkpoints import error_text
 
 LOCK = ".lock"  # the run directory's lock file: the PID of the process writing the run
+RUN_ENTRIES = (
+    LOCK,
+    "last.pt",
+    "best.pt",
+    "last.pt.tmp",
+    "best.pt.tmp",
+    "metrics.jsonl",
+    "history.jsonl",
+    "summary.json",
+    "curves.png",
+    "tensorboard",
+    "previous",
+    "diagnostics",
+    ".hydra",
+)
+"""The entries of a run directory the package reads or writes: none of them may be a link."""
 
 
 class RunDirectoryError(RuntimeError):
@@ -23,6 +41,20 @@ class RunDirectoryError(RuntimeError):
 class RunDirectoryBusy(RunDirectoryError):
     """Another process holds the run directory's lock."""
 
+
+def refuse_planted_links(out_dir: Path) -> None:
+    """A run directory whose entries (:data:`RUN_ENTRIES`, and the temporaries a killed checkpoint write left) are
+    links is refused, in one line naming the link, before anything is read or written: a link planted there would
+    otherwise have a run write into (or read from) whatever it points to. The directory itself may be a link."""
+    out_dir = Path(out_dir)
+    try:
+        temporaries = [p.name for p in out_dir.glob("*.tmp")]
+    except OSError:
+        temporaries = []
+    try:
+        files.refuse_links(out_dir, [*RUN_ENTRIES, *temporaries])
+    except files.UnsafeFile as error:
+        raise RunDirectoryError(str(error)) from None
 
 
 @contextlib.contextmanager
@@ -35,6 +67,7 @@ def lock_run_directory(out_dir: Path) -> Iterator[None]:
     release."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    refuse_planted_links(out_dir)
     path = out_dir / LOCK
     fd = _acquire(path)
     try:
@@ -49,11 +82,12 @@ def lock_run_directory(out_dir: Path) -> Iterator[None]:
 def check_not_locked(out_dir: Path) -> None:
     """Raise :class:`RunDirectoryBusy` if a live process holds ``out_dir``'s lock; create nothing (a command checks
     this before Hydra writes its config snapshot into the directory; the lock itself is taken when the run starts)."""
+    refuse_planted_links(out_dir)
     path = Path(out_dir) / LOCK
     try:
         import fcntl
 
-        fd = os.open(path, os.O_RDONLY)
+        fd = files.open_nofollow(path, os.O_RDONLY)
     except (ImportError, OSError):  # no lock file (or no flock): nothing holds it
         return
     try:
@@ -74,7 +108,9 @@ def _acquire(path: Path) -> int:
         fcntl = None
     for _ in range(100):  # another process may unlink the file between our open and our lock: retry on a new one
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = files.open_nofollow(path, os.O_RDWR | os.O_CREAT)
+        except files.UnsafeFile as error:
+            raise RunDirectoryError(str(error)) from None
         except OSError as error:
             raise RunDirectoryError(f"cannot take the lock {path} ({error_text(error, 'opening it')}).") from None
         try:

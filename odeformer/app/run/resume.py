@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from .checkpoints import CheckpointError, load_checkpoint
@@ -86,6 +87,7 @@ def check_run_directory(
         )
     if resume and config is not None:
         payload = load_checkpoint(last)
+        check_resumable(last, payload)
         where = non_finite(payload)
         if where is not None:
             raise CheckpointError(
@@ -94,6 +96,69 @@ def check_run_directory(
             )
         return check_resume_config(out_dir, payload, config)
     return []
+
+
+def check_resumable(last: Path, payload: dict[str, Any]) -> None:
+    """The training state ``last.pt`` holds besides its weights, checked before a resume restores it: ``step`` an
+    integer of at least 0, ``wall`` a finite number of at least 0, ``best_step`` none or an integer in
+    ``[0, step]``, ``best_val`` none or finite, the RNG state a byte tensor of torch's own length, and the sampler's
+    generator state of a generator's length, its ``order`` a one-dimensional integer tensor holding a permutation of
+    ``0 .. len(order) - 1`` and its ``position`` an integer in ``[0, len(order)]`` (at least 0 before the first
+    epoch, whose order is still empty). Anything else is a one-line :class:`CheckpointError` naming ``last.pt`` and the
+    key."""
+
+    def bad(key: str, allowed: str, value: Any) -> CheckpointError:
+        shown = f"a {type(value).__name__}" if isinstance(value, (torch.Tensor, dict, list, tuple)) else repr(value)
+        return CheckpointError(
+            f"{last} cannot be resumed: its {key} must be {allowed}, not {shown[:60]}; move it away or start a new run."
+        )
+
+    def integer(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def real(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    def state(value: Any, like: torch.Tensor) -> bool:
+        return isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.shape == like.shape
+
+    step = payload.get("step")
+    if not integer(step) or step < 0:
+        raise bad("step", "an integer of at least 0", step)
+    wall = payload.get("wall", 0.0)
+    if not real(wall) or wall < 0:
+        raise bad("wall", "a finite number of seconds of at least 0", wall)
+    best_step, best_val = payload.get("best_step"), payload.get("best_val")
+    if best_step is not None and (not integer(best_step) or not 0 <= best_step <= step):
+        raise bad("best_step", f"none or an integer from 0 to the step ({step})", best_step)
+    if best_val is not None and not real(best_val):
+        raise bad("best_val", "none or a finite number", best_val)
+    rng = payload.get("rng")
+    if not isinstance(rng, dict) or not state(rng.get("torch"), torch.get_rng_state()):
+        raise bad("rng.torch", f"torch's RNG state ({torch.get_rng_state().numel()} bytes)", rng)
+    sampler = payload.get("sampler")
+    if sampler is None:
+        return
+    if not isinstance(sampler, dict):
+        raise bad("sampler", "none or a sampler's state", sampler)
+    if "generator" in sampler and not state(sampler["generator"], torch.Generator().get_state()):
+        raise bad("sampler.generator", "a generator's state", sampler["generator"])
+    if "position" in sampler:
+        order = sampler.get("order")
+        if order is not None and (
+            not isinstance(order, torch.Tensor) or order.dim() != 1 or order.is_floating_point() or order.is_complex()
+        ):
+            raise bad("sampler.order", "none or a one-dimensional integer tensor", order)
+        length = order.numel() if order is not None else 0
+        if length and (int(order.min()) < 0 or int(order.max()) >= length):  # a permutation of 0 .. n-1
+            raise bad(
+                "sampler.order",
+                f"a permutation of 0 to {length - 1}",
+                f"indices {int(order.min())} to {int(order.max())}",
+            )
+        position = sampler["position"]
+        if not integer(position) or position < 0 or (length and position > length):
+            raise bad("sampler.position", f"an integer from 0 to the order's length ({length})", position)
 
 
 def config_differences(stored: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -133,7 +198,9 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
                 raise RunDirectoryError(
                     f"after the divergence at step {diverged['step']}, a resume may lower train.lr (the run's is "
                     f"{old}), not raise it to {new}; resume with train.lr below {old}: "
-                    + resume_command(out_dir, run_overrides(out_dir, payload), f"train.lr={_lower(old)}")
+                    + resume_command(
+                        out_dir, own_overrides(run_overrides(out_dir, payload) or [])[0], f"train.lr={_lower(old)}"
+                    )
                 )
         differences = [d for d in differences if d[0] not in AFTER_DIVERGENCE]
     if not differences:
@@ -144,7 +211,14 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
     if overrides is None:
         how = "the overrides it was started with"
     else:
-        how = "its own overrides: " + resume_command(out_dir, overrides)
+        kept, dropped = own_overrides(overrides)
+        left = (
+            f"; {dropped} stored override{'s' if dropped > 1 else ''} that {'are' if dropped > 1 else 'is'} not one "
+            "of the package's own settings (or that names a module) left out, add your own"
+            if dropped
+            else ""
+        )
+        how = f"its own overrides, as {last} stores them{left}: " + resume_command(out_dir, kept)
     may = ", ".join(RESUME_MAY_CHANGE + (AFTER_DIVERGENCE if diverged is not None else ()))
     raise RunDirectoryError(
         f"train.resume=true continues the run in {out_dir} with its own config, but this command changes {shown}"
@@ -176,6 +250,36 @@ def _lower(lr: Any) -> str:
 
 def _show(value: Any) -> str:
     return repr(value) if isinstance(value, str) and not value else str(value)
+
+
+_OWN_KEY = re.compile(r"^(experiment|solver|model|data|train)(\.[A-Za-z_]\w*)*$")
+_NAMES_CODE = re.compile(r"^solver\.stepper$|^solver$")
+
+
+def own_overrides(overrides: list[str]) -> tuple[list[str], int]:
+    """The overrides among ``overrides`` (read from a file) that set the package's own groups and keys — a
+    ``solver``, ``model``, ``data``, ``train`` or ``experiment`` choice or key, a ``+solver.options.<key>`` — with a
+    plain value, and how many others were left out: a ``hydra.…`` key, a ``+``/``~`` on anything else, a value that
+    interpolates (``${…}``), and a module named as a scheme (``solver.stepper=mod.Class``, ``solver=mod.Class``:
+    naming a module runs it, so a file never chooses one for a command it prints)."""
+    kept, dropped = [], 0
+    for override in overrides:
+        key, sep, value = str(override).partition("=")
+        plain = key.lstrip("+")
+        allowed = (
+            sep
+            and not key.startswith("~")
+            and (key == plain or (key == "+" + plain and plain.startswith("solver.options.")))
+            and _OWN_KEY.match(plain)
+            and "${" not in value
+            and "\n" not in value
+            and not (_NAMES_CODE.match(plain) and "." in value)
+        )
+        if allowed:
+            kept.append(str(override))
+        else:
+            dropped += 1
+    return kept, dropped
 
 
 def run_overrides(out_dir: Path, payload: dict[str, Any]) -> list[str] | None:
