@@ -342,3 +342,19 @@ def test_a_resume_from_a_negative_step_is_one_line(finished, tmp_path):
     done = cli_in_process(*own, f"train.out_dir={hydra_quote(str(out))}", "train.resume=true", "train.max_steps=6")
     assert "its step must be an integer of at least 0, not -5" in _line(done, 2)
     assert _tree(out) == before
+
+
+def test_an_optimiser_state_of_another_shape_is_one_line_naming_the_key(finished, tmp_path):
+    """Adam moments that do not fit the model's parameters are refused before anything is restored, naming last.pt
+    and the entry, rather than trained on (or reported later as a divergence)."""
+    out = _copy(finished, tmp_path / "run")
+    payload = load_checkpoint(out / "last.pt")
+    moments = payload["optimizer"]["state"][0]
+    moments["exp_avg"] = torch.zeros(*moments["exp_avg"].shape, 2)
+    save_checkpoint(out / "last.pt", payload)
+    own = [o for o in payload[RUN_RECORD]["overrides"] if not o.startswith("train.out_dir=")]
+    before = _tree(out)
+    done = cli_in_process(*own, f"train.out_dir={hydra_quote(str(out))}", "train.resume=true", "train.max_steps=12")
+    line = _line(done, 2)
+    assert "last.pt" in line and "optimizer.state[0].exp_avg has shape" in line
+    assert _tree(out) == before

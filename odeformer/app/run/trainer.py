@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ...data import TaskData
+from .. import files
 from ..reporting.plots import plot_curves
 from .checkpoints import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from .config import TrainConfig
@@ -230,6 +231,7 @@ class Trainer:
         }
 
     def restore(self, payload: dict[str, Any]) -> None:
+        self._check_optimizer_state(payload.get("optimizer"))
         try:
             self.model.load_state_dict(payload["model"])
             self.optimizer.load_state_dict(payload["optimizer"])
@@ -250,6 +252,25 @@ class Trainer:
         if any(base != self.loop.lr for base in self.scheduler.base_lrs):
             self._rescale_lr()
         self._restore_best(payload)
+
+    def _check_optimizer_state(self, state: Any) -> None:
+        """The optimiser state ``last.pt`` holds fits this model: each parameter's moments have its shape (a state
+        of another shape would train on as garbage, or fail later as a divergence)."""
+        where = self.out_dir / "last.pt"
+        if not isinstance(state, dict) or not isinstance(state.get("state"), dict):
+            raise CheckpointError(f"{where}: optimizer is not an optimiser state (a mapping with 'state').")
+        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        for index, moments in state["state"].items():
+            if not isinstance(index, int) or not 0 <= index < len(parameters) or not isinstance(moments, dict):
+                raise CheckpointError(f"{where}: optimizer.state has an entry {index!r} for no parameter here.")
+            for key, value in moments.items():
+                if key == "step" or not isinstance(value, Tensor):
+                    continue
+                if value.shape != parameters[index].shape:
+                    raise CheckpointError(
+                        f"{where}: optimizer.state[{index}].{key} has shape {tuple(value.shape)}, its parameter "
+                        f"{tuple(parameters[index].shape)}; resume with the run's own config."
+                    )
 
     def _rescale_lr(self) -> None:
         """A resume after a divergence with another ``train.lr``: the schedule continues from the restored step,
@@ -290,7 +311,7 @@ class Trainer:
     def _log(self, row: dict[str, Any]) -> None:
         if not self.main:
             return
-        with open(self.out_dir / "metrics.jsonl", "a") as f:
+        with files.append(self.out_dir / "metrics.jsonl") as f:  # never through a link planted meanwhile
             f.write(json.dumps(row) + "\n")
         if self.writer is not None:
             for key, value in row.items():
@@ -303,7 +324,7 @@ class Trainer:
         path = self.out_dir / "metrics.jsonl"
         if self.main and path.exists():
             rows = [json.dumps(row) for row in read_metrics(self.out_dir) if row["step"] <= self.step]
-            path.write_text("".join(row + "\n" for row in rows))
+            files.write_text(path, "".join(row + "\n" for row in rows))
 
     def _clear_logs(self) -> None:
         """On a fresh start, move aside what a run killed before its first ``last.pt`` left (``check_run_directory``
@@ -564,7 +585,7 @@ class Trainer:
             summary["rank_checksums"] = checksums
         if status == "interrupted":
             summary["signal"] = self.stop_signal
-        (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        files.write_text(self.out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         plot_curves(list(read_metrics(self.out_dir)), self.out_dir / "curves.png")
         return summary
 
