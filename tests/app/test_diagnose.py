@@ -36,7 +36,7 @@ def test_diagnose_trained_runs_one_curve_per_solver(two_runs, tmp_path):
         assert "=" in record["definition"] and record["units"] and record["y_scale"] in ("log", "linear")
         assert record["axis"].startswith("layer index")
         curves = record["runs"]
-        assert len(curves) == 2 and any("diffusion" in k for k in curves) and any("full_wave" in k for k in curves)
+        assert set(curves) == {"diffusion", "full_wave"}  # labelled by what the runs differ in, not their folders
         layers = [0, 1, 2, 3] if measure in per_state else [1, 2, 3]
         assert all(c["layers"] == layers and len(c["values"]) == len(layers) for c in curves.values())
     assert json.loads((out / "dirichlet_normalised.json").read_text())["units"] == "dimensionless"
@@ -81,9 +81,13 @@ def test_log_axes_label_only_readable_major_ticks(low, high, labels):
 
 
 @pytest.mark.slow  # two CLI trainings in its fixture: kept out of the default suite's 10 minutes
-def test_diagnose_defaults_to_the_run_directory(two_runs):
+def test_diagnose_defaults_to_the_run_directory(two_runs, tmp_path, monkeypatch):
     assert main([str(two_runs / "full_wave")]) == 0
     assert (two_runs / "full_wave" / "diagnostics" / "cosine.json").exists()
+    monkeypatch.chdir(tmp_path)  # several runs: a comparison of them belongs to none, so not into the first's folder
+    assert main([str(two_runs / "diffusion"), str(two_runs / "full_wave")]) == 0
+    assert (tmp_path / "outputs" / "diagnostics" / "cosine.json").exists()
+    assert not (two_runs / "diffusion" / "diagnostics").exists()
 
 
 @pytest.mark.parametrize("data", ["digits", "synthetic"])

@@ -23,6 +23,7 @@ from ...data import DatasetNotFound, load
 from .. import files
 from ..files import UnsafeFile
 from ..reporting.diagnostics import diagnose
+from ..reporting.labels import run_labels
 from ..run.builder import UsageError, build, load_run
 from ..run.checkpoints import CheckpointError
 from ..run.identity import default_model
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=None,
-        help="output folder (default: <first run>/diagnostics, or outputs/diagnostics)",
+        help="output folder (default: <run>/diagnostics for one run, else outputs/diagnostics)",
     )
     args = parser.parse_args(argv)
     if not args.runs and not args.fresh:
@@ -89,12 +90,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"odeformer-diagnose: error: --batch must be at least 1 (items), got {args.batch}.", file=sys.stderr)
         return 2
     try:
-        out = args.out or (args.runs[0] / "diagnostics" if args.runs else Path("outputs") / "diagnostics")
+        # one run's figures beside it; a comparison of several belongs to none of them
+        alone = len(args.runs) == 1 and not args.fresh
+        out = args.out or (args.runs[0] / "diagnostics" if alone else Path("outputs") / "diagnostics")
         check_out(out, default=args.out is None)
-        runs = []
+        runs, configs = [], []
         for run_dir in args.runs:
             data, model, record = load_run(run_dir, args.checkpoint, stepper=args.stepper)
-            runs.append((f"{record['solver']} (depth {record['depth']}) {run_dir.name}", data, model))
+            runs.append((run_dir.name, data, model))
+            configs.append(record.get("config") if isinstance(record.get("config"), dict) else None)
+        labels = run_labels(configs, [run_dir.name for run_dir in args.runs])  # what the runs differ in
+        runs = [(label, data, model) for label, (_, data, model) in zip(labels, runs)]
         for solver in args.fresh or []:
             torch.manual_seed(args.seed)
             data, model, _ = build(fresh_config(solver, args.data, args.depth, args.dim))
