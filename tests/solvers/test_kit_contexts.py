@@ -11,7 +11,9 @@ import torch
 
 import solvers
 from solvers import AbstractStepper, PhaseState, integrate
-from solvers.testing import check_evals
+from solvers.testing import check_evals, check_reversible, check_stepper, check_symplectic
+from solvers.testing import thresholds as th
+from solvers.testing.protocol import float32_allowance
 
 
 class _Counting:
@@ -80,3 +82,48 @@ def test_the_kit_rejects_fsal_lost_on_tensor_times():
 
 def test_the_kit_passes_velocity_verlet_with_tensor_times():
     check_evals(solvers.VelocityVerlet, examples=20)
+
+
+# -- no false alarms: geometric claims are judged relative to what a step reaches ----------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["Yoshida4", "ForestRuth", "VelocityVerlet", "PEFRL", "Omelyan4"])
+def test_correct_compositions_pass_the_thorough_geometric_checks(name):
+    """Compositions with large sub-steps (weights 1.35 and -1.70) grow the cubic force's state 10² to 10¹⁰ times at
+    dt 0.5 to 1; judged against the starting state their honest round trips failed at ``examples=200``."""
+    cls = getattr(solvers, name)
+    check_reversible(cls, examples=200)
+    check_symplectic(cls, examples=200)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["Yoshida4", "ForestRuth"])
+def test_the_whole_thorough_kit_passes_far_reaching_compositions(name):
+    check_stepper(getattr(solvers, name), examples=200)
+
+
+def test_a_round_trip_is_judged_relative_to_the_magnitude_the_steps_reach():
+    """A drawn point that blows the state up is redrawn; a judged one is relative to the largest state reached, so
+    a scheme whose inverse is off by a fixed fraction of that is still rejected."""
+
+    class _Lossy(solvers.VelocityVerlet):
+        def inverse(self, field, t, y1, dt):
+            y = super().inverse(field, t, y1, dt)
+            return PhaseState(y.x * (1 + 1e-9), y.v)
+
+    with pytest.raises(AssertionError, match="relative to the largest magnitude the steps reach"):
+        check_reversible(_Lossy, examples=20)
+
+
+@pytest.mark.parametrize(
+    ("name", "smallest"),
+    [("Euler", th.FLOAT32_UNITS), ("RK4", th.FLOAT32_UNITS_PER_TERM * 4 * 3), ("Yoshida4", None)],
+)
+def test_the_float32_allowance_follows_the_schemes_arithmetic(name, smallest):
+    allowed = float32_allowance(getattr(solvers, name)())
+    assert allowed >= th.FLOAT32_UNITS
+    if smallest is not None:
+        assert allowed == smallest
+    else:  # weights near 2 and four kicks round more than Euler
+        assert allowed > float32_allowance(solvers.Euler())
