@@ -34,6 +34,9 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
   instance's learnable parameters, equals difference quotients; every learnable parameter gets a non-zero gradient.
 - :func:`check_precision`: a float32 step agrees with the float64 step from the same state to ``FLOAT32_UNITS``
   float32 rounding units.
+- :func:`check_contexts`: a step is the same in every drawn context (float64 or float32; autograd off, on with a
+  state that requires grad, or ``inference_mode``; a plain function or an ``nn.Module`` field) as in the reference
+  (float64, no grad, a plain function): the same evaluation count at every carried step, the same result to rounding.
 - :func:`check_evals`: each step evaluates the field ``evals_per_step`` times (``- 1`` on a repeated field if
   ``fsal``; the first steps as ``startup_evals`` says), at abscissae ``c`` (times ``t + c dt``) that are the same at
   every ``dt``.
@@ -76,6 +79,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 from .._base import AbstractStepper
 from . import thresholds as th
 from ._common import _instance, _name, reachable_tensors
+from .contexts import CONTEXTS, REFERENCE, Context, check_contexts
 from .evals import RecordingField, check_evals
 from .geometry import check_reversible, check_symplectic
 from .layers import check_layer, check_layer_protocol
@@ -120,7 +124,11 @@ __all__ = [
     "anharmonic_problem",
     "anharmonic_problems",
     "block_problem",
+    "check_contexts",
     "check_evals",
+    "CONTEXTS",
+    "REFERENCE",
+    "Context",
     "check_gradients",
     "check_layer",
     "check_layer_protocol",
@@ -195,6 +203,7 @@ def check_stepper(
         raise AssertionError(f"{name} declares startup_evals, which only a multistep scheme has (it builds a history).")
     report: dict[str, Any] = {"protocol": check_protocol(stepper, dim, examples)}
     check_evals(stepper, dim=dim, examples=examples)
+    report["contexts"] = check_contexts(stepper, dim, examples)
     report["precision"] = check_precision(stepper, dim, examples)
     check_gradients(stepper, dim, examples)
     if stepper.order == 0:

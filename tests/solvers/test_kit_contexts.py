@@ -11,7 +11,15 @@ import torch
 
 import solvers
 from solvers import AbstractStepper, PhaseState, integrate
-from solvers.testing import check_evals, check_reversible, check_stepper, check_symplectic
+from solvers.testing import (
+    CONTEXTS,
+    REFERENCE,
+    check_contexts,
+    check_evals,
+    check_reversible,
+    check_stepper,
+    check_symplectic,
+)
 from solvers.testing import thresholds as th
 from solvers.testing.protocol import float32_allowance
 
@@ -127,3 +135,91 @@ def test_the_float32_allowance_follows_the_schemes_arithmetic(name, smallest):
         assert allowed == smallest
     else:  # weights near 2 and four kicks round more than Euler
         assert allowed > float32_allowance(solvers.Euler())
+
+
+# -- the execution context is drawn ----------------------------------------------------------------------------------
+
+
+class _ContextHeun(AbstractStepper, abstract=True):
+    """Heun's method that takes ``cheat`` (another path) where ``wrong_here`` says so; right everywhere else."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+
+    def wrong_here(self, field, y) -> bool:
+        raise NotImplementedError
+
+    def step(self, field, t, y, dt, state):
+        k1 = field(t, y)
+        if self.wrong_here(field, y):
+            return self.cheat(field, t, y, dt, k1), None
+        k2 = field(t + dt, y + dt * k1)
+        return y + 0.5 * dt * (k1 + k2), None
+
+    def cheat(self, field, t, y, dt, k1):  # Euler with a padding evaluation: the count stays right
+        field(t + dt, y)
+        return y + dt * k1
+
+
+class EulerUnderInference(_ContextHeun):
+    def wrong_here(self, field, y):
+        return torch.is_inference_mode_enabled()
+
+
+class ExtraEvalWithGrad(_ContextHeun):
+    def wrong_here(self, field, y):
+        return torch.is_grad_enabled()
+
+    def cheat(self, field, t, y, dt, k1):  # right result, one more evaluation
+        field(t, y)
+        k2 = field(t + dt, y + dt * k1)
+        return y + 0.5 * dt * (k1 + k2)
+
+
+class EulerOnModules(_ContextHeun):
+    def wrong_here(self, field, y):
+        return isinstance(field, torch.nn.Module)
+
+
+class NoiseInFloat32Training(_ContextHeun):
+    def wrong_here(self, field, y):
+        return torch.is_grad_enabled() and y.dtype == torch.float32
+
+    def cheat(self, field, t, y, dt, k1):  # the right step, plus a small Euler-like perturbation
+        k2 = field(t + dt, y + dt * k1)
+        return y + 0.5 * dt * (k1 + k2) + 1e-3 * dt * k1
+
+
+@pytest.mark.parametrize(
+    ("scheme", "message"),
+    [
+        (EulerUnderInference, r"step \(order 2\) in context \(float(32|64), inference_mode"),
+        (
+            ExtraEvalWithGrad,
+            r"evals_per_step = 2 but evaluated the field 3 times .* context \(float(32|64), enable_grad",
+        ),
+        (EulerOnModules, r"step \(order 2\) in context \(float(32|64), \w+, an nn.Module field\)"),
+        (NoiseInFloat32Training, r"step \(order 2\) in context \(float32, enable_grad, .*float32 rounding units"),
+    ],
+)
+def test_a_scheme_wrong_only_in_one_context_is_rejected_naming_the_claim_and_the_context(scheme, message):
+    # the other checks run float64, no grad, a plain function: there each fake is right
+    check_evals(scheme, examples=0)
+    with pytest.raises(AssertionError, match=message) as caught:
+        check_contexts(scheme, examples=60)
+    assert "counterexample:" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["Heun", "RK4", "VelocityVerlet", "BogackiShampine3", "Yoshida4"])
+def test_correct_schemes_step_the_same_in_every_context(name):
+    check_contexts(getattr(solvers, name), examples=40)
+
+
+def test_every_context_is_drawn():
+    modes = {(c.dtype, c.mode, c.field) for c in CONTEXTS}
+    assert {m for _, m, _ in modes} == {"no_grad", "enable_grad", "inference_mode"}
+    assert {f for _, _, f in modes} == {"function", "module"}
+    assert (torch.float32, "enable_grad", "module") in modes and REFERENCE.dtype == torch.float64
