@@ -67,7 +67,10 @@ inside a test of your own decorated with ``@given``: hypothesis refuses nested `
 
 from __future__ import annotations
 
+import random
 from typing import Any
+
+from hypothesis import settings
 
 try:
     import hypothesis  # noqa: F401 - the kit's claims are hypothesis properties
@@ -79,6 +82,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 from .._base import AbstractStepper
 from . import thresholds as th
 from ._common import _instance, _name, reachable_tensors
+from ._drawn import seeded
 from .contexts import CONTEXTS, REFERENCE, Context, check_contexts
 from .evals import RecordingField, check_evals
 from .geometry import check_reversible, check_symplectic
@@ -165,7 +169,10 @@ __all__ = [
 
 
 def check_stepper(
-    stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None, examples: int = th.EXAMPLES
+    stepper: AbstractStepper | type[AbstractStepper],
+    dim: int | None = None,
+    examples: int = th.EXAMPLES,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """Run every check the stepper's declarations call for; return what was measured.
 
@@ -174,7 +181,23 @@ def check_stepper(
     it where the stepper does not fix it). ``examples`` is how many instances each claim is checked on besides its
     fixed points (``EXAMPLES`` by default; more for a thorough run, and the order check a tenth of them, at least
     ``ORDER_EXAMPLES``).
+
+    ``seed`` fixes what is drawn (by default one is chosen: 0 under a derandomized hypothesis profile, else at
+    random); a failure names it with a one-line call that reproduces it. Draws keep no example database: no
+    ``.hypothesis/`` folder appears in the working directory.
     """
+    chosen = seed if seed is not None else (0 if settings.default.derandomize else random.randrange(2**32))
+    try:
+        with seeded(chosen):
+            return _check_stepper(stepper, dim, examples)
+    except AssertionError as error:
+        what = stepper if isinstance(stepper, type) else type(stepper)
+        call = f"check_stepper({what.__module__}.{what.__qualname__}, seed={chosen}"
+        call += (f", dim={dim}" if dim is not None else "") + f", examples={examples})"
+        raise AssertionError(f"{error}\n  seed {chosen}; reproduce with: {call}") from None
+
+
+def _check_stepper(stepper: AbstractStepper | type[AbstractStepper], dim: int | None, examples: int) -> dict[str, Any]:
     stepper = _instance(stepper)
     name = _name(stepper)
     for attr, kind in (

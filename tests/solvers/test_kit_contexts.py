@@ -223,3 +223,37 @@ def test_every_context_is_drawn():
     assert {m for _, m, _ in modes} == {"no_grad", "enable_grad", "inference_mode"}
     assert {f for _, _, f in modes} == {"function", "module"}
     assert (torch.float32, "enable_grad", "module") in modes and REFERENCE.dtype == torch.float64
+
+
+# -- reproducible for users ------------------------------------------------------------------------------------------
+
+
+def test_a_failure_names_the_seed_and_a_one_line_reproduction(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AssertionError) as caught:
+        check_stepper(EulerOnModules, seed=1234)
+    message = str(caught.value)
+    assert "seed 1234; reproduce with: check_stepper(" in message
+    assert "EulerOnModules, seed=1234, examples=" in message
+    assert not (tmp_path / ".hypothesis").exists()  # no example database in the working directory
+
+
+def _contexts_seeded(scheme, seed):
+    from solvers.testing._drawn import seeded
+
+    with seeded(seed):
+        check_contexts(scheme, examples=30)
+
+
+def test_the_same_seed_draws_the_same_counterexample():
+    messages = []
+    for _ in range(2):
+        with pytest.raises(AssertionError) as caught:
+            _contexts_seeded(NoiseInFloat32Training, 99)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+
+
+def test_a_correct_scheme_passes_under_any_seed():
+    for seed in (0, 7):
+        check_stepper(solvers.Heun, seed=seed)
