@@ -182,8 +182,9 @@ def check_symplectic(
     else the stepper's, else 2 and 3) at fixed random points, with learnable parameters at their start and moved;
     and, unless ``problem`` is given, at ``examples`` drawn points (:class:`Point`: oscillators or anharmonic ones of
     drawn width and magnitude, ``t``, ``dt`` of either sign with ``|dt|`` from 1e-3 to 1.5, parameters moved by up to
-    two standard normals). On the linear problems the energy error stays bounded over ``[0, T]`` at ``dt = 0.1`` and
-    falls like ``dt**order``."""
+    two standard normals). A step whose Jacobian exceeds ``BLOWN_UP`` (outside the scheme's stability interval) is
+    halved up to six times, and a drawn point still blown up is redrawn, not judged. On the linear problems the energy
+    error stays bounded over ``[0, T]`` at ``dt = 0.1`` and falls like ``dt**order``."""
     stepper = _instance(stepper)
     name = _name(stepper)
     width = dim if dim is not None else stepper_width(stepper)
@@ -318,7 +319,10 @@ def check_reversible(
     oscillators (without the largest ``dt``, where the cubic force makes a step lose every digit), with learnable
     parameters at their start and moved. Drawn (unless ``problem`` is given): ``examples`` :class:`Point` instances on
     those families at drawn width and magnitude, state, ``t``, ``dt`` of either sign (``|dt|`` up to 1, 0.5 on the cubic
-    force) and parameter moves. Return the largest relative defect."""
+    force) and parameter moves. A defect is relative to the largest magnitude the steps reach (the start, the
+    results and every state the field is evaluated at); a drawn point whose steps grow the state more than
+    ``BLOWN_UP`` times (outside the scheme's stability interval) is redrawn, not judged. Return the largest relative
+    defect."""
     stepper = _instance(stepper)
     name = _name(stepper)
     if stepper.multistep:
