@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, NamedTuple
 
+import torch
 from torch import Tensor
 
 from ._base import CLAIMS, AbstractStepper, Claims, axpy
@@ -44,7 +45,15 @@ class _Stage(NamedTuple):
 
 
 def _same_time(a: Any, b: Any) -> bool:
-    return a is b or (not isinstance(a, Tensor) and not isinstance(b, Tensor) and a == b)
+    """Whether two step times are the same: by value, also where either is a tensor (the loop over depth computes
+    each step's ``t`` afresh, so a 0-d tensor time or step size never gives back the object a step returned)."""
+    if a is b:
+        return True
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        return a == b
+    with torch.no_grad():
+        a, b = torch.as_tensor(a), torch.as_tensor(b)
+        return a.shape == b.shape and a.device == b.device and bool((a == b).all())
 
 
 def validate_rk(A: Any, b: Any, c: Any = None, exact: bool = False) -> tuple[tuple[tuple, ...], tuple, tuple]:

@@ -16,6 +16,7 @@ from torch import Tensor
 from ._base import AbstractStepper, PhaseState, axpy
 from ._composition import Splitting
 from ._registry import register_stepper
+from ._tableau import _same_time
 
 
 class _Force(NamedTuple):
@@ -23,10 +24,6 @@ class _Force(NamedTuple):
     t: Any
     x: Tensor
     a: Tensor
-
-
-def _same_time(a: Any, b: Any) -> bool:
-    return a is b or (not isinstance(a, Tensor) and not isinstance(b, Tensor) and a == b)
 
 
 @register_stepper("velocity_verlet", update="kick-drift-kick")

@@ -34,6 +34,9 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
   instance's learnable parameters, equals difference quotients; every learnable parameter gets a non-zero gradient.
 - :func:`check_precision`: a float32 step agrees with the float64 step from the same state to ``FLOAT32_UNITS``
   float32 rounding units.
+- :func:`check_contexts`: a step is the same in every drawn context (float64 or float32; autograd off, on with a
+  state that requires grad, or ``inference_mode``; a plain function or an ``nn.Module`` field) as in the reference
+  (float64, no grad, a plain function): the same evaluation count at every carried step, the same result to rounding.
 - :func:`check_evals`: each step evaluates the field ``evals_per_step`` times (``- 1`` on a repeated field if
   ``fsal``; the first steps as ``startup_evals`` says), at abscissae ``c`` (times ``t + c dt``) that are the same at
   every ``dt``.
@@ -64,7 +67,10 @@ inside a test of your own decorated with ``@given``: hypothesis refuses nested `
 
 from __future__ import annotations
 
+import random
 from typing import Any
+
+from hypothesis import settings
 
 try:
     import hypothesis  # noqa: F401 - the kit's claims are hypothesis properties
@@ -76,6 +82,8 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 from .._base import AbstractStepper
 from . import thresholds as th
 from ._common import _instance, _name, reachable_tensors
+from ._drawn import seeded
+from .contexts import CONTEXTS, REFERENCE, Context, check_contexts
 from .evals import RecordingField, check_evals
 from .geometry import check_reversible, check_symplectic
 from .layers import check_layer, check_layer_protocol
@@ -120,7 +128,11 @@ __all__ = [
     "anharmonic_problem",
     "anharmonic_problems",
     "block_problem",
+    "check_contexts",
     "check_evals",
+    "CONTEXTS",
+    "REFERENCE",
+    "Context",
     "check_gradients",
     "check_layer",
     "check_layer_protocol",
@@ -157,7 +169,10 @@ __all__ = [
 
 
 def check_stepper(
-    stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None, examples: int = th.EXAMPLES
+    stepper: AbstractStepper | type[AbstractStepper],
+    dim: int | None = None,
+    examples: int = th.EXAMPLES,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """Run every check the stepper's declarations call for; return what was measured.
 
@@ -166,7 +181,23 @@ def check_stepper(
     it where the stepper does not fix it). ``examples`` is how many instances each claim is checked on besides its
     fixed points (``EXAMPLES`` by default; more for a thorough run, and the order check a tenth of them, at least
     ``ORDER_EXAMPLES``).
+
+    ``seed`` fixes what is drawn (by default one is chosen: 0 under a derandomized hypothesis profile, else at
+    random); a failure names it with a one-line call that reproduces it. Draws keep no example database: no
+    ``.hypothesis/`` folder appears in the working directory.
     """
+    chosen = seed if seed is not None else (0 if settings.default.derandomize else random.randrange(2**32))
+    try:
+        with seeded(chosen):
+            return _check_stepper(stepper, dim, examples)
+    except AssertionError as error:
+        what = stepper if isinstance(stepper, type) else type(stepper)
+        call = f"check_stepper({what.__module__}.{what.__qualname__}, seed={chosen}"
+        call += (f", dim={dim}" if dim is not None else "") + f", examples={examples})"
+        raise AssertionError(f"{error}\n  seed {chosen}; reproduce with: {call}") from None
+
+
+def _check_stepper(stepper: AbstractStepper | type[AbstractStepper], dim: int | None, examples: int) -> dict[str, Any]:
     stepper = _instance(stepper)
     name = _name(stepper)
     for attr, kind in (
@@ -195,6 +226,7 @@ def check_stepper(
         raise AssertionError(f"{name} declares startup_evals, which only a multistep scheme has (it builds a history).")
     report: dict[str, Any] = {"protocol": check_protocol(stepper, dim, examples)}
     check_evals(stepper, dim=dim, examples=examples)
+    report["contexts"] = check_contexts(stepper, dim, examples)
     report["precision"] = check_precision(stepper, dim, examples)
     check_gradients(stepper, dim, examples)
     if stepper.order == 0:

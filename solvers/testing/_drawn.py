@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import FlakyFailure
 
 from ._common import _one_thread
+
+_SEED: list[int | None] = [None]
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Within it, every :func:`check_drawn` draws from ``seed`` (the same instances on every run)."""
+    before, _SEED[0] = _SEED[0], int(seed)
+    try:
+        yield
+    finally:
+        _SEED[0] = before
 
 
 def reject() -> None:
@@ -30,7 +44,8 @@ def check_drawn(
 
     A failing claim raises ``AssertionError``; hypothesis then shrinks the instance to the smallest one that still
     fails, and the error raised here carries that claim's message with the instance it failed on. The draws follow the
-    active hypothesis profile (derandomized under this project's ``ci`` profile), with no deadline and no database.
+    active hypothesis profile (derandomized under this project's ``ci`` profile), or the seed of an enclosing
+    :func:`seeded`, with no deadline and no example database (nothing is written to the working directory).
     """
     if examples <= 0 and not fixed:
         return
@@ -46,8 +61,12 @@ def check_drawn(
     test = given(strategy)(run)
     for instance in reversed(list(fixed)):
         test = example(instance)(test)
+    seed = _SEED[0]
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
     test = settings(
         max_examples=max(examples, 1),
+        derandomize=False if seed is not None else settings.default.derandomize,
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),

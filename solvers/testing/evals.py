@@ -23,12 +23,34 @@ class RecordingField:
         return self.field(t, x)
 
 
+#: How ``t0`` and ``dt`` are handed to a step: as Python floats, as 0-d tensors, and with ``dt`` a 0-d tensor that
+#: requires grad (a learnable step size). The loop over depth computes each ``t`` afresh, so a scheme that
+#: recognises "the same time" by identity loses its first-same-as-last reuse on tensors.
+TIME_KINDS = ("float", "tensor", "learnable dt")
+
+
+def _as_kind(value: float, kind: str, is_dt: bool):
+    if kind == "float":
+        return value
+    tensor = torch.tensor(value, dtype=torch.float64)
+    return tensor.requires_grad_(is_dt and kind == "learnable dt")
+
+
 def _counted_run(
-    steppers: list[AbstractStepper], problem: Problem, dts: list[float], t0: float, tied: bool, what: str
+    steppers: list[AbstractStepper],
+    problem: Problem,
+    dts: list[float],
+    t0: float,
+    tied: bool,
+    what: str,
+    kind: str = "float",
 ) -> list[list[float]]:
     """Take ``len(dts)`` steps (by ``steppers`` in turn, handing the state on where one continues the other), each
-    with a recording field (one for all steps if ``tied``), and assert each step's evaluation count; return each
-    step's abscissae ``c = (s - t) / dt`` of its evaluation times ``s``."""
+    with a recording field (one for all steps if ``tied``), with ``t0`` and every ``dt`` handed over as ``kind``
+    (:data:`TIME_KINDS`), and assert each step's evaluation count; return each step's abscissae ``c = (s - t) / dt``
+    of its evaluation times ``s``."""
+    if kind != "float":
+        what = f"{what} (t0 and dt as {'0-d tensors' if kind == 'tensor' else 'a 0-d tensor, dt requiring grad'})"
     from .._splitting import Block
 
     first = steppers[0]
@@ -38,8 +60,9 @@ def _counted_run(
     fsal = first.claims(base).fsal  # a block stepper's reuse depends on its block
     name, declared, startup = _name(first), first.evals_per_step, tuple(first.startup_evals)
     shared = RecordingField(counted)
-    t, state, previous, out = t0, None, None, []
-    for i, dt in enumerate(dts):
+    t, state, previous, out = _as_kind(t0, kind, False), None, None, []
+    for i, dt_value in enumerate(dts):
+        dt = _as_kind(dt_value, kind, True)
         s = steppers[i % len(steppers)]
         recorder = shared if tied else RecordingField(counted)
         field = recorder if block is None else block._replace(attention=recorder)
@@ -57,10 +80,10 @@ def _counted_run(
         how = "the same field as the step before" if (tied and i > 0) else "a new field"
         if len(times) != expected:
             raise AssertionError(
-                f"{name} evaluated the field {len(times)} times in step {i} with {how} at dt = {dt:g}{what}; it "
+                f"{name} evaluated the field {len(times)} times in step {i} with {how} at dt = {dt_value:g}{what}; it "
                 f"declares {claim}, so {expected} were expected."
             )
-        out.append([(u - t) / dt for u in times])
+        out.append([(u - float(t)) / dt_value for u in times])
         t, previous = t + dt, s
     return out
 
@@ -102,10 +125,12 @@ def check_evals(
     stepper = _instance(stepper)
     name = _name(stepper)
     chosen = problem or default_problems(stepper, dim)[-1]
-    for tied in (False, True):
-        how = "one field for all steps" if tied else "a new field each step"
-        runs = [(dt, _counted_run([stepper], chosen, [dt] * th.EVAL_STEPS, th.EVAL_T0, tied, "")) for dt in dts]
-        _same_abscissae(name, runs, how)
+    for kind in TIME_KINDS:
+        for tied in (False, True):
+            how = "one field for all steps" if tied else "a new field each step"
+            steps = th.EVAL_STEPS
+            runs = [(dt, _counted_run([stepper], chosen, [dt] * steps, th.EVAL_T0, tied, "", kind)) for dt in dts]
+            _same_abscissae(name, runs, how)
     if problem is not None or examples <= 0:
         return
     pristine = _copy(stepper)
@@ -114,10 +139,14 @@ def check_evals(
     def claim(inst: Instance) -> None:
         moved = inst.steppers(pristine)[0]
         drawn = inst.problem(moved)
+        kind = TIME_KINDS[inst.seed % len(TIME_KINDS)]  # the time kind drawn with the instance
         for tied in (False, True):
             how = "one field for all steps" if tied else "a new field each step"
             runs = [
-                (scale * inst.dt, _counted_run([moved], drawn, [scale * d for d in inst.dts()], inst.t0, tied, ""))
+                (
+                    scale * inst.dt,
+                    _counted_run([moved], drawn, [scale * d for d in inst.dts()], inst.t0, tied, "", kind),
+                )
                 for scale in (1.0, inst.rate)
             ]
             _same_abscissae(name, runs, how)

@@ -50,7 +50,10 @@ SYMPLECTIC_RTOL = 1000 * EPS
 REVERSIBLE_DTS = (1.0, 0.5, 0.1, 0.01)
 """Step sizes of the deterministic round trips."""
 REVERSIBLE_RTOL = 1e-12
-"""A round trip recovers the state to this relative error."""
+"""A round trip recovers the state to this error, relative to the largest magnitude its steps reach."""
+BLOWN_UP = 1e3
+"""A step that grows the state (or whose Jacobian grows) more than this many times is outside the scheme's stability
+interval: the symplectic check halves such a step, and a drawn reversible point is redrawn, instead of judging it."""
 
 # -- one step, protocol, gradients, precision --------------------------------------------------------------------------
 ONE_STEP_RTOL = 1e-12
@@ -60,8 +63,11 @@ GRADIENT_RTOL = 1e-6
 GRADIENT_STEPS = (4, 8)
 """The gradient is checked through this many steps (drawn between the two), the state handed on between them."""
 FLOAT32_UNITS = 16
-"""A float32 step agrees with the float64 step from the same start to this many float32 rounding units (relative to
-the state's and the step's size)."""
+"""A float32 step agrees with the float64 step from the same start to at least this many float32 rounding units
+(relative to the state's and the step's size) ..."""
+FLOAT32_UNITS_PER_TERM = 2
+"""... or to this many per evaluation and unit of coefficient, ``FLOAT32_UNITS_PER_TERM * evals_per_step *
+sum|coefficients|``, where the scheme's arithmetic is larger (``check_precision``)."""
 LARGE_STATE = 4096
 """Some drawn states have at least this many entries (a write in place that only large states take is found)."""
 MAGNITUDES = (1e-3, 1e3)

@@ -1,0 +1,259 @@
+"""The kit checks a scheme in the contexts models run it in, and first-same-as-last survives tensor times.
+
+A model hands a step ``t0`` and ``dt`` as Python floats or as 0-d tensors (a learnable step size requires grad); the
+loop over depth computes each step's ``t`` afresh, so reuse keyed on object identity is lost on tensors.
+"""
+
+from typing import ClassVar
+
+import pytest
+import torch
+
+import solvers
+from solvers import AbstractStepper, PhaseState, integrate
+from solvers.testing import (
+    CONTEXTS,
+    REFERENCE,
+    check_contexts,
+    check_evals,
+    check_reversible,
+    check_stepper,
+    check_symplectic,
+)
+from solvers.testing import thresholds as th
+from solvers.testing.protocol import float32_allowance
+
+
+class _Counting:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, t, x):
+        self.calls += 1
+        return -x
+
+
+def _time(value, kind):
+    if kind == "float":
+        return value
+    tensor = torch.tensor(value, dtype=torch.float64)
+    return tensor.requires_grad_(kind == "learnable")
+
+
+@pytest.mark.parametrize("kind", ["float", "tensor", "learnable"])
+@pytest.mark.parametrize("t_kind", ["float", "tensor"])
+def test_velocity_verlet_reuses_the_last_force_over_tied_steps_with_tensor_times(kind, t_kind):
+    field, steps = _Counting(), 10
+    y0 = PhaseState(torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64))
+    dt = _time(0.1, kind)
+    y = integrate(solvers.VelocityVerlet(), [field] * steps, y0, dt, t0=_time(0.5, t_kind))
+    assert field.calls == steps + 1
+    if kind == "learnable":  # the reused force still carries the step size's gradient
+        (grad,) = torch.autograd.grad(y.x.sum(), dt)
+        assert torch.isfinite(grad) and grad != 0
+
+
+@pytest.mark.parametrize("kind", ["tensor", "learnable"])
+def test_fsal_tableau_reuses_its_last_stage_with_tensor_times(kind):
+    field, steps = _Counting(), 10
+    stepper = solvers.BogackiShampine3()
+    assert stepper.fsal
+    integrate(stepper, [field] * steps, torch.randn(2, 3, dtype=torch.float64), _time(0.1, kind), t0=_time(0.0, kind))
+    assert field.calls == stepper.evals_per_step + (steps - 1) * (stepper.evals_per_step - 1)
+
+
+class _IdentityVerlet(AbstractStepper):
+    """Velocity Verlet that recognises the repeated time by identity only: right on floats, no reuse on tensors."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+    fsal: ClassVar[bool] = True
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        same = state is not None and state[0] is field and state[2] is x
+        same = same and (state[1] is t or (not isinstance(t, torch.Tensor) and state[1] == t))
+        a = state[3] if same else field(t, x)
+        v = v + 0.5 * dt * a
+        x = x + dt * v
+        a1 = field(t + dt, x)
+        return PhaseState(x, v + 0.5 * dt * a1), (field, t + dt, x, a1)
+
+
+def test_the_kit_rejects_fsal_lost_on_tensor_times():
+    with pytest.raises(AssertionError, match=r"0-d tensors\); it declares evals_per_step = 2 and fsal"):
+        check_evals(_IdentityVerlet, examples=0)
+
+
+def test_the_kit_passes_velocity_verlet_with_tensor_times():
+    check_evals(solvers.VelocityVerlet, examples=20)
+
+
+# -- no false alarms: geometric claims are judged relative to what a step reaches ----------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["Yoshida4", "ForestRuth", "VelocityVerlet", "PEFRL", "Omelyan4"])
+def test_correct_compositions_pass_the_thorough_geometric_checks(name):
+    """Compositions with large sub-steps (weights 1.35 and -1.70) grow the cubic force's state 10² to 10¹⁰ times at
+    dt 0.5 to 1; judged against the starting state their honest round trips failed at ``examples=200``."""
+    cls = getattr(solvers, name)
+    check_reversible(cls, examples=200)
+    check_symplectic(cls, examples=200)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["Yoshida4", "ForestRuth"])
+def test_the_whole_thorough_kit_passes_far_reaching_compositions(name):
+    check_stepper(getattr(solvers, name), examples=200)
+
+
+def test_a_round_trip_is_judged_relative_to_the_magnitude_the_steps_reach():
+    """A drawn point that blows the state up is redrawn; a judged one is relative to the largest state reached, so
+    a scheme whose inverse is off by a fixed fraction of that is still rejected."""
+
+    class _Lossy(solvers.VelocityVerlet):
+        def inverse(self, field, t, y1, dt):
+            y = super().inverse(field, t, y1, dt)
+            return PhaseState(y.x * (1 + 1e-9), y.v)
+
+    with pytest.raises(AssertionError, match="relative to the largest magnitude the steps reach"):
+        check_reversible(_Lossy, examples=20)
+
+
+@pytest.mark.parametrize(
+    ("name", "smallest"),
+    [("Euler", th.FLOAT32_UNITS), ("RK4", th.FLOAT32_UNITS_PER_TERM * 4 * 3), ("Yoshida4", None)],
+)
+def test_the_float32_allowance_follows_the_schemes_arithmetic(name, smallest):
+    allowed = float32_allowance(getattr(solvers, name)())
+    assert allowed >= th.FLOAT32_UNITS
+    if smallest is not None:
+        assert allowed == smallest
+    else:  # weights near 2 and four kicks round more than Euler
+        assert allowed > float32_allowance(solvers.Euler())
+
+
+# -- the execution context is drawn ----------------------------------------------------------------------------------
+
+
+class _ContextHeun(AbstractStepper, abstract=True):
+    """Heun's method that takes ``cheat`` (another path) where ``wrong_here`` says so; right everywhere else."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+
+    def wrong_here(self, field, y) -> bool:
+        raise NotImplementedError
+
+    def step(self, field, t, y, dt, state):
+        k1 = field(t, y)
+        if self.wrong_here(field, y):
+            return self.cheat(field, t, y, dt, k1), None
+        k2 = field(t + dt, y + dt * k1)
+        return y + 0.5 * dt * (k1 + k2), None
+
+    def cheat(self, field, t, y, dt, k1):  # Euler with a padding evaluation: the count stays right
+        field(t + dt, y)
+        return y + dt * k1
+
+
+class EulerUnderInference(_ContextHeun):
+    def wrong_here(self, field, y):
+        return torch.is_inference_mode_enabled()
+
+
+class ExtraEvalWithGrad(_ContextHeun):
+    def wrong_here(self, field, y):
+        return torch.is_grad_enabled()
+
+    def cheat(self, field, t, y, dt, k1):  # right result, one more evaluation
+        field(t, y)
+        k2 = field(t + dt, y + dt * k1)
+        return y + 0.5 * dt * (k1 + k2)
+
+
+class EulerOnModules(_ContextHeun):
+    def wrong_here(self, field, y):
+        return isinstance(field, torch.nn.Module)
+
+
+class NoiseInFloat32Training(_ContextHeun):
+    def wrong_here(self, field, y):
+        return torch.is_grad_enabled() and y.dtype == torch.float32
+
+    def cheat(self, field, t, y, dt, k1):  # the right step, plus a small Euler-like perturbation
+        k2 = field(t + dt, y + dt * k1)
+        return y + 0.5 * dt * (k1 + k2) + 1e-3 * dt * k1
+
+
+@pytest.mark.parametrize(
+    ("scheme", "message"),
+    [
+        (EulerUnderInference, r"step \(order 2\) in context \(float(32|64), inference_mode"),
+        (
+            ExtraEvalWithGrad,
+            r"evals_per_step = 2 but evaluated the field 3 times .* context \(float(32|64), enable_grad",
+        ),
+        (EulerOnModules, r"step \(order 2\) in context \(float(32|64), \w+, an nn.Module field\)"),
+        (NoiseInFloat32Training, r"step \(order 2\) in context \(float32, enable_grad, .*float32 rounding units"),
+    ],
+)
+def test_a_scheme_wrong_only_in_one_context_is_rejected_naming_the_claim_and_the_context(scheme, message):
+    # the other checks run float64, no grad, a plain function: there each fake is right
+    check_evals(scheme, examples=0)
+    with pytest.raises(AssertionError, match=message) as caught:
+        check_contexts(scheme, examples=60)
+    assert "counterexample:" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["Heun", "RK4", "VelocityVerlet", "BogackiShampine3", "Yoshida4"])
+def test_correct_schemes_step_the_same_in_every_context(name):
+    check_contexts(getattr(solvers, name), examples=40)
+
+
+def test_every_context_is_drawn():
+    modes = {(c.dtype, c.mode, c.field) for c in CONTEXTS}
+    assert {m for _, m, _ in modes} == {"no_grad", "enable_grad", "inference_mode"}
+    assert {f for _, _, f in modes} == {"function", "module"}
+    assert (torch.float32, "enable_grad", "module") in modes and REFERENCE.dtype == torch.float64
+
+
+# -- reproducible for users ------------------------------------------------------------------------------------------
+
+
+def test_a_failure_names_the_seed_and_a_one_line_reproduction(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AssertionError) as caught:
+        check_stepper(EulerOnModules, seed=1234)
+    message = str(caught.value)
+    assert "seed 1234; reproduce with: check_stepper(" in message
+    assert "EulerOnModules, seed=1234, examples=" in message
+    assert not (tmp_path / ".hypothesis").exists()  # no example database in the working directory
+
+
+def _contexts_seeded(scheme, seed):
+    from solvers.testing._drawn import seeded
+
+    with seeded(seed):
+        check_contexts(scheme, examples=30)
+
+
+def test_the_same_seed_draws_the_same_counterexample():
+    messages = []
+    for _ in range(2):
+        with pytest.raises(AssertionError) as caught:
+            _contexts_seeded(NoiseInFloat32Training, 99)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+
+
+def test_a_correct_scheme_passes_under_any_seed():
+    for seed in (0, 7):
+        check_stepper(solvers.Heun, seed=seed)
