@@ -127,10 +127,11 @@ class LoopConfig(TrainConfig):
             raise ValueError(f"train.optimizer must be adamw or adam; got {self.optimizer!r}.")
         if self.decay not in ("matrices", "all"):
             raise ValueError(f"train.decay must be matrices or all; got {self.decay!r}.")
-        if self.threads is not None and (isinstance(self.threads, bool) or self.threads < 1):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if self.threads is not None and (isinstance(self.threads, bool) or not 1 <= self.threads <= cores):
             raise ValueError(
-                f"train.threads must be a number of CPU threads (1 or more), or null for torch's default; got "
-                f"{self.threads}."
+                f"train.threads must be a number of CPU threads from 1 to this machine's {cores} cores, or null for "
+                f"the idle cores; got {self.threads}."
             )
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"train.precision must be auto, fp32 or bf16; got {self.precision!r}.")
