@@ -182,7 +182,8 @@ def check_order(
     """Assert the error at the finest grids falls like ``dt**order`` (slope within ``ORDER_TOLERANCE``, local slopes
     steady within ``STEADY``) on each problem (default: :func:`default_problems` of width ``dim``, the last of them
     also on an uneven grid); if the stepper has learnable parameters, also with them moved away from their initial
-    values (on the last problem); and, unless ``problem`` is given, on ``examples`` drawn problems
+    values (on the last problem); and, unless ``problem`` is given, on ``examples`` drawn problems (where an error
+    falling at least as fast as ``dt**order`` at the finest grids passes: a drawn problem may cancel a leading term)
     (:func:`~solvers.testing.strategies.scaled_problems`: every family, and states of tokens coupled as attention
     couples them, at magnitudes over six decades, with the parameters moved by a drawn amount). Return the measured
     slopes. A scheme declaring order 0 (no small-step limit) has none to measure: :func:`check_no_limit` runs on each
@@ -210,6 +211,17 @@ def check_order(
     return slopes
 
 
+def _faster(order: int, m: OrderMeasurement) -> bool:
+    """Whether the error on a drawn problem falls at least as fast as ``dt**order`` at every one of the finest grids
+    (fitted slope and local slopes at least ``order - ORDER_TOLERANCE``, at least ``GRIDS`` usable grids). A drawn
+    problem can cancel a scheme's leading error term (Dormand–Prince 5 falls like ``dt**6`` on some): that is no
+    counterexample to order ``order``; the fixed problems still hold the slope to the declared order."""
+    if math.isinf(m.slope) or len(m.errors) < th.GRIDS:
+        return False
+    finest = m.local[-(th.GRIDS - 1) :]
+    return m.slope >= order - th.ORDER_TOLERANCE and all(slope >= order - th.ORDER_TOLERANCE for slope in finest)
+
+
 def _drawn_order(stepper: AbstractStepper, dim: int | None, examples: int) -> list[float]:
     """The order on drawn problems at drawn magnitudes, the parameters moved by a drawn amount."""
     from hypothesis import strategies as st
@@ -228,7 +240,8 @@ def _drawn_order(stepper: AbstractStepper, dim: int | None, examples: int) -> li
         s = (_moved(pristine, seed=seed, sigma=sigma) if sigma else None) or _copy(pristine)
         m = measure_order(s, p)
         moved = f", its learnable parameters moved by {sigma:g} N(0, 1) (seed {seed})," if sigma else ""
-        _assert_order(f"{_name(stepper)}{moved}", stepper.order, m)
+        if not _faster(stepper.order, m):
+            _assert_order(f"{_name(stepper)}{moved}", stepper.order, m)
         slopes.append(m.slope)
 
     cases = st.tuples(problems, st.sampled_from([0.0, 0.5, 1.0]), st.integers(0, 2**16))

@@ -1,0 +1,44 @@
+"""The kit's gradient check on drawn instances: a learnable parameter whose whole effect is below float64's
+resolution (TripleJump's λ at a small step) is not judged for a zero gradient there; one that moves the result but
+gets no gradient is rejected everywhere, and the fixed instances stay strict."""
+
+import pytest
+import torch
+
+from solvers.testing.protocol import _compare_derivative
+
+
+class Rejected(Exception):
+    pass
+
+
+def reject():
+    raise Rejected
+
+
+def _zero_gradient_run(detached_effect: bool):
+    """A map of ``x`` and ``p`` whose derivative in ``p`` is exactly zero; with ``detached_effect`` ``p`` still moves
+    the result (through a detached use), else it does not act at all."""
+    p = torch.nn.Parameter(torch.tensor([0.3], dtype=torch.float64))
+
+    def run(x):
+        y = x * 1.5 + (p * 0.25 - p * 0.25)
+        return y + 0.1 * p.detach() if detached_effect else y
+
+    return p, run
+
+
+def test_a_parameter_with_no_resolvable_effect_is_not_judged_on_a_drawn_instance_but_is_on_a_fixed_one():
+    p, run = _zero_gradient_run(detached_effect=False)
+    base = torch.linspace(-1, 1, 4, dtype=torch.float64)
+    with pytest.raises(Rejected):
+        _compare_derivative("S", run, base, [("p", p)], "here", 1.0, irregular=reject)
+    with pytest.raises(AssertionError, match="S's learnable parameter p gets a gradient of zero"):
+        _compare_derivative("S", run, base, [("p", p)], "here", 1.0)
+
+
+def test_a_parameter_that_moves_the_result_but_gets_a_zero_gradient_is_rejected_even_on_a_drawn_instance():
+    p, run = _zero_gradient_run(detached_effect=True)
+    base = torch.linspace(-1, 1, 4, dtype=torch.float64)
+    with pytest.raises(AssertionError, match="S's learnable parameter p gets a gradient of zero"):
+        _compare_derivative("S", run, base, [("p", p)], "here", 1.0, irregular=reject)
