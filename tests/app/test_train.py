@@ -620,7 +620,7 @@ def test_an_experiment_does_not_override_a_train_option_given_on_the_command_lin
 def test_help_lists_options_and_no_internal_schemas():
     done = cli("--help")
     assert done.returncode == 0 and "_schema" not in done.stdout
-    assert "solver: " in done.stdout and "yoshida" not in done.stdout and "semi_implicit_euler" in done.stdout
+    assert "solver: " in done.stdout and "semi_implicit_euler" in done.stdout and "yoshida4" in done.stdout
 
 
 @pytest.mark.slow  # a CLI training run of a user file (about 16 s)
