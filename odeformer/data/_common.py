@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,9 +80,23 @@ def resolve_root(root: str | os.PathLike | None, dataset: str, expects: str) -> 
 
 def require_file(path: Path, dataset: str, source: str) -> Path:
     """``path`` if it is a file, else :class:`DatasetNotFound` naming it and where the files come from."""
-    if not path.is_file():
+    if path.is_file():
+        return path
+    if not os.path.lexists(path):
         raise DatasetNotFound(f"{dataset}: missing {path}; {source}.")
-    return path
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        target = os.readlink(path)
+        what = (
+            f"a link to {target}, which is not a regular file" if os.path.exists(path) else f"a broken link to {target}"
+        )
+    elif stat.S_ISDIR(mode):
+        what = "a folder"
+    elif stat.S_ISFIFO(mode):
+        what = "a FIFO"
+    else:
+        what = "a device or special file"
+    raise ValueError(f"{dataset}: {path} is {what}, not a data file; replace it with the file ({source}).")
 
 
 def check_int(name: str, value: Any, minimum: int | None = None) -> int:

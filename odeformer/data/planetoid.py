@@ -228,8 +228,13 @@ def _check_shapes(shapes: dict[str, tuple[int, int]], paths: dict[str, Path], te
 
 def _edge_index(graph: dict, num_nodes: int, path: Path) -> np.ndarray:
     """``(2, E)`` edges of the adjacency lists, both directions, without self loops or duplicates, sorted."""
-    src = np.fromiter((int(node) for node, nbrs in graph.items() for _ in nbrs), dtype=np.int64)
-    dst = np.fromiter((int(nbr) for nbrs in graph.values() for nbr in nbrs), dtype=np.int64)
+    try:
+        src = np.fromiter((int(node) for node, nbrs in graph.items() for _ in nbrs), dtype=np.int64)
+        dst = np.fromiter((int(nbr) for nbrs in graph.values() for nbr in nbrs), dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise ValueError(
+            f"planetoid: {path} must hold a dict of node ids to lists of node ids ({one_line(error)}); {SOURCE}."
+        ) from None
     edges = np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])])
     if edges.size and (edges.min() < 0 or edges.max() >= num_nodes):
         bad = edges.min() if edges.min() < 0 else edges.max()
@@ -338,6 +343,11 @@ def planetoid(
             f"planetoid: {paths['graph']} must hold a dict of adjacency lists, got {type(graph).__name__}."
         )
 
+    if int(test_index.max()) >= n_known + 2 * len(test_index):  # the published graphs leave a few ids unused
+        raise ValueError(
+            f"planetoid: {paths['test.index']} lists test id {int(test_index.max())}, beyond the {n_known} known and "
+            f"{len(test_index)} test nodes (ids below {n_known + 2 * len(test_index)}); {SOURCE}."
+        )
     num_nodes = int(test_index.max()) + 1
     features = np.zeros((num_nodes, allx.shape[1]), dtype=np.float32)
     one_hot = np.zeros((num_nodes, ally.shape[1]), dtype=np.float32)

@@ -490,6 +490,9 @@ _EMPTY_X, _EMPTY_Y = sp.csr_matrix((0, 6), dtype=np.float32), np.zeros((0, 3), d
         ({"graph": [[1], [0]]}, "graph", "dict of adjacency lists"),
         ({"graph": {0: [519]}}, "graph", "names node 519"),
         ({"graph": {0: [-1]}}, "graph", "names node -1"),
+        ({"graph": {"a": [1]}}, "graph", "dict of node ids to lists of node ids"),  # not a node id
+        ({"graph": {0: 5}}, "graph", "dict of node ids to lists of node ids"),  # not a list
+        ({"test_index": "518\n99999\n516\n"}, "test.index", "lists test id 99999, beyond"),  # would grow the graph
     ],
 )
 def test_planetoid_bad_files_are_one_line_naming_the_file(tmp_path, write_data, replace, part, message):
@@ -929,3 +932,21 @@ def test_a_data_root_that_is_a_file_says_so(tmp_path):
     afile.write_text("not a folder\n")
     with pytest.raises(DatasetNotFound, match=f"data root {afile} is a file, not a folder; set ODEFORMER_DATA"):
         load("sst2", afile)
+
+
+@pytest.mark.parametrize("kind", ["folder", "FIFO", "link"])
+def test_a_planetoid_file_that_is_not_a_file_is_named_as_what_it_is(tmp_path, write_data, kind):
+    tiny = write_data.planetoid(tmp_path)
+    path = tiny.folder / "ind.cora.test.index"
+    path.unlink()
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    with pytest.raises(ValueError) as info:
+        load("planetoid", tmp_path)
+    words = {"folder": "is a folder", "FIFO": "is a FIFO", "link": "is a link to /dev/zero"}[kind]
+    _one_line(info, path, words, "not a data file")
+    assert "missing" not in str(info.value)
