@@ -78,7 +78,7 @@ def test_one_interrupt_stops_the_whole_sweep(tmp_path, monkeypatch):
 def test_threads_must_be_a_count_within_the_machines_cores(tmp_path, threads):
     """100,000 threads would starve the machine before failing: a count beyond its cores is refused up front."""
     line = _line(cli_in_process(*DEBUG, f"train.threads={threads}", f"train.out_dir={tmp_path / 'run'}"), 2)
-    assert "train.threads must be a number of CPU threads from 1 to this machine's" in line and threads in line
+    assert "train.threads" in line and threads in line and "this machine's" in line and "cores" in line
     assert not (tmp_path / "run" / "last.pt").exists()
 
 

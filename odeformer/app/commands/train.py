@@ -27,6 +27,7 @@ import contextlib
 import difflib
 import errno
 import json
+import math
 import os
 import re
 import signal
@@ -255,8 +256,26 @@ def check_command_line(argv: list[str]) -> None:
             "--experimental-rerun is refused: it unpickles the file it names, and a pickle can run any code; rerun a "
             "run with its overrides (.hydra/<date>_<time>/overrides.yaml in its directory)."
         )
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in ("--config-name", "-cn", "--config-path", "-cp"):
+            value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if flag in ("--config-name", "-cn") and value == "train":
+                continue
+            raise UsageError(
+                f"{flag} {value} is refused: odeformer-train composes its own config (train, from the package); "
+                "choose its parts with overrides (experiment=..., solver=..., model.depth=...)."
+            )
     if any(arg in _SKIP for arg in argv):
         return
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if len(key) > MAX_KEY:
+            raise UsageError(f"an override's key has {len(key)} characters (at most {MAX_KEY}): {key[:40]}...")
+        if len(value) > MAX_VALUE:
+            raise UsageError(f"{key}= has a value of {len(value)} characters (at most {MAX_VALUE}).")
+        if re.search(rf"\d{{{MAX_DIGITS + 1},}}", value):
+            raise UsageError(f"{key}= has a number of more than {MAX_DIGITS} digits; no setting takes one.")
     overrides, skip = [], False
     for arg in argv:
         if skip:
@@ -269,6 +288,18 @@ def check_command_line(argv: list[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as error:
         raise UsageError(f"cannot parse the overrides: {' '.join(str(error).split())}") from None
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    for override in parsed:
+        if override.is_delete():
+            raise UsageError(
+                f"{override.input_line} removes {override.key_or_group} from the config; a run reads every key of it, "
+                "so give the key a value instead."
+            )
+        if override.is_sweep_override() and not multirun and not override.key_or_group.startswith("hydra."):
+            raise UsageError(
+                f"{override.input_line} gives several values; run a sweep over them with -m (--multirun), or give "
+                "one value."
+            )
     sweeps = [(i, o) for i, o in enumerate(parsed) if o.is_sweep_override()]
     first = list(overrides)
     for i, o in sweeps:
@@ -279,7 +310,10 @@ def check_command_line(argv: list[str]) -> None:
         first[i] = f"{o.input_line.split('=', 1)[0]}={values[0]}"
     plain = [o for o in first if o is not None]
     _check_output_subdir(plain)
-    _check_out_dir(compose(plain), multirun=any(a in ("-m", "--multirun") for a in argv))
+    _check_added_keys(parsed)
+    composed = compose(plain)
+    _check_values(composed)
+    _check_out_dir(composed, multirun=any(a in ("-m", "--multirun") for a in argv))
     for i, o in sweeps:
         for value in (_sweep_values(o) or [])[1:]:
             compose(
@@ -288,6 +322,69 @@ def check_command_line(argv: list[str]) -> None:
                     f"{o.input_line.split('=', 1)[0]}={value}",
                 ]
             )
+
+
+MAX_KEY, MAX_VALUE, MAX_DIGITS = 200, 2000, 60  # far beyond any setting's key, value, number
+
+
+_ADDABLE = ("solver", "model", "data", "train", "experiment", "hydra")  # what a ``+key=value`` may add to
+
+
+def _check_added_keys(parsed: list[Any]) -> None:
+    """``+key=value`` and ``++key=value`` add a key the config does not have: one outside the package's groups
+    (``+foo=bar``) would be accepted and never read, so it is refused, naming the key."""
+    for override in parsed:
+        key = override.key_or_group
+        if override.input_line.lstrip().startswith("+") and key.split(".")[0] not in _ADDABLE:
+            raise UsageError(
+                f"{override.input_line.split('=', 1)[0]} adds the key {key}, which nothing reads; keys are added "
+                f"only under {', '.join(_ADDABLE[:-1])} (e.g. +solver.options.<name>=...)."
+            )
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # the model computes in float32: a larger finite value overflows to inf
+MAX_SEED = 2**63 - 1
+
+
+def _check_values(cfg: DictConfig) -> None:
+    """Values the config's types accept that no run can use, each one line naming the key and what is allowed: a
+    non-finite or float32-overflowing ``model.dt``, a ``model.dropout`` outside [0, 1), a ``model.norm_eps`` that is
+    not positive and finite, a learning rate beyond the largest float, a seed beyond 64-bit, more ``train.threads``
+    than this machine's cores, an empty ``train.out_dir``."""
+    model, train = cfg.get("model") or {}, cfg.get("train") or {}
+
+    def number(node: Any, key: str) -> Any:
+        value = node.get(key) if hasattr(node, "get") else None
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    dt = number(model, "dt")
+    if dt is not None and not (math.isfinite(dt) and abs(dt) <= FLOAT32_MAX):
+        raise UsageError(f"model.dt={dt} is not a finite float32 step size; give a positive number below 3.4e38.")
+    dropout = number(model, "dropout")
+    if dropout is not None and not (0 <= dropout < 1):
+        raise UsageError(f"model.dropout={dropout} must be a probability from 0 up to (not including) 1.")
+    eps = number(model, "norm_eps")
+    if eps is not None and not (math.isfinite(eps) and 0 < eps <= FLOAT32_MAX):
+        raise UsageError(f"model.norm_eps={eps} must be a positive finite number (e.g. 1e-5).")
+    lr = number(train, "lr")
+    if lr is not None and math.isinf(lr):
+        raise UsageError(
+            "train.lr is beyond the largest float (it reads as inf); give a positive finite learning rate (e.g. 1e-3)."
+        )
+    seed = number(train, "seed")
+    if seed is not None and isinstance(seed, int) and seed > MAX_SEED:  # a negative seed is the trainer's to name
+        raise UsageError(f"train.seed={seed} must be from 0 to 2**63 - 1.")
+    threads, cores = number(train, "threads"), _cores()
+    if isinstance(threads, int) and threads > cores:
+        raise UsageError(f"train.threads={threads} is more than this machine's {cores} CPU cores; give 1 to {cores}.")
+    if "out_dir" in train and train.get("out_dir") is not None and not str(train.get("out_dir")).strip():
+        raise UsageError("train.out_dir='' names no folder; give the run directory's path (or leave it unset).")
+
+
+def _cores() -> int:
+    with contextlib.suppress(AttributeError, OSError):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
@@ -306,6 +403,11 @@ def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
         if folder.exists():
             if not folder.is_dir():
                 raise UsageError(f"train.out_dir={path} cannot be made: {folder} is a file, not a folder.")
+            if not os.access(folder, os.W_OK | os.X_OK) or _pseudo(folder):
+                raise UsageError(
+                    f"train.out_dir={path} cannot be written: {folder} is read-only for this user (nothing was "
+                    "written); choose a writable train.out_dir."
+                )
             return
 
 
@@ -323,6 +425,12 @@ def _check_output_subdir(overrides: list[str]) -> None:
                 f"hydra.output_subdir={value} is refused: the config snapshot is written inside train.out_dir, so "
                 "give a relative path below it (the default is .hydra/<date>_<time>), or null for none."
             )
+
+
+def _pseudo(folder: Path) -> bool:
+    """A folder of the kernel's own file systems (``/proc``, ``/sys``), where no run can be written even by root."""
+    resolved = folder.resolve()
+    return any(resolved == Path(p) or Path(p) in resolved.parents for p in ("/proc", "/sys"))
 
 
 def _sweep_values(override: Any) -> list[str] | None:

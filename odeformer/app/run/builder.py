@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +116,22 @@ def build(
     options = data_node.get("options") or {}
     check_sizes(config, source)
     _check_kind(spec, data_node["name"], data_kind(data_node["name"], options))
+    check_stages(config, source)
     chosen = solver_target(**_arguments(solver))  # a bad solver option fails before the data is read
     data = load(data_node["name"], data_node.get("root"), **options)
     _check_kind(spec, data_node["name"], data.kind)
     sizes = {key: data.meta[key] for key in spec.sizes}
     check_memory(config, data.meta, source)
-    model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
+    check_cost(config, source)  # what the estimate does not see: time, a position table, a scheme's stages
+    try:
+        model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
+    except TypeError as error:  # a key the model (or the backbone it passes its options to) does not take
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(error))
+        if unknown is None:
+            raise
+        raise UsageError(
+            f"{_from(source)}model.{unknown.group(1)} is not a setting of the {spec.name} model; remove it."
+        ) from None
     step = model_node.get("dt")
     record = {
         "solver": getattr(chosen, "name", None) or solver["name"],
@@ -180,6 +191,40 @@ def check_sizes(config: dict[str, Any], source: Path | None = None) -> None:
             f"{_from(source)}model.mlp_ratio={ratio!r} gives an FFN of {ratio!r} x {model['dim']} hidden units; it "
             "must give at least 1."
         )
+
+
+MAX_DEPTH = 100_000
+"""The most layers a model may have: a bound on the time a forward pass takes, which the memory estimate does not see
+(tied weights with activation checkpointing need little memory at any depth)."""
+MAX_LEN = 1_000_000
+"""The longest context ``model.max_len`` may ask for (its position table is allocated whole)."""
+MAX_STAGES = 64
+"""The most stages a scheme given by coefficients may have (``solver.options`` ``A``, ``b``, ``drifts``, ...)."""
+
+
+def check_cost(config: dict[str, Any], source: Path | None = None) -> None:
+    """Bounds on what the memory estimate does not measure, the same for a command line and for a config read from a
+    file (``source``): the depth (:data:`MAX_DEPTH`), the context (:data:`MAX_LEN`) and a coefficient scheme's stages
+    (:data:`MAX_STAGES`). A file does not set what a command costs."""
+    model = config["model"]
+    for key, bound in (("depth", MAX_DEPTH), ("max_len", MAX_LEN)):
+        value = model.get(key)
+        if isinstance(value, int) and value > bound:
+            raise UsageError(f"{_from(source)}model.{key}={value} is more than the {bound} allowed.")
+    check_stages(config, source)
+
+
+def check_stages(config: dict[str, Any], source: Path | None = None) -> None:
+    """A scheme given by coefficients has at most :data:`MAX_STAGES` stages (checked before it is built: deriving
+    its claims costs time with every stage)."""
+    options = (config.get("solver") or {}).get("options") or {}
+    if isinstance(options, dict):
+        for key in ("A", "b", "c", "bbar", "drifts", "kicks"):
+            value = options.get(key)
+            if isinstance(value, (list, tuple)) and len(value) > MAX_STAGES:
+                raise UsageError(
+                    f"{_from(source)}solver.options.{key} has {len(value)} stages, more than the {MAX_STAGES} allowed."
+                )
 
 
 def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool = True) -> dict[str, float] | None:

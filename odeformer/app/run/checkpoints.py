@@ -132,8 +132,52 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path} is not a readable checkpoint ({reason}); move it away or start a new run."
         ) from None
+    _check_structure(path, payload)
     if not isinstance(payload, dict) or payload.get("format") not in READABLE:
         raise CheckpointError(
             f"{path} is not an odeformer checkpoint ({' or '.join(READABLE)}); move it away or start a new run."
         )
     return payload
+
+
+MAX_ENTRIES = 2_000_000
+"""The most entries (containers and values, counted along every path) a checkpoint's nested structure may expand to:
+what walking its config or optimiser state costs. A real checkpoint holds a few thousand."""
+MAX_DEPTH = 64
+"""The deepest nesting a checkpoint's structure may have (a real one nests a few levels)."""
+
+
+def _check_structure(path: Path, payload: Any) -> None:
+    """Refuse a payload whose nested dicts, lists and tuples reference themselves, nest deeper than
+    :data:`MAX_DEPTH`, or, shared between several places (a DAG), expand to more than :data:`MAX_ENTRIES` entries
+    along its paths: walking it (comparing configs, restoring an optimiser) would never end. Each container is
+    counted once (a visited map), so the check itself is linear in the file."""
+    sizes: dict[int, int] = {}
+    open_now: set[int] = set()
+
+    def size(node: Any, depth: int) -> int:
+        if not isinstance(node, (dict, list, tuple, set, frozenset)):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_now:
+            raise CheckpointError(f"{path} holds a structure that contains itself; not a checkpoint (move it away).")
+        if depth > MAX_DEPTH:
+            raise CheckpointError(
+                f"{path} nests deeper than {MAX_DEPTH} levels; not a checkpoint (move it away or start a new run)."
+            )
+        open_now.add(key)
+        total = 1
+        for child in (item for pair in node.items() for item in pair) if isinstance(node, dict) else node:
+            total += size(child, depth + 1)
+            if total > MAX_ENTRIES:
+                raise CheckpointError(
+                    f"{path} holds shared structures that expand to more than {MAX_ENTRIES} entries; not a "
+                    "checkpoint (move it away or start a new run)."
+                )
+        open_now.discard(key)
+        sizes[key] = total
+        return total
+
+    size(payload, 0)

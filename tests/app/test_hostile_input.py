@@ -1,0 +1,177 @@
+"""What a file or a command line may not decide: a checkpoint whose structure would never end being walked, a stored
+config that would set the cost, and values no run can use, each one line (exit 2) before anything is written."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from helpers import cli_in_process
+from odeformer.app.run.resume import hydra_quote
+
+DEBUG = ["train=debug", "data=synthetic", "model.depth=2", "model.dim=16", "model.heads=2", "train.eval_batches=1"]
+
+
+def _line(done, code):
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == code, done.stderr + done.stdout
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+# structures that would make walking a checkpoint never end
+
+
+def _save_raw(path: Path, payload) -> Path:
+    import torch
+
+    torch.save(payload, path)
+    return path
+
+
+def test_a_shared_structure_that_expands_exponentially_is_one_line_naming_the_file(tmp_path):
+    from odeformer.app.run.checkpoints import CheckpointError, load_checkpoint
+
+    node: dict = {"lr": 0.1}
+    for _ in range(40):  # 2**40 paths, 40 containers
+        node = {"a": node, "b": node}
+    path = _save_raw(tmp_path / "last.pt", {"format": "odeformer-checkpoint-2", "run_record": {"config": node}})
+    with pytest.raises(CheckpointError, match=r"last\.pt holds shared structures"):
+        load_checkpoint(path)
+
+
+def test_a_self_referencing_structure_is_one_line_naming_the_file(tmp_path):
+    from odeformer.app.run.checkpoints import CheckpointError, load_checkpoint
+
+    loop: list = []
+    loop.append(loop)
+    path = _save_raw(tmp_path / "last.pt", {"format": "odeformer-checkpoint-2", "optimizer": {"state": loop}})
+    with pytest.raises(CheckpointError, match=r"last\.pt holds a structure that contains itself"):
+        load_checkpoint(path)
+
+
+def test_a_small_shared_value_in_a_real_checkpoint_is_still_read(tmp_path):
+    from odeformer.app.run.checkpoints import load_checkpoint
+
+    betas = (0.9, 0.999)
+    payload = {"format": "odeformer-checkpoint-2", "groups": [{"betas": betas}, {"betas": betas}]}
+    assert load_checkpoint(_save_raw(tmp_path / "last.pt", payload))["groups"][1]["betas"] == betas
+
+
+def test_a_deeply_nested_structure_is_one_line_naming_the_file(tmp_path):
+    from odeformer.app.run.checkpoints import MAX_DEPTH, CheckpointError, load_checkpoint
+
+    node: list = []
+    for _ in range(MAX_DEPTH + 5):
+        node = [node]
+    path = _save_raw(tmp_path / "last.pt", {"format": "odeformer-checkpoint-2", "run_record": {"config": node}})
+    with pytest.raises(CheckpointError, match=r"last\.pt nests deeper"):
+        load_checkpoint(path)
+
+
+# the training state a resume would trust
+
+
+# a file does not set what a command costs
+
+
+def test_a_stored_config_goes_through_the_same_bounds_as_the_command_line(tmp_path):
+    from odeformer.app.run.builder import MAX_DEPTH, MAX_LEN, MAX_STAGES, UsageError, check_cost
+
+    source = tmp_path / "best.pt"
+    base = {"solver": {"name": "tableau", "options": {}}, "model": {"depth": 4, "max_len": 64}, "data": {}}
+    check_cost(base, source)
+    for model, word in (({"depth": MAX_DEPTH + 1}, "model.depth"), ({"max_len": MAX_LEN * 100}, "model.max_len")):
+        with pytest.raises(UsageError, match=rf"best\.pt: {word}=\d+ is more than the \d+ allowed"):
+            check_cost({**base, "model": model}, source)
+    stages = {"A": [[0] * 3000] * 3000, "b": [0] * 3000}
+    with pytest.raises(UsageError, match=rf"best\.pt: solver\.options\.A has 3000 stages, more than the {MAX_STAGES}"):
+        check_cost({**base, "solver": {"name": "tableau", "options": stages}}, source)
+
+
+def test_a_tied_deep_model_from_the_command_line_is_refused_before_it_is_built(tmp_path):
+    done = cli_in_process(
+        *DEBUG,
+        f"train.out_dir={hydra_quote(str(tmp_path / 'run'))}",
+        "model.depth=100000000",
+        "model.tie_weights=true",
+        "model.checkpoint=true",  # little memory at any depth: the estimate alone lets it through
+    )
+    assert "model.depth=100000000 is more than the 100000 allowed" in _line(done, 2)
+
+
+# odeformer-diagnose on a hostile run directory
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("model.dt=1e308", "model.dt=1e+308 is not a finite float32"),
+        ("model.dropout=nan", "model.dropout=nan must be a probability"),
+        ("model.norm_eps=-1", "model.norm_eps=-1"),
+        ("model.norm_eps=nan", "model.norm_eps=nan must be a positive finite"),
+        ("train.lr=1e400", "train.lr is beyond the largest float"),
+        (f"train.seed={2**64}", "train.seed=18446744073709551616 must be from 0 to 2**63 - 1"),
+        ("train.threads=100000", "train.threads=100000 is more than this machine's"),
+        ("+foo=bar", "+foo adds the key foo, which nothing reads"),
+        ("++foo=bar", "++foo adds the key foo"),
+    ],
+)
+def test_a_value_no_run_can_use_is_one_line_before_anything_is_written(tmp_path, override, words):
+    out = tmp_path / "run"
+    done = cli_in_process(*DEBUG, f"train.out_dir={hydra_quote(str(out))}", override)
+    assert words in _line(done, 2)
+    assert not out.exists()
+
+
+def test_an_empty_out_dir_is_refused_not_the_current_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    done = cli_in_process(*DEBUG, "train.out_dir=''")
+    assert "train.out_dir='' names no folder" in _line(done, 2)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_out_dir_is_one_line(tmp_path):
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    parent.chmod(0o500)
+    try:
+        done = cli_in_process(*DEBUG, f"train.out_dir={hydra_quote(str(parent / 'run'))}")
+        assert "is read-only for this user" in _line(done, 2)
+    finally:
+        parent.chmod(0o700)
+
+
+def test_an_out_dir_in_the_kernels_file_systems_is_one_line():
+    done = cli_in_process(*DEBUG, "train.out_dir=/proc/x")
+    assert "train.out_dir=/proc/x cannot be written" in _line(done, 2)
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("~solver.name", "~solver.name removes solver.name from the config"),
+        ("model.dt=1,2", "model.dt=1,2 gives several values; run a sweep over them with -m"),
+        ("model." + "k" * 5000 + "=1", "an override's key has 5006 characters (at most 200)"),
+        ("model.dt=" + "9" * 5000, "model.dt= has a value of 5000 characters"),
+        ("model.dt=" + "9" * 100, "model.dt= has a number of more than 60 digits"),
+    ],
+)
+def test_an_override_no_run_can_take_is_one_line(tmp_path, override, words):
+    out = tmp_path / "run"
+    done = cli_in_process(*DEBUG, f"train.out_dir={hydra_quote(str(out))}", override)
+    assert words in _line(done, 2)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args", [["--config-name=missing"], ["--config-path=/etc"], ["-cn", "missing"]])
+def test_another_primary_config_is_one_line(tmp_path, args):
+    done = cli_in_process(*DEBUG, f"train.out_dir={hydra_quote(str(tmp_path / 'run'))}", *args)
+    assert "is refused: odeformer-train composes its own config" in _line(done, 2)
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_added_model_key_is_named(tmp_path):
+    done = cli_in_process(*DEBUG, f"train.out_dir={hydra_quote(str(tmp_path / 'run'))}", "+model.foo=1")
+    assert "model.foo is not a setting of the" in _line(done, 2)
