@@ -6,3 +6,18 @@
 (:mod:`~odeformer.app.commands.data`, which also holds the downloader only it uses). Bad input is one line on stderr
 and exit code 2, before anything is written.
 """
+
+import os as _os
+import sys as _sys
+import warnings as _warnings
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as a command prints it: ``odeformer-<command>: warning: <message>``, on one line, without the
+    source line of the project that raised it."""
+    command = _os.path.basename(_sys.argv[0]) if _sys.argv else "odeformer"
+    return f"{command}: warning: {' '.join(str(message).split())}\n"
+
+
+if _os.path.basename(_sys.argv[0] if _sys.argv else "").startswith("odeformer-"):  # a command, not a library user
+    _warnings.formatwarning = _one_line_warning
