@@ -21,3 +21,15 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 if _os.path.basename(_sys.argv[0] if _sys.argv else "").startswith("odeformer-"):  # a command, not a library user
     _warnings.formatwarning = _one_line_warning
+
+
+def stopped(prog: str, signum: int, saved: bool) -> int:
+    """A sweep-running command stopped by a signal: one line saying how its runs resume; the exit status
+    ``128 + signum``."""
+    how = (
+        "the running runs saved their checkpoints; the same command resumes them"
+        if saved
+        else "stopped again before the running runs saved: they resume from their last checkpoints"
+    )
+    print(f"{prog}: interrupted by signal {int(signum)}; {how}.", file=_sys.stderr)
+    return 128 + int(signum)

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import stopped
+
 BUDGETS = ("evals", "time", "steps")
 _OVERRIDE = re.compile(r"^[+~]*[A-Za-z_][\w.\-]*=")  # key=value, the key without a colon
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        return _interrupted(signal.SIGINT, saved=True)
+        return stopped("odeformer-compare", signal.SIGINT, saved=True)
     except Exception as error:  # noqa: BLE001 - sorted by kind below; anything else goes on as a traceback
         if isinstance(error, ValueError):  # a usage error among them: answered before anything heavy is loaded
             print(f"odeformer-compare: error: {' '.join(str(error).split())}", file=sys.stderr)
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         from ..run.sweep import Interrupted
 
         if isinstance(error, Interrupted):
-            return _interrupted(error.signum, error.saved)
+            return stopped("odeformer-compare", error.signum, error.saved)
         if isinstance(error, (CheckpointError, RunDirectoryError, DatasetNotFound)):
             print(f"odeformer-compare: error: {' '.join(str(error).split())}", file=sys.stderr)
             return 2
@@ -162,16 +164,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"odeformer-compare: error: {type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
             return 2
         raise
-
-
-def _interrupted(signum: int, saved: bool) -> int:
-    how = (
-        "the running runs saved their checkpoints; the same command resumes them"
-        if saved
-        else "stopped again before the running runs saved: they resume from their last checkpoints"
-    )
-    print(f"odeformer-compare: interrupted by signal {int(signum)}; {how}.", file=sys.stderr)
-    return 128 + int(signum)
 
 
 def _refuse(message: str) -> None:

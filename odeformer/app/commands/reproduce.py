@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import stopped
+
 if TYPE_CHECKING:
     from ..run.sections import Section
     from ..run.sweep import Result
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        return _interrupted(signal.SIGINT, saved=True)
+        return stopped("odeformer-reproduce", signal.SIGINT, saved=True)
     except Exception as error:  # noqa: BLE001 - sorted by kind below; anything else goes on as a traceback
         from ...data import DatasetNotFound
         from ..run.checkpoints import CheckpointError
@@ -143,21 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         from ..run.sweep import Interrupted
 
         if isinstance(error, Interrupted):
-            return _interrupted(error.signum, error.saved)
+            return stopped("odeformer-reproduce", error.signum, error.saved)
         if isinstance(error, (ValueError, CheckpointError, RunDirectoryError, DatasetNotFound)):
             print(f"odeformer-reproduce: error: {' '.join(str(error).split())}", file=sys.stderr)
             return 2
         raise
-
-
-def _interrupted(signum: int, saved: bool) -> int:
-    how = (
-        "the running runs saved their checkpoints; the same command resumes them"
-        if saved
-        else "stopped again before the running runs saved: they resume from their last checkpoints"
-    )
-    print(f"odeformer-reproduce: interrupted by signal {int(signum)}; {how}.", file=sys.stderr)
-    return 128 + int(signum)
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -181,6 +173,7 @@ def _main(argv: list[str] | None = None) -> int:
     from ..run.sections import run_section, slug, smoke_section
     from ..run.sweep import Sweep
     from .train import compose_config
+
     known = results_sections()  # sweeps/results.yaml: a malformed file is one line, naming the file and the key
     if args.out is None and args.smoke:  # a smoke run never rewrites the repository's docs
         args.out = Path(tempfile.mkdtemp(prefix="odeformer-smoke-"))

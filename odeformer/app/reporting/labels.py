@@ -14,13 +14,14 @@ LEFT_OUT = ("train.out_dir", "train.resume", "train.progress", "train.threads", 
 """Where and how a run was started, not what it is."""
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{"group.key": value}`` (an empty mapping is a value of its own)."""
     if not isinstance(tree, dict):
         return {prefix.rstrip("."): tree} if prefix else {}
     flat: dict[str, Any] = {}
     for key, value in tree.items():
         if isinstance(value, dict) and value:
-            flat |= _flatten(value, f"{prefix}{key}.")
+            flat |= flatten(value, f"{prefix}{key}.")
         else:
             flat[f"{prefix}{key}"] = value
     return flat
@@ -47,7 +48,7 @@ def run_labels(configs: list[dict[str, Any] | None], names: list[str]) -> list[s
     """One label per run, from its resolved config (``solver``, ``model``, ``data``, ``train``; ``None`` where a run
     stores none) and its folder's ``names``: the solver's name and the options that differ between the runs, then
     the other settings that differ; runs still alike get their folder's name after it."""
-    flats = [_flatten(config or {}) for config in configs]
+    flats = [flatten(config or {}) for config in configs]
     keys = sorted({key for flat in flats for key in flat} - set(LEFT_OUT))
     differing = [key for key in keys if len({repr(flat.get(key)) for flat in flats}) > 1]
     solver_options = [k for k in differing if k.startswith("solver.options.")]

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..reporting.labels import flatten
+
 Compose = Callable[[list[str]], dict[str, Any]]
 """Overrides to the resolved config (plain containers) ``odeformer-train`` would run with them."""
 
@@ -277,16 +279,6 @@ def _measure_evaluations(job: tuple[list[str], dict[str, list[str]]], compose: C
 # -- reuse and drift ------------------------------------------------------------------------------------------------
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat |= _flatten(value, f"{prefix}{key}.")
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def config_drift(run_dir: Path, overrides: list[str], compose: Compose) -> list[str]:
     """Where a finished run's configuration (saved in its checkpoint) and what its overrides compose to now
     disagree, as ``key: then → now``. A changed default of an experiment or a group makes the same overrides mean
@@ -302,7 +294,7 @@ def config_drift(run_dir: Path, overrides: list[str], compose: Compose) -> list[
             "train it again."
         )
     now = compose([*overrides, "train.progress=false"])
-    then, now = _flatten(saved), _flatten({key: now[key] for key in saved if key in now})
+    then, now = flatten(saved), flatten({key: now[key] for key in saved if key in now})
     return [
         f"{key}: {then[key]!r} → {now[key]!r}"
         for key in sorted(then.keys() & now.keys())
