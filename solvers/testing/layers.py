@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from hypothesis import strategies as st
 
 from .._base import AbstractStepper
@@ -14,6 +15,7 @@ from ._drawn import check_drawn
 from .order import _assert_order, check_no_limit, measure_order
 from .problems import Problem, block_problem, stepper_width
 from .protocol import _protocol_run
+from .references import _flat
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,88 @@ def check_layer(
     declared = stepper.claims(block).order
     if drawn and examples > 0:
         _drawn_layer_protocol(stepper, width, examples)
+    claimed = _check_layer_claims(stepper, problem)
     if declared == 0:
-        return {"declared": 0, "slope": None, "reason": check_no_limit(stepper, problem)}
+        return {"declared": 0, "slope": None, "reason": check_no_limit(stepper, problem), **claimed}
     m = measure_order(stepper, problem)
     _assert_order(repr(stepper), declared, m, what="layer ")
-    return {"declared": declared, "slope": m.slope, "measurement": m}
+    return {"declared": declared, "slope": m.slope, "measurement": m, **claimed}
+
+
+class _Counted:
+    """A field that counts its calls."""
+
+    def __init__(self, field: Any) -> None:
+        self.field, self.calls = field, 0
+
+    def __call__(self, t: Any, x: Any) -> Any:
+        self.calls += 1
+        return self.field(t, x)
+
+
+def _check_layer_claims(stepper: AbstractStepper, problem: Problem) -> dict[str, Any]:
+    """The claims besides the order of a block stepper on ``problem``'s block, at ``t = 0.3``, ``dt = 0.1``:
+    ``evals_per_step`` attention evaluations a step from a fresh ``init`` (one fewer on a repeated block if ``fsal``,
+    over ``EVAL_STEPS`` tied steps); if ``reversible``, ``inverse`` runs and undoes a step (``REVERSIBLE_RTOL``
+    relative to the states' size); unless ``multistep``, a step from the carried state equals one from a fresh
+    ``init`` (``ONE_STEP_RTOL``)."""
+    name, claims, block = repr(stepper), stepper.claims(problem.field), problem.field
+    layer, t, dt = _copy(stepper), 0.3, 0.1
+    y0 = problem.initial(layer)
+    report: dict[str, Any] = {}
+    with torch.no_grad():
+        counted = _Counted(block.attention)
+        fresh = block._replace(attention=counted)
+        y1, _ = layer.step(fresh, t, y0, dt, layer.init(fresh, t, y0))
+        if not claims.multistep and counted.calls != claims.evals_per_step:
+            raise AssertionError(
+                f"{name} declares {claims.evals_per_step} attention evaluation(s) per step on {problem.name} but one "
+                f"step from a fresh init at t = {t}, dt = {dt} made {counted.calls}."
+            )
+        if not claims.multistep and not layer.startup_evals:
+            counted.calls = 0
+            y, state, time = y0, layer.init(fresh, t, y0), t
+            for _ in range(th.EVAL_STEPS):
+                y, state = layer.step(fresh, time, y, dt, state)
+                time = time + dt
+            per = claims.evals_per_step
+            expected = per + (th.EVAL_STEPS - 1) * (per - 1) if claims.fsal else th.EVAL_STEPS * per
+            if counted.calls != expected:
+                reuse = " with first-same-as-last reuse" if claims.fsal else ""
+                raise AssertionError(
+                    f"{name} declares {per} attention evaluation(s) per step{reuse} "
+                    f"on {problem.name}, so {expected} over {th.EVAL_STEPS} steps on one block, but it made "
+                    f"{counted.calls}."
+                )
+        report["evaluations"] = claims.evals_per_step
+        size = max(float(_flat(y0).abs().max()), float(_flat(y1).abs().max()))
+        if claims.reversible:
+            try:
+                back = layer.inverse(block, t, y1, dt)
+            except Exception as error:
+                raise AssertionError(
+                    f"{name} declares reversible on {problem.name} but its inverse raises "
+                    f"{type(error).__name__}: {error}"
+                ) from None
+            defect = float((_flat(back) - _flat(y0)).abs().max()) / size
+            if not defect <= th.REVERSIBLE_RTOL:
+                raise AssertionError(
+                    f"{name} declares reversible on {problem.name} but inverse(step(y)) misses y by {defect:.2e} "
+                    f"(relative; REVERSIBLE_RTOL is {th.REVERSIBLE_RTOL:g}) at t = {t}, dt = {dt}."
+                )
+            report["reversible"] = defect
+        if not claims.multistep:
+            y, state, time = y0, layer.init(block, t, y0), t
+            for _ in range(3):
+                y, state = layer.step(block, time, y, dt, state)
+                time = time + dt
+            carried, _ = layer.step(block, time, y, dt, state)
+            alone, _ = _copy(stepper).step(block, time, y, dt, layer.init(block, time, y))
+            defect = float((_flat(carried) - _flat(alone)).abs().max()) / size
+            if not defect <= th.ONE_STEP_RTOL:
+                raise AssertionError(
+                    f"{name} declares one-step on {problem.name} but its fourth step from the carried state differs "
+                    f"from one from a fresh init by {defect:.2e} (relative; ONE_STEP_RTOL is {th.ONE_STEP_RTOL:g})."
+                )
+            report["one_step"] = defect
+    return report
