@@ -185,7 +185,18 @@ def check_stepper(
     ``seed`` fixes what is drawn (by default one is chosen: 0 under a derandomized hypothesis profile, else at
     random); a failure names it with a one-line call that reproduces it. Draws keep no example database: no
     ``.hypothesis/`` folder appears in the working directory.
+
+    Given a block stepper (:class:`~solvers.Split`, :class:`~solvers.Whole`, or one of your own stepping on a
+    :class:`~solvers.Block`) it runs :func:`check_layer` (``report["layer"]``); given a block stepper's class it says
+    to check a built one.
     """
+    from .._splitting import _BlockStepper
+
+    if isinstance(stepper, type) and issubclass(stepper, _BlockStepper):
+        raise TypeError(
+            f"{stepper.__name__} is a block stepper: it steps on a solvers.Block, so check a built one with "
+            f"solvers.testing.check_layer({stepper.__name__}(...)) (check_stepper given one runs that check)."
+        )
     chosen = seed if seed is not None else (0 if settings.default.derandomize else random.randrange(2**32))
     try:
         with seeded(chosen):
@@ -198,7 +209,11 @@ def check_stepper(
 
 
 def _check_stepper(stepper: AbstractStepper | type[AbstractStepper], dim: int | None, examples: int) -> dict[str, Any]:
+    from .._splitting import _BlockStepper
+
     stepper = _instance(stepper)
+    if isinstance(stepper, _BlockStepper):  # it steps on a Block, not on a field: the layer check checks its claims
+        return {"layer": check_layer(stepper, examples=examples)}
     name = _name(stepper)
     for attr, kind in (
         ("order", int),
