@@ -5,14 +5,17 @@ Run it on your own scheme::
     from solvers.testing import check_stepper
     check_stepper(MyScheme)                 # or an instance: check_stepper(MyScheme(dim=4, theta0=1.0))
     check_stepper(MyScheme, examples=200)   # a thorough run: more drawn instances per claim
+    check_stepper(MyScheme, seed=7)         # the same draws again
 
 ``check_stepper`` runs every check the class's declarations call for and raises ``AssertionError`` on the first claim
 the scheme does not live up to, with the claim, the numbers that contradict it and the instance it failed on. Each
 claim is checked at fixed points (the problems and steps of earlier versions of this kit, kept as explicit examples)
 and then on ``examples`` instances drawn by hypothesis; a failure on a drawn instance is shrunk to the smallest one
 hypothesis finds that still fails (fewest steps, smallest shape, magnitude 1, parameters at their start where the
-defect allows) and that is the instance the message names. Draws follow the active hypothesis profile: this
-project's ``ci`` profile derandomizes them, so a run is reproducible.
+defect allows) and that is the instance the message names. Each run draws from a fresh random seed unless ``seed``
+is given (or the active hypothesis profile derandomizes, as this project's ``ci`` profile does); a failure on a drawn
+instance ends with the seed and the one line, ``check_stepper(Name, seed=...)``, that draws it again. Hypothesis's
+cache of source files goes to the temporary directory where the working directory has no ``.hypothesis`` folder.
 
 What is drawn (:mod:`solvers.testing.strategies`): states of two dimensions ``(batch, width)`` and three
 ``(batch, tokens, width)``, batches of 2 or 3, fields that couple the tokens of a sample as attention does (a softmax
@@ -33,7 +36,8 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
 - :func:`check_gradients`: the gradient of 4 to 8 steps with the state handed on, with respect to ``y0`` and every
   instance's learnable parameters, equals difference quotients; every learnable parameter gets a non-zero gradient.
 - :func:`check_precision`: a float32 step agrees with the float64 step from the same state to ``FLOAT32_UNITS``
-  float32 rounding units.
+  float32 rounding units per term of its own arithmetic (each evaluation, and each unit of its coefficients'
+  magnitudes).
 - :func:`check_contexts`: a step is the same in every drawn context (float64 or float32; autograd off, on with a
   state that requires grad, or ``inference_mode``; a plain function or an ``nn.Module`` field) as in the reference
   (float64, no grad, a plain function): the same evaluation count at every carried step, the same result to rounding.
@@ -45,9 +49,13 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
   symmetric, time-dependent nonlinear ones, an uneven grid, moved parameters) and on drawn ones; ``order = 0`` is
   checked by :func:`check_no_limit` (``limit_field`` raises ``ValueError``, the step does not shrink with ``dt``).
 - :func:`check_symplectic` (if ``symplectic``): the one-step Jacobian ``M`` has ``Mᵀ J M = J`` and ``det M = 1`` to
-  ``SYMPLECTIC_RTOL`` on Hamiltonian problems, and the energy error stays bounded and falls like ``dt**order``.
+  ``SYMPLECTIC_RTOL`` (scaled by ``|M|``) on Hamiltonian problems, and the energy error stays bounded and falls like
+  ``dt**order``.
 - :func:`check_reversible` (if ``reversible``): ``inverse`` undoes ``step`` and ``step`` undoes ``inverse`` to
-  ``REVERSIBLE_RTOL`` (and ``step(-dt)`` undoes ``step(dt)`` if ``symmetric``), each step from a fresh ``init``.
+  ``REVERSIBLE_RTOL`` relative to the largest magnitude the round trip reaches (and ``step(-dt)`` undoes ``step(dt)``
+  if ``symmetric``), each step from a fresh ``init``. Neither judges a step that blows up (growth or ``|M|`` above
+  ``BLOWN_UP``): it is outside the scheme's stability region, where rounding says nothing of the claim; a drawn one
+  is replaced by another draw, a fixed one taken at a smaller step.
 - :func:`check_one_step` (unless ``multistep``): a step from the carried state equals one by an unused copy of the
   stepper from a fresh ``init``, also when instances with different parameters hand the state on.
 - :func:`check_layer`: a block stepper's order on its block's ODE, and (:func:`check_layer_protocol`) its protocol on
@@ -56,7 +64,11 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
 What it cannot do: a property holds on the instances drawn, not on every state. A defect that shows only where the
 strategies never reach (a state of a million entries, a magnitude of 1e30, step 10,000, a parameter moved by 100, a
 dtype other than float32 and float64, a device other than the CPU) passes; so does a scheme that detects the kit's own
-problems. More examples search longer, not further. The kit is evidence for a claim, not a proof of it.
+problems, or inspects the call stack to find it, or whose defect is triggered only after millions of steps. An
+error constant below float64's resolution cannot be measured (coefficients given to the tableau engine are checked
+exactly instead), and the error of an eighth-order scheme reaches the rounding floor before its slope settles, so
+its order cannot be read. More examples search longer, not further. The kit is evidence for a claim, not a proof of
+it.
 
 The reference of the order check is the flow of ``stepper.limit_field(field)``: the dynamics the scheme claims to
 converge to. Problems are built from a seed with ``torch.Generator`` (float64): :mod:`~solvers.testing.problems`
