@@ -44,11 +44,11 @@ def _counted_run(
     tied: bool,
     what: str,
     kind: str = "float",
-) -> list[list[float]]:
+) -> tuple[list[list[float]], float]:
     """Take ``len(dts)`` steps (by ``steppers`` in turn, handing the state on where one continues the other), each
     with a recording field (one for all steps if ``tied``), with ``t0`` and every ``dt`` handed over as ``kind``
     (:data:`TIME_KINDS`), and assert each step's evaluation count; return each step's abscissae ``c = (s - t) / dt``
-    of its evaluation times ``s``."""
+    of its evaluation times ``s``, and the largest ``|t| / |dt|`` (how finely float64 resolves ``c``)."""
     if kind != "float":
         what = f"{what} (t0 and dt as {'0-d tensors' if kind == 'tensor' else 'a 0-d tensor, dt requiring grad'})"
     from .._splitting import Block
@@ -60,7 +60,7 @@ def _counted_run(
     fsal = first.claims(base).fsal  # a block stepper's reuse depends on its block
     name, declared, startup = _name(first), first.evals_per_step, tuple(first.startup_evals)
     shared = RecordingField(counted)
-    t, state, previous, out = _as_kind(t0, kind, False), None, None, []
+    t, state, previous, out, far = _as_kind(t0, kind, False), None, None, [], 0.0
     for i, dt_value in enumerate(dts):
         dt = _as_kind(dt_value, kind, True)
         s = steppers[i % len(steppers)]
@@ -83,17 +83,21 @@ def _counted_run(
                 f"{name} evaluated the field {len(times)} times in step {i} with {how} at dt = {dt_value:g}{what}; it "
                 f"declares {claim}, so {expected} were expected."
             )
-        out.append([(u - float(t)) / dt_value for u in times])
+        start = float(t)
+        out.append([(u - start) / dt_value for u in times])
+        far = max(far, abs(start) / abs(dt_value))  # c resolves only to float64's rounding of t, over dt
         t, previous = t + dt, s
-    return out
+    return out, far
 
 
-def _same_abscissae(name: str, runs: list[tuple[float, list[list[float]]]], how: str) -> None:
-    """Every run's step ``i`` evaluates at the same abscissae ``c``: where a step evaluates moves with the step."""
-    first_dt, first = runs[0]
-    for dt, run in runs[1:]:
+def _same_abscissae(name: str, runs: list[tuple[float, tuple[list[list[float]], float]]], how: str) -> None:
+    """Every run's step ``i`` evaluates at the same abscissae ``c``: where a step evaluates moves with the step (to
+    ``1e-9`` relative, and to what float64 resolves of ``c`` where ``|t|`` is large beside ``|dt|``)."""
+    first_dt, (first, far) = runs[0]
+    for dt, (run, far_b) in runs[1:]:
+        slack = 64 * th.EPS * max(far, far_b)
         for i, (a, b) in enumerate(zip(first, run)):
-            if any(abs(u - v) > 1e-9 * max(1.0, abs(u)) for u, v in zip(a, b)):
+            if any(abs(u - v) > 1e-9 * max(1.0, abs(u)) + slack for u, v in zip(a, b)):
                 raise AssertionError(
                     f"{name} evaluates the field at t + c dt with c = {_show(a)} at dt = {first_dt:g} but "
                     f"c = {_show(b)} at dt = {dt:g} (step {i}, {how}): where a step evaluates must move with "
@@ -114,7 +118,8 @@ def check_evals(
     one field for all steps, and that the evaluation times are ``t + c dt`` with the same abscissae ``c`` at every
     ``dt``.
 
-    Fixed: ``EVAL_STEPS`` steps from ``t = EVAL_T0`` at every ``dt`` in ``dts``. Drawn (unless ``problem`` is given;
+    Fixed: ``EVAL_STEPS`` steps from ``t = EVAL_T0`` at every ``dt`` in ``dts``, and as many alternating ``dt`` and
+    ``RATES[0] dt`` (a step size that changes twentyfold). Drawn (unless ``problem`` is given;
     ``examples`` instances, :func:`~solvers.testing.strategies.instances`): up to ``MAX_HORIZON`` steps of sizes
     alternating ``dt`` and ``rate dt`` (either sign), from a drawn ``t``, on states of drawn shape and magnitude, with
     the learnable parameters moved, compared with the same run at another ``dt``.
@@ -131,6 +136,10 @@ def check_evals(
             steps = th.EVAL_STEPS
             runs = [(dt, _counted_run([stepper], chosen, [dt] * steps, th.EVAL_T0, tied, "", kind)) for dt in dts]
             _same_abscissae(name, runs, how)
+            changing = [[dt if i % 2 == 0 else th.RATES[0] * dt for i in range(steps)] for dt in dts]
+            what = f" (steps alternating dt and {th.RATES[0]:g} dt)"
+            runs = [(d[0], _counted_run([stepper], chosen, d, th.EVAL_T0, tied, what, kind)) for d in changing]
+            _same_abscissae(name, runs, how + what)
     if problem is not None or examples <= 0:
         return
     pristine = _copy(stepper)

@@ -24,7 +24,7 @@ from .problems import (
     stepper_width,
 )
 from .references import _flat, _unflat
-from .strategies import hamiltonian_problems, time_problems
+from .strategies import hamiltonian_problems, start_times, time_problems
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def _points(problems: Any, max_dt: float, min_dt: float = 1e-3):
     return st.builds(
         Point,
         problem=problems,
-        t=st.floats(-1.0, 1.0),
+        t=start_times(),
         dt=st.builds(lambda e, sign: sign * 10.0**e, st.floats(low, high), st.sampled_from([1.0, -1.0])),
         seed=st.integers(0, 2**31 - 1),
         moved=st.sampled_from([0.0, 0.5, 1.0, 2.0]),

@@ -124,7 +124,7 @@ def _measure(stepper: AbstractStepper, problem: Problem, uneven: bool = False) -
     local = tuple(math.log2(a / b) for a, b in zip(errors, errors[1:]))
     if len(errors) < th.GRIDS:
         return OrderMeasurement(problem.name, math.inf, tuple(dts), tuple(errors), local, False)
-    slope = _fit(dts[-th.GRIDS:], errors[-th.GRIDS:])
+    slope = _fit(dts[-th.GRIDS :], errors[-th.GRIDS :])
     steady = abs(local[-1] - local[-2]) <= th.STEADY
     if not steady and _settling(local):
         return OrderMeasurement(problem.name, 2 * local[-1] - local[-2], tuple(dts), tuple(errors), local, True, True)

@@ -65,6 +65,11 @@ class Problem:
         return 0.5 * (v * v).sum(-1) + self.potential(x)
 
 
+_ROOT2 = math.sqrt(2.0)
+"""The problems' time dependence mixes frequencies 1, 2 and √2: no period, so a scheme that wraps its time (``t mod
+2π``) or clamps it is seen."""
+
+
 def _cos(t: Any) -> Any:
     """``cos t`` of a number, or of a tensor with its gradient (a scheme whose abscissae are learnable evaluates the
     field at a time that carries one)."""
@@ -171,7 +176,7 @@ def pendulum_problem(
     modulation: float = 0.0,
     phase: float = 0.0,
 ) -> Problem:
-    """Pendulums ``x'' = -w² (1 + modulation cos(2t + phase)) sin x + forcing cos(t + phase)``: nonlinear;
+    """Pendulums ``x'' = -w² (1 + modulation cos(2t + phase)) sin x + forcing cos(√2 (t + phase))``: nonlinear;
     time-dependent unless ``forcing = modulation = 0``. The modulation makes time and state enter the force jointly (a
     scheme that evaluates at the wrong time fails there even if it handles an additive forcing right); a ``phase``
     that is not a multiple of π makes the force's time dependence neither even nor odd (an inverse that runs time
@@ -183,7 +188,7 @@ def pendulum_problem(
 
     def field(t, x):
         s = t + phase
-        return -w2 * (1 + modulation * _cos(2 * s)) * torch.sin(x) + forcing * _cos(s)
+        return -w2 * (1 + modulation * _cos(2 * s)) * torch.sin(x) + forcing * _cos(_ROOT2 * s)
 
     potential = None if (forcing or modulation) else (lambda x: (w2 * (1 - torch.cos(x))).sum(-1))
     modulated = f", modulation={modulation:g}" if modulation else ""
@@ -212,7 +217,7 @@ def coupled_problem(
 
 
 def nonlinear_problem(seed: int = 0, dim: int = 4, T: float = 1.0, batch: int = 2) -> Problem:
-    """``x' = (1 + ½ cos 2t) tanh(x A) + ½ sin t``, ``A`` random of spectral norm 1: a first-order problem of any
+    """``x' = (1 + ½ cos 2t) tanh(x A) + ½ sin √2 t``, ``A`` random of spectral norm 1: a first-order problem of any
     width, nonlinear and coupled, with time and state entering jointly."""
     g = generator(seed)
     A = torch.randn(dim, dim, generator=g, dtype=torch.float64)
@@ -220,7 +225,7 @@ def nonlinear_problem(seed: int = 0, dim: int = 4, T: float = 1.0, batch: int = 
     x0 = torch.randn(batch, dim, generator=g, dtype=torch.float64)
 
     def field(t, x):
-        return (1 + 0.5 * _cos(2 * t)) * torch.tanh(x @ A) + 0.5 * _sin(t)
+        return (1 + 0.5 * _cos(2 * t)) * torch.tanh(x @ A) + 0.5 * _sin(_ROOT2 * t)
 
     return Problem(f"nonlinear(seed={seed}, dim={dim}, T={T:g})", field, x0, None, T, linear=False)
 
@@ -318,8 +323,8 @@ def token_problem(
     phase: float = 0.7,
 ) -> Problem:
     """States of shape ``(batch, tokens, dim)`` and a field that couples the tokens of each sample as attention does:
-    ``f(t, X) = (1 + ½ cos(2t + phase)) (softmax(X Q (X K)ᵀ) X V - X) + ½ sin(t + phase) c`` per sample (``dx/dt``, or
-    the acceleration if ``second_order``), weights drawn from ``seed`` at scale ``1/sqrt(dim)``.
+    ``f(t, X) = (1 + ½ cos(2t + phase)) (softmax(X Q (X K)ᵀ) X V - X) + ½ sin(√2 (t + phase)) c`` per sample
+    (``dx/dt``, or the acceleration if ``second_order``), weights drawn from ``seed`` at scale ``1/sqrt(dim)``.
 
     The field insists on states shaped like ``y`` (three dimensions, the last two ``(tokens, dim)``): a step that
     flattens the batch into rows before calling it (and so mixes samples, or tokens of different samples) fails there
@@ -341,7 +346,7 @@ def token_problem(
             )
         s = t + phase
         weights = torch.softmax((x @ Q) @ (x @ K).transpose(-2, -1), dim=-1)  # (B, N, N)
-        return (1 + 0.5 * _cos(2 * s)) * (weights @ (x @ V) - x) + 0.5 * _sin(s) * c
+        return (1 + 0.5 * _cos(2 * s)) * (weights @ (x @ V) - x) + 0.5 * _sin(_ROOT2 * s) * c
 
     return Problem(name, field, x0, v0, T, False)
 
@@ -350,7 +355,7 @@ def row_problem(
     seed: int = 0, dim: int = 3, batch: int = 2, T: float = 0.5, second_order: bool = False, phase: float = 0.7
 ) -> Problem:
     """States of shape ``(batch, dim)`` and a field acting on each row, coupling its channels:
-    ``f(t, x) = (1 + ½ cos(2t + phase)) (tanh(x A) - ½ x) + ½ sin(t + phase) c`` (``dx/dt``, or the acceleration if
+    ``f(t, x) = (1 + ½ cos(2t + phase)) (tanh(x A) - ½ x) + ½ sin(√2 (t + phase)) c`` (``dx/dt``, or the acceleration if
     ``second_order``), ``A`` random of spectral norm 1. Like :func:`token_problem`, the field insists on states shaped
     like ``y``."""
     g = generator(seed)
@@ -369,7 +374,7 @@ def row_problem(
                 f"shaped like y, (batch, {dim})."
             )
         s = t + phase
-        return (1 + 0.5 * _cos(2 * s)) * (torch.tanh(x @ A) - 0.5 * x) + 0.5 * _sin(s) * c
+        return (1 + 0.5 * _cos(2 * s)) * (torch.tanh(x @ A) - 0.5 * x) + 0.5 * _sin(_ROOT2 * s) * c
 
     return Problem(name, field, x0, v0, T, False)
 
@@ -386,7 +391,7 @@ def _half_width(stepper: AbstractStepper, dim: int | None) -> int:
 def _time_problem(stepper: AbstractStepper, dim: int | None, seed: int) -> Problem:
     """A nonlinear problem whose force depends on time neither evenly nor oddly, of the stepper's width: modulated,
     forced pendulums with a phase (as ``[x, v]`` for a first-order scheme), or, at an odd first-order width,
-    :func:`nonlinear_problem` (``cos 2t`` and ``sin t`` together)."""
+    :func:`nonlinear_problem` (``cos 2t`` and ``sin √2 t`` together)."""
     size = _half_width(stepper, dim)
     if size:
         return pendulum_problem(seed=seed, dim=size, modulation=0.5, phase=0.7)

@@ -81,6 +81,14 @@ def magnitudes():
     return st.one_of(st.just(1.0), st.floats(low, high).map(lambda e: float(10.0**e)))
 
 
+def start_times():
+    """Strategy: a start time in [-1, 1], or now and then of either sign, log-uniform over ``T0_RANGE`` (a deep
+    model's layers run at t up to depth times dt; a scheme that clamps or wraps its stage times shows there)."""
+    low, high = (math.log10(t) for t in th.T0_RANGE)
+    far = st.builds(lambda e, sign: sign * 10.0**e, st.floats(low, high), st.sampled_from([1.0, -1.0]))
+    return st.one_of(st.floats(-1.0, 1.0), far)
+
+
 def scaled_problems(second_order: bool = False, width: int | None = None):
     """Strategy: every problem family a stepper of this kind runs (second-order ones on any stepper, as ``[x, v]`` for
     a first-order one) and :func:`token_problem` instances (tokens coupled as attention couples them), at a drawn
@@ -212,7 +220,8 @@ def instances(
     now and then (``large``) a state of at least ``LARGE_STATE`` entries (as that many rows / width); magnitudes
     log-uniform over ``MAGNITUDES``; ``steps`` up to ``max_steps``, their total time at most ``horizon``; ``dt`` of
     either sign (``signed``) with ``|dt|`` log-uniform from 1e-3 to ``max_dt``; parameters moved by up to 2 standard
-    normals; 1 to ``layers`` instances."""
+    normals; 1 to ``layers`` instances; ``t0`` from :func:`start_times`, the step sizes alternating ``dt`` and
+    ``rate * dt`` (``rate`` log-uniform over ``RATES``)."""
     w = width if width is not None else draw(st.integers(1, 4))
     big = large and draw(st.booleans()) and draw(st.booleans())  # about one draw in four
     if big:  # many rows, not many tokens: the field stays cheap
@@ -231,8 +240,8 @@ def instances(
         width=w,
         magnitude=draw(magnitudes()),
         dt=sign * size,
-        rate=draw(st.floats(0.2, 0.9)),
-        t0=draw(st.floats(-1.0, 1.0)),
+        rate=10.0 ** draw(st.floats(*(math.log10(r) for r in th.RATES))),
+        t0=draw(start_times()),
         steps=steps,
         moved=moved,
         moved_seed=draw(st.integers(0, 2**16)),

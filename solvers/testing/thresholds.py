@@ -72,6 +72,21 @@ LARGE_STATE = 4096
 """Some drawn states have at least this many entries (a write in place that only large states take is found)."""
 MAGNITUDES = (1e-3, 1e3)
 """States and fields are drawn at magnitudes log-uniform in this range."""
+T0_RANGE = (10.0, 1e3)
+"""Now and then a run starts at a time of either sign log-uniform in this range (a model of depth 32 at dt 1 reaches
+t = 32), else in [-1, 1]."""
+RATES = (0.05, 0.9)
+"""The step sizes of a drawn run alternate ``dt`` and ``rate * dt``, ``rate`` in this range (``dt`` changes by up to
+20 times from one step to the next)."""
+
+# -- contexts ---------------------------------------------------------------------------------------------------------
+CONTEXT_SIZES = ((8, 8), (16, 32), (64, 64), (197, 192), (32, 768))
+"""``(tokens, width)`` of the transformer-sized states the context check draws (a per-channel stepper keeps its
+width), over decades up to a DeiT-Tiny sequence and a GPT-2 width ..."""
+CONTEXT_LARGE_STATE = 2**17
+"""... and now and then a state of at least this many entries (a Tiny Shakespeare batch has 262k)."""
+HALF_MAGNITUDES = (1e-2, 10.0)
+"""Half-precision contexts clamp the drawn magnitude into this range (float16 overflows at 65504)."""
 
 # -- how much is drawn -------------------------------------------------------------------------------------------------
 EXAMPLES = 12
