@@ -17,8 +17,8 @@ is given (or the active hypothesis profile derandomizes, as this project's ``ci`
 instance ends with the seed and the one line, ``check_stepper(Name, seed=...)``, that draws it again. Hypothesis's
 cache of source files goes to the temporary directory where the working directory has no ``.hypothesis`` folder.
 
-What is drawn (:mod:`solvers.testing.strategies`): states of two dimensions ``(batch, width)`` and three
-``(batch, tokens, width)``, batches of 2 or 3, fields that couple the tokens of a sample as attention does (a softmax
+What is drawn (:mod:`solvers.testing.strategies`; the contexts in :mod:`solvers.testing.contexts`): states of two
+dimensions ``(batch, width)`` and three ``(batch, tokens, width)``, batches of 2 or 3, fields that couple the tokens of a sample as attention does (a softmax
 over tokens) and insist on states shaped like ``y``, now and then a state of at least ``LARGE_STATE`` entries,
 magnitudes log-uniform over ``MAGNITUDES`` (states and fields scaled together, so the problem stays the same problem),
 step sizes of either sign over three decades, horizons up to ``MAX_HORIZON`` steps, learnable parameters moved by up
@@ -38,9 +38,15 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
 - :func:`check_precision`: a float32 step agrees with the float64 step from the same state to ``FLOAT32_UNITS``
   float32 rounding units per term of its own arithmetic (each evaluation, and each unit of its coefficients'
   magnitudes).
-- :func:`check_contexts`: a step is the same in every drawn context (float64 or float32; autograd off, on with a
-  state that requires grad, or ``inference_mode``; a plain function or an ``nn.Module`` field) as in the reference
-  (float64, no grad, a plain function): the same evaluation count at every carried step, the same result to rounding.
+- :func:`check_contexts`: a step is the same in every context a model runs it in (:class:`Context`: float64,
+  float32, float16 or bfloat16; autograd off, on with a state that requires grad, or ``inference_mode``; bf16
+  autocast; one or two threads; a plain function, an ``nn.Module``, an attention and FFN field, or the ``fields``
+  you give; contiguous, transposed, sliced or expanded views, 4-D states; ``t0`` and ``dt`` as floats, 0-d tensors or
+  a ``dt`` that requires grad; far start times; transformer sizes and ``CONTEXT_LARGE_STATE`` entries as independent
+  tiles) as in the reference (float64, no grad, a plain function): the same evaluations at the same times, the same
+  step, inverse and carried step to rounding, in training the same gradient with respect to the state and (against
+  difference quotients) a learnable ``dt``. Every value of every aspect runs first on a fixed instance
+  (:data:`CONTEXTS`), then drawn ones.
 - :func:`check_evals`: each step evaluates the field ``evals_per_step`` times (``- 1`` on a repeated field if
   ``fsal``; the first steps as ``startup_evals`` says), at abscissae ``c`` (times ``t + c dt``) that are the same at
   every ``dt``.
@@ -62,8 +68,8 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
   drawn blocks.
 
 What it cannot do: a property holds on the instances drawn, not on every state. A defect that shows only where the
-strategies never reach (a state of a million entries, a magnitude of 1e30, step 10,000, a parameter moved by 100, a
-dtype other than float32 and float64, a device other than the CPU) passes; so does a scheme that detects the kit's own
+strategies never reach (a magnitude of 1e30, step 10,000, a parameter moved by 100, a device other than the CPU)
+passes; so does a scheme that detects the kit's own
 problems, or inspects the call stack to find it, or whose defect is triggered only after millions of steps. An
 error constant below float64's resolution cannot be measured (coefficients given to the tableau engine are checked
 exactly instead), and the error of an eighth-order scheme reaches the rounding floor before its slope settles, so
@@ -185,6 +191,7 @@ def check_stepper(
     dim: int | None = None,
     examples: int = th.EXAMPLES,
     seed: int | None = None,
+    fields: Any = None,
 ) -> dict[str, Any]:
     """Run every check the stepper's declarations call for; return what was measured.
 
@@ -197,6 +204,9 @@ def check_stepper(
     ``seed`` fixes what is drawn (by default one is chosen: 0 under a derandomized hypothesis profile, else at
     random); a failure names it with a one-line call that reproduces it. Draws keep no example database: no
     ``.hypothesis/`` folder appears in the working directory.
+
+    ``fields``, ``fields(width, seed) -> f(t, x)`` for states ``(batch, tokens, width)``, adds your own field (your
+    model's attention and FFN) to the fields :func:`check_contexts` draws.
 
     Given a block stepper (:class:`~solvers.Split`, :class:`~solvers.Whole`, or one of your own stepping on a
     :class:`~solvers.Block`) it runs :func:`check_layer` (``report["layer"]``); given a block stepper's class it says
@@ -212,15 +222,18 @@ def check_stepper(
     chosen = seed if seed is not None else (0 if settings.default.derandomize else random.randrange(2**32))
     try:
         with seeded(chosen):
-            return _check_stepper(stepper, dim, examples)
+            return _check_stepper(stepper, dim, examples, fields)
     except AssertionError as error:
         what = stepper if isinstance(stepper, type) else type(stepper)
         call = f"check_stepper({what.__module__}.{what.__qualname__}, seed={chosen}"
-        call += (f", dim={dim}" if dim is not None else "") + f", examples={examples})"
+        call += (f", dim={dim}" if dim is not None else "") + f", examples={examples}"
+        call += (", fields=<the same fields>)" if fields is not None else ")")
         raise AssertionError(f"{error}\n  seed {chosen}; reproduce with: {call}") from None
 
 
-def _check_stepper(stepper: AbstractStepper | type[AbstractStepper], dim: int | None, examples: int) -> dict[str, Any]:
+def _check_stepper(
+    stepper: AbstractStepper | type[AbstractStepper], dim: int | None, examples: int, fields: Any = None
+) -> dict[str, Any]:
     from .._splitting import _BlockStepper
 
     stepper = _instance(stepper)
@@ -253,7 +266,7 @@ def _check_stepper(stepper: AbstractStepper | type[AbstractStepper], dim: int | 
         raise AssertionError(f"{name} declares startup_evals, which only a multistep scheme has (it builds a history).")
     report: dict[str, Any] = {"protocol": check_protocol(stepper, dim, examples)}
     check_evals(stepper, dim=dim, examples=examples)
-    report["contexts"] = check_contexts(stepper, dim, examples)
+    report["contexts"] = check_contexts(stepper, dim, examples, fields=fields)
     report["precision"] = check_precision(stepper, dim, examples)
     check_gradients(stepper, dim, examples)
     if stepper.order == 0:
