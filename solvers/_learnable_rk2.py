@@ -66,5 +66,5 @@ class TwoStageRK(AbstractStepper):
         a = self.LOW + (self.HIGH - self.LOW) * torch.sigmoid(self.theta.to(x.dtype))  # in the state's precision
         w2 = 0.5 / a
         k1 = field(t, x)
-        k2 = field(t + a * dt, x + (a * dt) * k1)
+        k2 = field(t + a.double() * dt, x + (a * dt) * k1)  # its time in float64: t may be far from 0
         return x + dt * (k1 + w2 * (k2 - k1)), state

@@ -18,12 +18,12 @@ instance ends with the seed and the one line, ``check_stepper(Name, seed=...)``,
 cache of source files goes to the temporary directory where the working directory has no ``.hypothesis`` folder.
 
 What is drawn (:mod:`solvers.testing.strategies`; the contexts in :mod:`solvers.testing.contexts`): states of two
-dimensions ``(batch, width)`` and three ``(batch, tokens, width)``, batches of 2 or 3, fields that couple the tokens of a sample as attention does (a softmax
-over tokens) and insist on states shaped like ``y``, now and then a state of at least ``LARGE_STATE`` entries,
-magnitudes log-uniform over ``MAGNITUDES`` (states and fields scaled together, so the problem stays the same problem),
-step sizes of either sign over three decades, horizons up to ``MAX_HORIZON`` steps, learnable parameters moved by up
-to two standard normals from their start, and up to three instances of the stepper with different parameters handing
-the running state on, as a model's layers do.
+dimensions ``(batch, width)`` and three ``(batch, tokens, width)``, batches of 2 or 3, fields that couple the tokens of
+a sample as attention does (a softmax over tokens) and insist on states shaped like ``y``, now and then a state of at
+least ``LARGE_STATE`` entries, magnitudes log-uniform over ``MAGNITUDES`` (states and fields scaled together, so the
+problem stays the same problem), step sizes of either sign over three decades, horizons up to ``MAX_HORIZON`` steps,
+learnable parameters moved by up to two standard normals from their start, and up to three instances of the stepper with
+different parameters handing the running state on, as a model's layers do.
 
 The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mod:`~solvers.testing.order`,
 :mod:`~solvers.testing.geometry`, :mod:`~solvers.testing.layers`; every threshold is a named constant in
@@ -68,13 +68,12 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
   drawn blocks.
 
 What it cannot do: a property holds on the instances drawn, not on every state. A defect that shows only where the
-strategies never reach (a magnitude of 1e30, step 10,000, a parameter moved by 100, a device other than the CPU)
-passes; so does a scheme that detects the kit's own
-problems, or inspects the call stack to find it, or whose defect is triggered only after millions of steps. An
-error constant below float64's resolution cannot be measured (coefficients given to the tableau engine are checked
-exactly instead), and the error of an eighth-order scheme reaches the rounding floor before its slope settles, so
-its order cannot be read. More examples search longer, not further. The kit is evidence for a claim, not a proof of
-it.
+strategies never reach (a magnitude of 1e30, step 10,000, a parameter moved by 100, a device other than the CPU) passes;
+so does a scheme that detects the kit's own problems, or inspects the call stack to find it, or whose defect is
+triggered only after millions of steps. An error constant below float64's resolution cannot be measured (coefficients
+given to the tableau engine are checked exactly instead). Orders are derived up to ``MAX_ORDER`` (9) by the tableau
+engine and measured up to 8 (the error of Yoshida's eighth-order composition falls like ``dt**8`` above the rounding
+floor). More examples search longer, not further. The kit is evidence for a claim, not a proof of it.
 
 The reference of the order check is the flow of ``stepper.limit_field(field)``: the dynamics the scheme claims to
 converge to. Problems are built from a seed with ``torch.Generator`` (float64): :mod:`~solvers.testing.problems`
@@ -201,9 +200,9 @@ def check_stepper(
     fixed points (``EXAMPLES`` by default; more for a thorough run, and the order check a tenth of them, at least
     ``ORDER_EXAMPLES``).
 
-    ``seed`` fixes what is drawn (by default one is chosen: 0 under a derandomized hypothesis profile, else at
-    random); a failure names it with a one-line call that reproduces it. Draws keep no example database: no
-    ``.hypothesis/`` folder appears in the working directory.
+    ``seed`` fixes what is drawn (by default one is chosen: 0 under a derandomized hypothesis profile, else at random;
+    the report's ``"seed"``); a failure names it with a one-line call that reproduces it. Draws keep no example
+    database: no ``.hypothesis/`` folder appears in the working directory.
 
     ``fields``, ``fields(width, seed) -> f(t, x)`` for states ``(batch, tokens, width)``, adds your own field (your
     model's attention and FFN) to the fields :func:`check_contexts` draws.
@@ -222,7 +221,9 @@ def check_stepper(
     chosen = seed if seed is not None else (0 if settings.default.derandomize else random.randrange(2**32))
     try:
         with seeded(chosen):
-            return _check_stepper(stepper, dim, examples, fields)
+            report = _check_stepper(stepper, dim, examples, fields)
+        report["seed"] = chosen
+        return report
     except AssertionError as error:
         what = stepper if isinstance(stepper, type) else type(stepper)
         call = f"check_stepper({what.__module__}.{what.__qualname__}, seed={chosen}"

