@@ -111,6 +111,10 @@ def declare(cls: type, claims: Claims, reasons: dict[str, str]) -> None:
             setattr(cls, key, value)
             continue
         claimed = cls.__dict__[key]
+        if key in ("order", "evals_per_step") and (not isinstance(claimed, int) or isinstance(claimed, bool)):
+            raise TypeError(
+                f"{cls.__name__} declares {key} = {claimed!r}; it must be an int (its coefficients give {value})."
+            )
         if key == "order" and claimed > value or key not in ("order", "startup_evals") and bool(claimed) and not value:
             raise TypeError(
                 f"{cls.__name__} declares {key} = {claimed!r}, but "

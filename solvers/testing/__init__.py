@@ -8,7 +8,8 @@ Run it on your own scheme::
     check_stepper(MyScheme, seed=7)         # the same draws again
 
 ``check_stepper`` runs every check the class's declarations call for and raises ``AssertionError`` on the first claim
-the scheme does not live up to, with the claim, the numbers that contradict it and the instance it failed on. Each
+the scheme does not live up to (``print(stepper_report(MyScheme))`` runs every claim to its end and shows each, passed
+and failed, with what it measured), with the claim, the numbers that contradict it and the instance it failed on. Each
 claim is checked at fixed points (the problems and steps of earlier versions of this kit, kept as explicit examples)
 and then on ``examples`` instances drawn by hypothesis; a failure on a drawn instance is shrunk to the smallest one
 hypothesis finds that still fails (fewest steps, smallest shape, magnitude 1, parameters at their start where the
@@ -85,6 +86,8 @@ inside a test of your own decorated with ``@given``: hypothesis refuses nested `
 from __future__ import annotations
 
 import random
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import settings
@@ -160,6 +163,9 @@ __all__ = [
     "check_protocol",
     "check_reversible",
     "check_stepper",
+    "ClaimResult",
+    "StepperReport",
+    "stepper_report",
     "check_symplectic",
     "coupled_problem",
     "coupled_problems",
@@ -228,18 +234,12 @@ def check_stepper(
         what = stepper if isinstance(stepper, type) else type(stepper)
         call = f"check_stepper({what.__module__}.{what.__qualname__}, seed={chosen}"
         call += (f", dim={dim}" if dim is not None else "") + f", examples={examples}"
-        call += (", fields=<the same fields>)" if fields is not None else ")")
+        call += ", fields=<the same fields>)" if fields is not None else ")"
         raise AssertionError(f"{error}\n  seed {chosen}; reproduce with: {call}") from None
 
 
-def _check_stepper(
-    stepper: AbstractStepper | type[AbstractStepper], dim: int | None, examples: int, fields: Any = None
-) -> dict[str, Any]:
-    from .._splitting import _BlockStepper
-
-    stepper = _instance(stepper)
-    if isinstance(stepper, _BlockStepper):  # it steps on a Block, not on a field: the layer check checks its claims
-        return {"layer": check_layer(stepper, examples=examples)}
+def _declarations(stepper: AbstractStepper) -> None:
+    """The declarations themselves: the right kinds, and consistent with each other."""
     name = _name(stepper)
     for attr, kind in (
         ("order", int),
@@ -265,19 +265,167 @@ def _check_stepper(
         raise AssertionError(f"{name}.startup_evals must be a tuple of non-negative ints, got {startup!r}.")
     if startup and not stepper.multistep:
         raise AssertionError(f"{name} declares startup_evals, which only a multistep scheme has (it builds a history).")
-    report: dict[str, Any] = {"protocol": check_protocol(stepper, dim, examples)}
-    check_evals(stepper, dim=dim, examples=examples)
-    report["contexts"] = check_contexts(stepper, dim, examples, fields=fields)
-    report["precision"] = check_precision(stepper, dim, examples)
-    check_gradients(stepper, dim, examples)
-    if stepper.order == 0:
-        report["order"] = check_no_limit(stepper, default_problems(stepper, dim)[-1])
-    else:
-        report["order"] = check_order(stepper, dim=dim, examples=max(th.ORDER_EXAMPLES, examples // 10))
+
+
+def _claims(stepper: AbstractStepper, dim: int | None, examples: int, fields: Any) -> list[tuple[str, Any]]:
+    """``(claim, check)`` for every claim the stepper's declarations call for, in the order they are checked; each
+    check returns what it measured."""
+    from .._splitting import _BlockStepper
+
+    if isinstance(stepper, _BlockStepper):  # it steps on a Block, not on a field: the layer check checks its claims
+        return [("layer", lambda: check_layer(stepper, examples=examples))]
+
+    def evals() -> int:
+        check_evals(stepper, dim=dim, examples=examples)
+        return stepper.evals_per_step
+
+    def gradients() -> None:
+        check_gradients(stepper, dim, examples)
+
+    def order() -> Any:
+        if stepper.order == 0:
+            return check_no_limit(stepper, default_problems(stepper, dim)[-1])
+        return check_order(stepper, dim=dim, examples=max(th.ORDER_EXAMPLES, examples // 10))
+
+    claims: list[tuple[str, Any]] = [
+        ("protocol", lambda: check_protocol(stepper, dim, examples)),
+        ("evaluations", evals),
+        ("contexts", lambda: check_contexts(stepper, dim, examples, fields=fields)),
+        ("precision", lambda: check_precision(stepper, dim, examples)),
+        ("gradients", gradients),
+        ("order", order),
+    ]
     if stepper.symplectic:
-        report["symplectic"] = check_symplectic(stepper, dim=dim, examples=examples)
+        claims.append(("symplectic", lambda: check_symplectic(stepper, dim=dim, examples=examples)))
     if stepper.reversible:
-        report["reversible"] = check_reversible(stepper, dim=dim, examples=examples)
+        claims.append(("reversible", lambda: check_reversible(stepper, dim=dim, examples=examples)))
     if not stepper.multistep:
-        report["one_step"] = check_one_step(stepper, dim=dim, examples=examples)
+        claims.append(("one_step", lambda: check_one_step(stepper, dim=dim, examples=examples)))
+    return claims
+
+
+def _check_stepper(
+    stepper: AbstractStepper | type[AbstractStepper], dim: int | None, examples: int, fields: Any = None
+) -> dict[str, Any]:
+    stepper = _instance(stepper)
+    from .._splitting import _BlockStepper
+
+    if not isinstance(stepper, _BlockStepper):
+        _declarations(stepper)
+    report: dict[str, Any] = {}
+    for claim, check in _claims(stepper, dim, examples, fields):
+        measured = check()
+        if claim not in ("evaluations", "gradients"):
+            report[claim] = measured
     return report
+
+
+_FIGURES = {
+    "protocol": "gradient vs difference quotients (relative)",
+    "evaluations": "evaluations a step",
+    "contexts": "largest defect against the reference context (relative)",
+    "precision": "largest float32 defect (rounding units)",
+    "order": "slopes",
+    "reversible": "largest round-trip defect (relative)",
+    "one_step": "largest carried-vs-fresh defect (relative)",
+}
+"""What each claim's figure is, in a report."""
+
+
+def _figure(value: Any) -> str:
+    """What a check measured, in a few characters."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (int, float)):
+        return f"{value:.3g}"
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):
+        return "[" + ", ".join(f"{v:.3g}" for v in value) + "]"
+    if isinstance(value, dict):
+        shown = {k: v for k, v in value.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+        return ", ".join(f"{k} {_figure(v) if not isinstance(v, str) else v}" for k, v in shown.items())
+    if isinstance(value, OrderMeasurement):
+        return f"slope {value.slope:.3g}"
+    text = " ".join(str(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """One claim of a :class:`StepperReport`: whether it held, what was measured, and the failure's message."""
+
+    claim: str
+    passed: bool
+    figure: str
+    message: str | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StepperReport:
+    """Every claim a stepper's declarations call for, passed and failed, with what was measured (``str`` is a table);
+    ``passed`` when every claim held. ``seed`` draws the same instances again (``stepper_report(cls, seed=...)``)."""
+
+    stepper: str
+    seed: int
+    results: tuple[ClaimResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def failed(self) -> tuple[ClaimResult, ...]:
+        return tuple(r for r in self.results if not r.passed)
+
+    def __str__(self) -> str:
+        width = max([len(r.claim) for r in self.results] + [5])
+        lines = [
+            f"{self.stepper} (seed {self.seed}): {len(self.results) - len(self.failed)} of "
+            f"{len(self.results)} claims hold"
+        ]
+        for r in self.results:
+            verdict = "pass" if r.passed else "FAIL"
+            lines.append(f"  {r.claim:<{width}}  {verdict}  {r.seconds:5.1f}s  {r.figure}")
+            if r.message:
+                lines.extend("      " + line for line in r.message.splitlines())
+        return "\n".join(lines)
+
+
+def stepper_report(
+    stepper: AbstractStepper | type[AbstractStepper],
+    dim: int | None = None,
+    examples: int = th.EXAMPLES,
+    seed: int | None = None,
+    fields: Any = None,
+) -> StepperReport:
+    """Run every check :func:`check_stepper` runs, each to its end whatever the others found, and return a
+    :class:`StepperReport`: every claim, passed or failed, with its figures (slopes, largest defects, rounding units,
+    evaluations) and a failure's message. ``print(stepper_report(MyScheme))`` shows the table. Declarations that are
+    not of the right kind fail the first row and nothing else runs (no check can trust them). Arguments as for
+    :func:`check_stepper`."""
+    chosen = seed if seed is not None else (0 if settings.default.derandomize else random.randrange(2**32))
+    built = _instance(stepper)
+    from .._splitting import _BlockStepper
+
+    results: list[ClaimResult] = []
+    if not isinstance(built, _BlockStepper):
+        try:
+            _declarations(built)
+        except AssertionError as error:
+            return StepperReport(_name(built), chosen, (ClaimResult("declarations", False, "", str(error), 0.0),))
+        results.append(ClaimResult("declarations", True, "", None, 0.0))
+    with seeded(chosen):
+        for claim, check in _claims(built, dim, examples, fields):
+            start = time.perf_counter()
+            try:
+                measured = check()
+            except AssertionError as error:
+                results.append(ClaimResult(claim, False, "", str(error), time.perf_counter() - start))
+            else:
+                figure = _figure(measured)
+                label = _FIGURES.get(claim, "")
+                figure = f"{label}: {figure}" if label and figure else figure
+                results.append(ClaimResult(claim, True, figure, None, time.perf_counter() - start))
+    return StepperReport(_name(built), chosen, tuple(results))
