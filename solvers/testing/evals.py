@@ -6,7 +6,7 @@ import torch
 
 from .._base import AbstractStepper
 from . import thresholds as th
-from ._common import _copy, _instance, _name, _show
+from ._common import _copy, _instance, _name
 from ._drawn import check_drawn
 from .problems import Problem, default_problems, stepper_width
 from .strategies import Instance, instances
@@ -90,6 +90,16 @@ def _counted_run(
     return out, far
 
 
+def _apart(a: list[float], b: list[float]) -> tuple[str, str]:
+    """``a`` and ``b`` printed with the fewest digits (at least 4) that tell them apart: two abscissae that differ in
+    the sixth digit are not printed alike."""
+    for digits in range(4, 18):
+        shown = tuple("[" + ", ".join(f"{u:.{digits}g}" for u in v) + "]" for v in (a, b))
+        if shown[0] != shown[1] or len(a) != len(b):
+            return shown
+    return shown
+
+
 def _same_abscissae(name: str, runs: list[tuple[float, tuple[list[list[float]], float]]], how: str) -> None:
     """Every run's step ``i`` evaluates at the same abscissae ``c``: where a step evaluates moves with the step (to
     ``1e-9`` relative, and to what float64 resolves of ``c`` where ``|t|`` is large beside ``|dt|``)."""
@@ -98,9 +108,10 @@ def _same_abscissae(name: str, runs: list[tuple[float, tuple[list[list[float]], 
         slack = 64 * th.EPS * max(far, far_b)
         for i, (a, b) in enumerate(zip(first, run)):
             if any(abs(u - v) > 1e-9 * max(1.0, abs(u)) + slack for u, v in zip(a, b)):
+                shown_a, shown_b = _apart(a, b)
                 raise AssertionError(
-                    f"{name} evaluates the field at t + c dt with c = {_show(a)} at dt = {first_dt:g} but "
-                    f"c = {_show(b)} at dt = {dt:g} (step {i}, {how}): where a step evaluates must move with "
+                    f"{name} evaluates the field at t + c dt with c = {shown_a} at dt = {first_dt:.6g} but "
+                    f"c = {shown_b} at dt = {dt:.6g} (step {i}, {how}): where a step evaluates must move with "
                     "the step, at every dt."
                 )
 

@@ -145,7 +145,7 @@ def _symplectic_defect(stepper: AbstractStepper, problem: Problem, points: int =
 def _not_symplectic(stepper: AbstractStepper, problem: Problem, at: dict) -> str:
     return (
         f"{_name(stepper)} declares symplectic but one step of size {at['dt']:.4g} at t = {at['t']:.3f} on "
-        f"{problem.name} has Jacobian M (|M| = {at['size']:.2f}) with max|MᵀJM - J| = {at['structure']:.2e} and "
+        f"{problem.name} has Jacobian M (|M| = {at['size']:.3g}) with max|MᵀJM - J| = {at['structure']:.2e} and "
         f"|det M - 1| = {at['det']:.2e}; rounding allows {th.SYMPLECTIC_RTOL:.1e} |M|² and "
         f"{th.SYMPLECTIC_RTOL:.1e} |M|^{2 * problem.x0.shape[-1]} (SYMPLECTIC_RTOL)."
     )

@@ -163,11 +163,20 @@ def _assert_order(name: str, order: int, m: OrderMeasurement, what: str = "") ->
         )
 
 
+def _slopes(local: tuple[float, ...]) -> str:
+    return ", ".join(f"{v:.2f}" for v in local)
+
+
 def _stalls(order: int, m: OrderMeasurement) -> str:
-    """A hint when the error stops falling at a small level: the signature of an inexact coefficient."""
-    if m.errors and m.errors[-1] < 1e-6 and m.local and m.local[-1] < order - th.ORDER_TOLERANCE:
+    """A hint when the error's fall slows at a small level (a local slope half an order below an earlier one): the
+    signature of an inexact coefficient. An error falling at one slope throughout gets none."""
+    # the slope fell at small errors from a steeper one on coarser grids; an error that falls at one slope throughout
+    # is a scheme of that order, not an inexact one
+    dropping = len(m.local) >= 2 and max(m.local[:-1]) > m.local[-1] + 0.5
+    if m.errors and m.errors[-1] < 1e-6 and dropping and m.local[-1] < order - th.ORDER_TOLERANCE:
         return (
-            f" An error that stops falling at a small level (here {m.errors[-1]:.1e}) is often an inexact "
+            f" An error whose fall slows at a small level (local slopes {_slopes(m.local)}, down to "
+            f"{m.errors[-1]:.1e}) is often an inexact "
             "coefficient: a rounded decimal, or a float32 constant in a float64 step."
         )
     return ""
