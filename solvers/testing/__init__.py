@@ -101,7 +101,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 from .._base import AbstractStepper
 from . import thresholds as th
-from ._common import _instance, _name, reachable_tensors
+from ._common import _instance, _name, _one_thread, reachable_tensors
 from ._drawn import seeded
 from .contexts import CONTEXTS, REFERENCE, Context, check_contexts
 from .evals import RecordingField, check_evals
@@ -226,7 +226,7 @@ def check_stepper(
         )
     chosen = seed if seed is not None else (0 if settings.default.derandomize else random.randrange(2**32))
     try:
-        with seeded(chosen):
+        with seeded(chosen), _one_thread():
             report = _check_stepper(stepper, dim, examples, fields)
         report["seed"] = chosen
         return report
@@ -416,7 +416,7 @@ def stepper_report(
         except AssertionError as error:
             return StepperReport(_name(built), chosen, (ClaimResult("declarations", False, "", str(error), 0.0),))
         results.append(ClaimResult("declarations", True, "", None, 0.0))
-    with seeded(chosen):
+    with seeded(chosen), _one_thread():
         for claim, check in _claims(built, dim, examples, fields):
             start = time.perf_counter()
             try:
