@@ -8,12 +8,12 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from .._base import AbstractStepper
+from .._base import AbstractStepper, PhaseState
 from . import thresholds as th
 from ._common import _copy
 from ._drawn import check_drawn
 from .order import _assert_order, check_no_limit, measure_order
-from .problems import Problem, block_problem, stepper_width
+from .problems import Problem, block_problem, generator, stepper_width
 from .protocol import _protocol_run
 from .references import _flat
 
@@ -110,7 +110,8 @@ def _check_layer_claims(stepper: AbstractStepper, problem: Problem) -> dict[str,
     ``evals_per_step`` attention evaluations a step from a fresh ``init`` (one fewer on a repeated block if ``fsal``,
     over ``EVAL_STEPS`` tied steps); if ``reversible``, ``inverse`` runs and undoes a step (``REVERSIBLE_RTOL``
     relative to the states' size); unless ``multistep``, a step from the carried state equals one from a fresh
-    ``init`` (``ONE_STEP_RTOL``)."""
+    ``init`` (``ONE_STEP_RTOL``); if ``symplectic``, a step is symplectic on a block whose sublayers are forces of a
+    potential (:func:`_check_layer_symplectic`)."""
     name, claims, block = repr(stepper), stepper.claims(problem.field), problem.field
     layer, t, dt = _copy(stepper), 0.3, 0.1
     y0 = problem.initial(layer)
@@ -170,4 +171,65 @@ def _check_layer_claims(stepper: AbstractStepper, problem: Problem) -> dict[str,
                     f"from one from a fresh init by {defect:.2e} (relative; ONE_STEP_RTOL is {th.ONE_STEP_RTOL:g})."
                 )
             report["one_step"] = defect
+    if claims.symplectic:
+        report["symplectic"] = _check_layer_symplectic(stepper, problem)
     return report
+
+
+def _hamiltonian_block(width: int, tokens: int, seed: int = 11):
+    """A block whose sublayers are both forces of a potential (so a symplectic layer's step is symplectic on it):
+    attention ``-∇ (½ Σ x K x + ¼ Σ x⁴)`` coupling the tokens' channels, FFN ``-∇ Σ log cosh(x W) / |W|``, weights
+    from ``seed``."""
+    from .._splitting import Block
+
+    g = generator(seed)
+    n = tokens * width
+    A = torch.randn(n, n, generator=g, dtype=torch.float64)
+    K = (A @ A.T) / n + torch.eye(n, dtype=torch.float64)
+    W = torch.randn(width, width, generator=g, dtype=torch.float64) / width**0.5
+
+    def attention(t, x):
+        flat = x.reshape(*x.shape[:-2], n)
+        return -(flat @ K + flat**3).reshape(x.shape)
+
+    def ffn(t, x):
+        return -torch.tanh(x @ W) @ W.T
+
+    return Block(attention, ffn)
+
+
+def _check_layer_symplectic(stepper: AbstractStepper, problem: Problem) -> float:
+    """One step's Jacobian ``M`` on a Hamiltonian block (:func:`_hamiltonian_block`, the block's own shape, one
+    sample) has ``Mᵀ J M = J`` to ``SYMPLECTIC_RTOL |M|²``, at ``t = 0.3``, ``dt`` 0.1 and 0.5; returns the largest
+    defect over ``|M|²``."""
+    name = repr(stepper)
+    shape = problem.x0.shape[1:]
+    block = _hamiltonian_block(shape[-1], shape[0] if len(shape) > 1 else 1)
+    if problem.field.ffn is None:
+        block = block._replace(ffn=None)
+    g = generator(5)
+    x0 = torch.randn(1, *shape, generator=g, dtype=torch.float64)
+    v0 = torch.randn(1, *shape, generator=g, dtype=torch.float64)
+    n = x0.numel()
+    worst = 0.0
+    for dt in (0.1, 0.5):
+        layer = _copy(stepper)
+
+        def step(z, dt=dt, layer=layer):
+            y = PhaseState(z[:n].reshape(x0.shape), z[n:].reshape(v0.shape))
+            y1, _ = layer.step(block, 0.3, y, dt, layer.init(block, 0.3, y))
+            return torch.cat([y1.x.reshape(-1), y1.v.reshape(-1)])
+
+        M = torch.autograd.functional.jacobian(step, torch.cat([x0.reshape(-1), v0.reshape(-1)]))
+        J = torch.zeros(2 * n, 2 * n, dtype=torch.float64)
+        J[:n, n:], J[n:, :n] = torch.eye(n, dtype=torch.float64), -torch.eye(n, dtype=torch.float64)
+        size = max(1.0, float(torch.linalg.matrix_norm(M, ord=2)))
+        defect = float((M.T @ J @ M - J).abs().max()) / size**2
+        worst = max(worst, defect)
+        if not defect <= th.SYMPLECTIC_RTOL:
+            raise AssertionError(
+                f"{name} declares symplectic on {problem.name} but one step of size {dt:g} on a block whose "
+                f"sublayers are forces of a potential has Jacobian M (|M| = {size:.3g}) with max|MᵀJM - J| = "
+                f"{defect * size**2:.2e}; rounding allows {th.SYMPLECTIC_RTOL:.1e} |M|² (SYMPLECTIC_RTOL)."
+            )
+    return worst

@@ -35,8 +35,9 @@ MOVED = 0.5
 """Standard deviation of the move of learnable parameters for the order, symplectic and reversible checks."""
 
 # -- evaluations ------------------------------------------------------------------------------------------------------
-EVAL_DTS = (1.0, 0.5, 0.1, 1e-3)
-"""Step sizes of the deterministic evaluation count."""
+EVAL_DTS = (1.0, 0.5, 0.1, 1e-3, -0.5)
+"""Step sizes of the deterministic evaluation count (a negative one: reversible backpropagation steps back, and a
+stage's abscissa ``c`` is the same for either sign)."""
 EVAL_T0 = 0.25
 """Start time of the deterministic evaluation count."""
 EVAL_STEPS = 10

@@ -294,3 +294,22 @@ def test_the_attention_field_couples_tokens_and_depends_on_time():
 @pytest.mark.parametrize("name", ["Heun", "RK4", "VelocityVerlet", "BogackiShampine3", "Yoshida4", "LightWave"])
 def test_library_schemes_step_the_same_in_every_context(name):
     check_contexts(getattr(solvers, name))
+
+
+class AbsoluteMidpoint(_Heun):
+    """A midpoint whose stage time is ``t + |dt| / 2`` ("a time is never before its start"): wrong for dt < 0, which
+    reversible backpropagation takes."""
+
+    evals_per_step: ClassVar[int] = 2
+
+    def wrong_here(self, field, t, y, dt):
+        return False
+
+    def step(self, field, t, y, dt, state):
+        k1 = field(t, y)
+        return y + dt * field(t + abs(dt) / 2, y + 0.5 * dt * k1), None
+
+
+def test_an_abscissa_wrong_for_negative_steps_is_rejected():
+    with pytest.raises(AssertionError, match=r"c = \[-?0, -0\.5\] at dt = -0\.5"):
+        check_evals(AbsoluteMidpoint)
