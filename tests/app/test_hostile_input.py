@@ -2,6 +2,7 @@
 config that would set the cost, and values no run can use, each one line (exit 2) before anything is written."""
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -131,16 +132,110 @@ def test_an_empty_out_dir_is_refused_not_the_current_directory(tmp_path, monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
-def test_a_read_only_out_dir_is_one_line(tmp_path):
-    parent = tmp_path / "ro"
-    parent.mkdir()
-    parent.chmod(0o500)
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished 2-step run, copied by the tests that change it."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    done = cli_in_process(*DEBUG, "train.max_steps=2", "train.eval_every=2", f"train.out_dir={hydra_quote(str(out))}")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _attempt(where: str, finished: Path, tmp_path: Path, capsys) -> tuple[Path, Callable[[], str]]:
+    """The path the caller makes read-only for the command ``where`` names (one of :data:`WHERE`), and that command:
+    called, it runs and returns its one line (exit 2)."""
+    import shutil
+
+    from odeformer.app.commands import diagnose
+    from odeformer.app.run.checkpoints import load_checkpoint
+    from odeformer.app.run.identity import RUN_RECORD
+
+    if where == "fresh":
+        parent = tmp_path / "ro"
+        parent.mkdir()
+        return parent, lambda: _line(cli_in_process(*DEBUG, f"train.out_dir={hydra_quote(str(parent / 'run'))}"), 2)
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    if where == "resume":
+        own = [o for o in load_checkpoint(run / "last.pt")[RUN_RECORD]["overrides"] if "out_dir=" not in o]
+        command = [*own, f"train.out_dir={hydra_quote(str(run))}", "train.resume=true", "train.max_steps=4"]
+        return run, lambda: _line(cli_in_process(*command), 2)
+    if where == "resume-metrics":
+        own = [o for o in load_checkpoint(run / "last.pt")[RUN_RECORD]["overrides"] if "out_dir=" not in o]
+        command = [*own, f"train.out_dir={hydra_quote(str(run))}", "train.resume=true", "train.max_steps=4"]
+        return run / "metrics.jsonl", lambda: _line(cli_in_process(*command), 2)
+    figures = tmp_path / "figures"
+    figures.mkdir()
+
+    def run_diagnose():
+        assert diagnose.main([str(run), "--out", str(figures / "new")]) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1, lines
+        return lines[0]
+
+    return figures, run_diagnose
+
+
+WHERE = ["fresh", "resume", "resume-metrics", "diagnose"]
+"""A new run's parent folder, a stopped run's directory (resumed), a stopped run's ``metrics.jsonl`` (which a
+resume appends to), and the folder above ``odeformer-diagnose --out``."""
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_read_only_out_dir_is_one_line_and_nothing_is_written(where, finished, tmp_path, capsys, monkeypatch):
+    """The refusal itself, whoever runs it (root included, whom permissions do not stop): the writability probe is
+    made to answer no for one path, the same answer a read-only folder or file system gives."""
+    from odeformer.app import files
+
+    read_only, attempt = _attempt(where, finished, tmp_path, capsys)
+    probe = files.writable
+    monkeypatch.setattr(files, "writable", lambda path: Path(path).resolve() != read_only.resolve() and probe(path))
+    before = _tree(tmp_path)
+    line = attempt()
+    assert f"{read_only} is read-only for this user" in line and "cannot be written" in line
+    assert _tree(tmp_path) == before
+
+
+def _permissions_bind(tmp_path: Path) -> bool:
+    """Whether a folder without write permission stops this process (not root, or root without the capability to
+    override permissions)."""
+    folder = tmp_path / "probe"
+    folder.mkdir(mode=0o500)
     try:
-        done = cli_in_process(*DEBUG, f"train.out_dir={hydra_quote(str(parent / 'run'))}")
-        assert "is read-only for this user" in _line(done, 2)
+        return not os.access(folder, os.W_OK)
     finally:
-        parent.chmod(0o700)
+        folder.rmdir()
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_folder_without_write_permission_is_one_line(where, finished, tmp_path, capsys):
+    if not _permissions_bind(tmp_path):
+        pytest.skip("this process writes into folders without write permission (root)")
+    read_only, attempt = _attempt(where, finished, tmp_path, capsys)
+    mode = read_only.stat().st_mode
+    read_only.chmod(0o500 if read_only.is_dir() else 0o400)
+    try:
+        before = _tree(tmp_path)
+        assert f"{read_only} is read-only for this user" in attempt()
+        assert _tree(tmp_path) == before
+    finally:
+        read_only.chmod(mode)
+
+
+def test_a_path_no_user_can_make_a_folder_at_is_one_line(finished, tmp_path, capsys):
+    """An out_dir under a regular file cannot be made even by root: a fresh run and diagnose's --out both say so."""
+    from odeformer.app.commands import diagnose
+
+    (tmp_path / "file").write_text("x")
+    done = cli_in_process(*DEBUG, f"train.out_dir={hydra_quote(str(tmp_path / 'file' / 'run'))}")
+    assert f"cannot be made: {tmp_path / 'file'} is a file, not a folder" in _line(done, 2)
+    assert diagnose.main([str(finished), "--out", str(tmp_path / "file" / "figures")]) == 2
+    assert f"cannot be made: {tmp_path / 'file'} is a file, not a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
 def test_an_out_dir_in_the_kernels_file_systems_is_one_line():

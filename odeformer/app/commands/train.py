@@ -388,9 +388,10 @@ def _cores() -> int:
 
 
 def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
-    """``train.out_dir`` must be a folder, or a path where one can be made: a file there (or above it) is a one-line
-    error before Hydra makes the directory (its own error is a traceback); a folder another run is writing (its lock
-    held) is one too, before Hydra writes this command's config snapshot into it."""
+    """``train.out_dir`` must be a folder this process can write, or a path where one can be made
+    (:func:`odeformer.app.files.unwritable`): a file there (or above it), or a folder that is read-only for this user,
+    is a one-line error before Hydra makes the directory (its own error is a traceback); a folder another run is
+    writing (its lock held) is one too, before Hydra writes this command's config snapshot into it."""
     if multirun or not OmegaConf.select(cfg, "train.out_dir"):
         return
     path = Path(str(cfg.train.out_dir)).expanduser()
@@ -399,16 +400,15 @@ def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
             check_not_locked(path)  # also refuses a run directory whose entries are links
         except RunDirectoryError as error:
             raise UsageError(" ".join(str(error).split())) from None
-    for folder in (path, *path.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                raise UsageError(f"train.out_dir={path} cannot be made: {folder} is a file, not a folder.")
-            if not os.access(folder, os.W_OK | os.X_OK) or _pseudo(folder):
-                raise UsageError(
-                    f"train.out_dir={path} cannot be written: {folder} is read-only for this user (nothing was "
-                    "written); choose a writable train.out_dir."
-                )
-            return
+    refused = files.unwritable(path, APPENDED)
+    if refused is not None:
+        verb, why = refused
+        after = " (nothing was written); choose a writable train.out_dir." if verb == "written" else "."
+        raise UsageError(f"train.out_dir={path} cannot be {verb}: {why}{after}")
+
+
+APPENDED = ("metrics.jsonl", "history.jsonl")
+"""The files of a run directory a resumed run appends to (the others it replaces whole, beside them)."""
 
 
 def _check_output_subdir(overrides: list[str]) -> None:
@@ -425,12 +425,6 @@ def _check_output_subdir(overrides: list[str]) -> None:
                 f"hydra.output_subdir={value} is refused: the config snapshot is written inside train.out_dir, so "
                 "give a relative path below it (the default is .hydra/<date>_<time>), or null for none."
             )
-
-
-def _pseudo(folder: Path) -> bool:
-    """A folder of the kernel's own file systems (``/proc``, ``/sys``), where no run can be written even by root."""
-    resolved = folder.resolve()
-    return any(resolved == Path(p) or Path(p) in resolved.parents for p in ("/proc", "/sys"))
 
 
 def _sweep_values(override: Any) -> list[str] | None:
