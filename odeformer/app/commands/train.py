@@ -56,6 +56,7 @@ from ..run.checkpoints import CheckpointError, CheckpointWriteError
 from ..run.config import Config, SolverConfig, group_options
 from ..run.identity import model_name
 from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
+from ..run.schemes import SchemeNameError, check_scheme_name
 from ..run.trainer import TrainingDiverged
 from .help import solver_options_text
 
@@ -248,7 +249,10 @@ def _keys(parent: str, overrides: list[str]) -> list[str]:
 
 def check_command_line(argv: list[str]) -> None:
     """Compose what the command line asks for — each value of a sweep once — so that a wrong option, key or type is
-    one line and exit code 2 before Hydra starts (Hydra's own message for these is several lines and exit 1)."""
+    one line and exit code 2 before Hydra starts (Hydra's own message for these is several lines and exit 1). A
+    scheme of the user's own (``solver.stepper=module.Class``, ``solver=module.Class``) is checked last, without
+    importing it (:func:`odeformer.app.run.schemes.check_scheme_name`; in a sweep, a module that cannot be found fails
+    its jobs' rows instead): its module runs only when the run is built."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     if any(arg == "--experimental-rerun" or arg.startswith("--experimental-rerun=") for arg in argv):
@@ -314,14 +318,21 @@ def check_command_line(argv: list[str]) -> None:
     composed = compose(plain)
     _check_values(composed)
     _check_out_dir(composed, multirun=any(a in ("-m", "--multirun") for a in argv))
+    steppers = [OmegaConf.select(composed, "solver.stepper")]
     for i, o in sweeps:
         for value in (_sweep_values(o) or [])[1:]:
-            compose(
+            other = compose(
                 [
                     *(p for j, p in enumerate(first) if j != i and p is not None),
                     f"{o.input_line.split('=', 1)[0]}={value}",
                 ]
             )
+            steppers.append(OmegaConf.select(other, "solver.stepper"))
+    for stepper in dict.fromkeys(s for s in steppers if s is not None):  # last: after all else is checked
+        try:  # in a sweep, a module not found is its job's failed row (the job's build looks it up)
+            check_scheme_name(stepper, find=not multirun)
+        except SchemeNameError as error:
+            raise UsageError(str(error)) from None
 
 
 MAX_KEY, MAX_VALUE, MAX_DIGITS = 200, 2000, 60  # far beyond any setting's key, value, number

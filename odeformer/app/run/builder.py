@@ -27,6 +27,7 @@ from ...data import TaskData, data_kind, load
 from ...tasks import TaskSpec
 from .checkpoints import load_checkpoint
 from .identity import default_model, model_targets, run_record
+from .schemes import SchemeNameError, check_scheme_name
 from .upgrade import CONTINUOUS_TARGET, SOLVER_TARGET, upgrade_config
 
 SOLVER_TARGETS = (SOLVER_TARGET, CONTINUOUS_TARGET)
@@ -104,7 +105,10 @@ def build(
     config (``solver``, ``model``, ``data``).
 
     ``source``: the file the config was read from (a checkpoint), named in errors; such a config's own scheme
-    (``solver.stepper``) is imported only if ``stepper`` (from the command line) names the same class. Sizes that are
+    (``solver.stepper``) is imported only if ``stepper`` (from the command line) names the same class. A scheme of
+    the user's own is imported last, after its name (:func:`~odeformer.app.run.schemes.check_scheme_name`), the
+    sizes, the data and the cost are checked, so that nothing else it could be refused for waits on running its
+    module. Sizes that are
     not positive, and a model that cannot fit in this machine's memory, are one-line errors before it is built. A
     config read from a file is read as today's (:func:`~odeformer.app.upgrade.upgrade_config`)."""
     if source is not None:
@@ -113,16 +117,24 @@ def build(
     solver_target = target(solver, SOLVER_TARGETS, "solver", source)
     spec = target(model_node, tuple(model_targets()), "model", source)
     _check_solver(solver, source, stepper)
+    own = solver.get("stepper")  # a scheme of the user's: its module is imported (run) after every other check
+    if own is not None:
+        try:
+            check_scheme_name(own)
+        except SchemeNameError as error:
+            raise UsageError(f"{_from(source)}{error}") from None
     options = data_node.get("options") or {}
     check_sizes(config, source)
     _check_kind(spec, data_node["name"], data_kind(data_node["name"], options))
     check_stages(config, source)
-    chosen = solver_target(**_arguments(solver))  # a bad solver option fails before the data is read
+    chosen = solver_target(**_arguments(solver)) if own is None else None  # a bad option fails before data is read
     data = load(data_node["name"], data_node.get("root"), **options)
     _check_kind(spec, data_node["name"], data.kind)
     sizes = {key: data.meta[key] for key in spec.sizes}
     check_memory(config, data.meta, source)
     check_cost(config, source)  # what the estimate does not see: time, a position table, a scheme's stages
+    if chosen is None:  # nothing left to check without the user's class: import its module now
+        chosen = solver_target(**_arguments(solver))
     try:
         model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
     except TypeError as error:  # a key the model (or the backbone it passes its options to) does not take
