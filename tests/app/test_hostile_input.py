@@ -303,6 +303,12 @@ def test_a_name_that_cannot_be_a_scheme_of_ones_own_is_one_line_before_anything_
     assert done.stdout == "" and not out.exists()  # refused before Hydra started: nothing was made
 
 
+def test_a_solver_choice_that_cannot_be_a_scheme_says_what_a_schemes_name_looks_like(tmp_path):
+    done = cli_in_process(*DEBUG, f"train.out_dir={tmp_path / 'run'}", "solver=..os")
+    line = _line(done, 2)
+    assert "unknown solver '..os'; choose one of: " in line and SHAPE.removeprefix("give ") in line
+
+
 def test_a_scheme_name_in_a_sweep_is_checked_for_every_value(tmp_path):
     done = cli_in_process(*DEBUG, f"hydra.sweep.dir={tmp_path / 'sweep'}", "-m", "solver=diffusion,os.system")
     assert "names Python's own module os" in _line(done, 2)

@@ -56,7 +56,7 @@ from ..run.checkpoints import CheckpointError, CheckpointWriteError
 from ..run.config import Config, SolverConfig, group_options
 from ..run.identity import model_name
 from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
-from ..run.schemes import SchemeNameError, check_scheme_name
+from ..run.schemes import SHAPE, SchemeNameError, check_scheme_name
 from ..run.trainer import TrainingDiverged
 from .help import solver_options_text
 
@@ -180,7 +180,8 @@ def _one_line(error: Exception, overrides: list[str]) -> str:
             options = _options(group, overrides)
             near = difflib.get_close_matches(value, options, n=1, cutoff=0.6)
             hint = f"did you mean {group}={near[0]}? " if near else ""
-            return f"unknown {group} {value!r}; {hint}choose one of: {', '.join(options)}."
+            own = f" (or, for a scheme of your own, {SHAPE})" if group == "solver" and "." in value else ""
+            return f"unknown {group} {value!r}; {hint}choose one of: {', '.join(options)}{own}."
     if isinstance(error, OverrideParseException):
         return f"cannot parse the override: {' '.join(text.split())}"
     match = re.search(r"Could not (?:override|append to) '([^']+)'", text) or re.search(
