@@ -339,7 +339,7 @@ def planted(tmp_path, monkeypatch):
         ("model.dt=1e308", "model.dt=1e+308 is not a finite float32 step size"),
         ("model.depth=-1", "model.depth must be a positive int, got -1"),
         ("model.depth=100001 model.tie_weights=true model.checkpoint=true", "model.depth=100001 is more than the"),
-        ("data.batch_size=0", "data.batch_size must be at least 1"),
+        ("data.batch_size=0", "data.batch_size must be a positive int, got 0"),
         ("model.dim=200000", "this run needs about"),
         ("train.lr=-1", "train.lr"),
         ("data=planetoid", "planetoid"),

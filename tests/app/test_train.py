@@ -467,7 +467,8 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
             "unknown key 'solver.options.gamma'; the keys of solver.options are: theta0",
         ),
         (["solver=mix", "solver.options.theta0=high"], "bad options"),
-        (["solver.stepper=math.pi"], "not a solvers.AbstractStepper subclass"),
+        (["solver.stepper=odeformer.solver_names"], "not a solvers.AbstractStepper subclass"),
+        (["solver.stepper=math.pi"], "solver.stepper=math.pi names Python's own module math, not a scheme of yours"),
         (["data=imagenet"], "unknown data 'imagenet'; choose one of: digits, fashion_mnist"),
         (["model.dt=-0.5"], "dt must be positive and finite"),
         (["model.dim=30", "model.heads=4"], "dim must be divisible by heads: got dim=30, heads=4"),
@@ -487,7 +488,7 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
         (["model.patch_size=0"], "patch_size must be a positive int, got 0"),
         (["model=causal_lm", "data=synthetic", "data.options.task=text", "model.max_len=0"], "max_len must be a"),
         (["model=causal_lm", "data=synthetic", "data.options.task=text", "model.max_len=-3"], "max_len must be a"),
-        (["data.batch_size=0"], "data.batch_size must be at least 1, got 0"),
+        (["data.batch_size=0"], "data.batch_size must be a positive int, got 0"),
         (["data.options.val_fraction=0"], "the val split is empty: nothing to evaluate"),
         (
             ["model=causal_lm", "data=synthetic", "data.options.task=text", "data.options.n=30"],

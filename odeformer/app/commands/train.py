@@ -12,11 +12,13 @@ It checks the command line by composing it (each value of a sweep once), hands i
 configuration with :func:`odeformer.app.run.launch.train`; :func:`compose` and :func:`compose_config` give the same
 composition to the other commands and the sweep engine.
 
-Config groups are generated from the registries (:func:`odeformer.app.run.config.group_options`) and stored in Hydra's
-ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds ``train.yaml``, the experiments
-and their training settings. Bad input — an unknown option or key, a value of the wrong type, ``dt <= 0``, heads not
-dividing dim, a missing data root, a corrupt checkpoint, a size that is not positive or a model that cannot fit in
-memory, a run directory another run is writing — is one line on stderr and exit code 2, before anything is written.
+Config groups are generated from the registries (:func:`odeformer.app.run.config.group_options`, cached between runs
+by :func:`odeformer.app.run.groups.groups`, so that ``--help`` and a usage error answer before torch is imported) and
+stored in Hydra's ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds
+``train.yaml``, the experiments and their training settings. Bad input — an unknown option or key, a value of the
+wrong type, ``dt <= 0``, heads not dividing dim, a missing data root, a corrupt checkpoint, a size that is not
+positive or a model that cannot fit in memory, a run directory another run is writing — is one line on stderr and exit
+code 2, before anything is written.
 A diverged run (or a full disk) is one line and exit code 1; an interrupted one saves its checkpoint and exits 130
 (SIGINT) or 143 (SIGTERM), which also stops a sweep.
 """
@@ -50,21 +52,21 @@ from ...data import DatasetNotFound
 from .. import files
 from ..files import UnsafeFile
 from ..reporting.tables import sweep_table
-from ..run import launch
-from ..run.builder import UsageError
-from ..run.checkpoints import CheckpointError, CheckpointWriteError
-from ..run.config import Config, SolverConfig, group_options
-from ..run.identity import model_name
+from ..run.bounds import check_cost, check_sizes
+from ..run.config import Config, SolverConfig, UsageError
+from ..run.groups import groups
 from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
 from ..run.schemes import SHAPE, SchemeNameError, check_scheme_name
-from ..run.trainer import TrainingDiverged
 from .help import solver_options_text
+
+# torch (and what the run imports with it) is imported by run() and _main(), once the command line is checked: a
+# usage error and --help answer without it (the config groups come from odeformer.app.run.groups, which caches them)
 
 CONFIG_MODULE = "odeformer.configs"
 
 store = ConfigStore.instance()
 store.store(name="config_schema", node=Config)
-for _group, _nodes in group_options().items():
+for _group, _nodes in groups().items():
     for _name, _node in _nodes.items():
         store.store(group=_group, name=_name, node=_node)
 
@@ -217,7 +219,7 @@ def _who_takes(parent: str, leaf: str) -> str:
     """For an option no key of the chosen solver has: which solvers take it (``solver=mix solver.options.theta0``)."""
     if parent != "solver.options":
         return ""
-    takers = [name for name, node in group_options()["solver"].items() if leaf in getattr(node, "options", {})]
+    takers = [name for name, node in groups()["solver"].items() if leaf in getattr(node, "options", {})]
     own = f"; a scheme of your own (solver.stepper=...) takes its options as +solver.options.{leaf}=..."
     if not takers:
         return f" ({own[2:]})"
@@ -318,6 +320,9 @@ def check_command_line(argv: list[str]) -> None:
     _check_added_keys(parsed)
     composed = compose(plain)
     _check_values(composed)
+    resolved = OmegaConf.to_container(composed, resolve=True)
+    check_sizes(resolved)  # what the builder checks too, here before torch is imported
+    check_cost(resolved)
     _check_out_dir(composed, multirun=any(a in ("-m", "--multirun") for a in argv))
     steppers = [OmegaConf.select(composed, "solver.stepper")]
     for i, o in sweeps:
@@ -450,6 +455,8 @@ def run(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None) -> d
     """Train one composed configuration into ``out_dir`` (:func:`odeformer.app.run.launch.train`); return the
     summary. ``overrides`` (the command line's) are stored in the checkpoints, so that a resume with another config
     can be told the command to repeat."""
+    from ..run import launch
+
     return launch.train(OmegaConf.to_container(cfg, resolve=True), out_dir, overrides)
 
 
@@ -476,13 +483,22 @@ class SweepSummary(Callback):
         print(f"\n{markdown}\nsweep summary: {sweep_dir / 'summary.md'}")
 
 
-_BAD_INPUT = (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError, UnsafeFile)
-"""What a run refuses in one line and exit code 2."""
+def _bad_input() -> tuple[type[BaseException], ...]:
+    """What a run refuses in one line and exit code 2."""
+    from ..run.checkpoints import CheckpointError
+
+    return (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError, UnsafeFile)
+
+
 _FAILED_JOBS: list[int] = []  # exit codes of the sweep's jobs that failed (a sweep goes on past them)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://" + CONFIG_MODULE, config_name="train")
 def _main(cfg: DictConfig) -> None:
+    from ..run.checkpoints import CheckpointWriteError
+    from ..run.trainer import TrainingDiverged
+
+    bad_input = _bad_input()
     hydra_config = HydraConfig.get()
     out_dir = Path(hydra_config.runtime.output_dir)
     sweep = hydra_config.mode == RunMode.MULTIRUN
@@ -496,7 +512,7 @@ def _main(cfg: DictConfig) -> None:
     except RunDirectoryBusy as error:  # another process took the lock after this command checked it
         # the snapshot folder is named to the second, so it may be the other run's too: it is left as it is
         _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep, record=False)
-    except _BAD_INPUT as error:
+    except bad_input as error:
         if os.environ.get("ODEFORMER_DEBUG"):
             raise
         if _written(out_dir) == before and not sweep:  # refused before training: the command leaves no trace
@@ -523,6 +539,8 @@ def _failed(cfg: DictConfig, out_dir: Path, error: str, code: int, sweep: bool, 
     """Report a failed run: one line (``error:`` for bad input, code 2; a diverged run, code 1) and exit ``code``; in a
     sweep, the line names the job, its ``summary.json`` records the failure (a row of the sweep's table) and the sweep
     goes on; the command exits ``code`` at its end."""
+    from ..run.identity import model_name
+
     message = f"odeformer-train: {'error: ' if code == 2 else ''}{error}"
     if not sweep:
         print(message, file=sys.stderr)

@@ -22,13 +22,18 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field, make_dataclass
-from typing import Any, Optional  # OmegaConf reads these annotations at runtime: keep Optional[...] / Dict
+from typing import TYPE_CHECKING, Any, Optional  # OmegaConf reads these annotations at runtime: keep Optional[...]
 
-import solvers
+if TYPE_CHECKING:
+    from ...tasks import TaskSpec
 
-from ...continuous import CONTINUOUS
-from ...registry import as_solver, solver_names, stepper_parameters
-from ...tasks import TASK_MODELS, TaskSpec
+# The registries (solvers, models, continuous solvers) import torch: they are imported by the functions that read
+# them, so that the dataclasses here (what a command composes with) are torch-free.
+
+
+class UsageError(ValueError):
+    """A configuration that cannot run; reported in one line."""
+
 
 SOLVER_TARGET = "odeformer.solver"
 CONTINUOUS_TARGET = "odeformer.continuous.continuous"
@@ -135,6 +140,10 @@ def _default(value: Any) -> Any:
 
 def stepper_options(name: str) -> dict[str, Any]:
     """The options a solver's stepper takes, with the solver's defaults: what ``solver.options`` may set."""
+    import solvers
+
+    from ...registry import as_solver, stepper_parameters
+
     chosen = as_solver(name)
     out = {}
     for key, parameter in stepper_parameters(chosen.stepper).items():
@@ -181,6 +190,8 @@ def model_config(name: str) -> type:
     sizes the data gives, then those of the callable its other keyword arguments go to (the transformer backbone's),
     except the ones the model sets itself and its keyword-only ones (objects for Python callers, such as ``fields``).
     ``odeformer.ViT(...)`` and ``model=vit`` therefore share their defaults."""
+    from ...tasks import TASK_MODELS
+
     spec: TaskSpec = TASK_MODELS[name]
     own = spec.model.__init__
     fields: list[tuple[str, Any, Any]] = [("_target_", str, spec.target)]
@@ -210,7 +221,12 @@ def loader_options(name: str) -> dict[str, Any]:
 
 
 def group_options() -> dict[str, dict[str, Any]]:
-    """Every generated option of every config group: ``{group: {name: node}}`` (see the module docstring)."""
+    """Every generated option of every config group: ``{group: {name: node}}`` (see the module docstring). Commands
+    read them through :func:`odeformer.app.run.groups.groups`, which caches them between runs."""
+    from ...continuous import CONTINUOUS
+    from ...registry import solver_names
+    from ...tasks import TASK_MODELS
+
     solver: dict[str, Any] = {
         name: SolverConfig(name=name, options=stepper_options(name)) for name in solver_names("discrete")
     }
