@@ -34,7 +34,7 @@ def check_scheme_name(path: object, key: str = "solver.stepper", find: bool = Tr
     :class:`SchemeNameError` that names ``key`` and says what a name must look like. ``find=False`` leaves out the
     look-up of its module (a sweep's job does it, so that a module not found fails that job's row only). Imports
     nothing."""
-    shown = f"{key} {path}" if key.startswith("-") else f"{key}={path}"  # an option (--stepper) or a key
+    shown = f"{key}={path}" if "." in key else f"{key} {path}"  # a config key (solver.stepper=), or a word
     if not isinstance(path, str):
         raise SchemeNameError(f"{shown} is not a scheme's name; give {SHAPE}.")
     parts = path.split(".")
