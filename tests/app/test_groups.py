@@ -143,9 +143,13 @@ def test_a_process_with_the_registries_loaded_neither_reads_nor_writes_the_cache
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
 
 
-def test_a_write_replaces_the_caches_of_other_fingerprints_only(tmp_path):
-    (tmp_path / "groups-old.json").write_text("{}")
+def test_a_write_keeps_the_newest_caches_of_other_fingerprints_and_nothing_else_is_touched(tmp_path):
+    names = [f"groups-old{i}.json" for i in range(cache.KEPT + 2)]
+    for i, name in enumerate(names):
+        (tmp_path / name).write_text("{}")
+        os.utime(tmp_path / name, ns=(i * 10**9, i * 10**9))  # old0 the oldest
     (tmp_path / "notes.txt").write_text("mine")
     cache._write(tmp_path / "groups-new.json", cache.encode(group_options()))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["groups-new.json", "notes.txt"]
+    kept = names[-(cache.KEPT - 1) :]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["groups-new.json", "notes.txt", *kept])
     assert cache._read(tmp_path / "groups-new.json") is not None

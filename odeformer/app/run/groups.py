@@ -14,7 +14,8 @@ written the last time they were generated, as long as nothing they are generated
   written (what this process registered is not the packages' own);
 - a cache that cannot be read, does not have the cache's layout, is a link, or could have been written by another
   user (owned by one, or writable by the group or others) is ignored (the options are generated, and the cache
-  written again); one that cannot be written is not an error, and a write removes the caches of other fingerprints.
+  written again); one that cannot be written is not an error, and a write leaves the newest :data:`KEPT` caches of
+  other fingerprints (other installations) and removes older ones.
 
 The cache is data, never code: it holds names, plain values and type names from a fixed set (``int``, ``float``,
 ``bool``, ``str``, each optionally none), and what it names is still checked by the builder, which reaches only the
@@ -39,6 +40,8 @@ CACHE_VAR = "ODEFORMER_CACHE"
 """The environment variable naming the folder of the cache (default: ``$XDG_CACHE_HOME/odeformer``)."""
 LAYOUT = 1
 """The cache file's layout; a file of another is ignored."""
+KEPT = 4
+"""How many caches (of as many installations or versions, the newest) a write leaves in the folder."""
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 _LOADED = ("solvers", "odeformer.registry", "odeformer.tasks", "odeformer.continuous")
 """Modules whose presence means the registries are in this process (and may hold what was registered in it)."""
@@ -179,8 +182,11 @@ def _write(path: Path, text: dict[str, Any]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         files.write_text(path, json.dumps(text) + "\n")
-        for old in path.parent.glob("groups-*.json"):
-            if old.name != path.name:
-                old.unlink()  # a link is removed, never its target
+        others = sorted(
+            (p for p in path.parent.glob("groups-*.json") if p.name != path.name),
+            key=lambda p: p.lstat().st_mtime_ns,
+        )
+        for old in others[: max(0, len(others) - (KEPT - 1))]:
+            old.unlink()  # a link is removed, never its target
     except (OSError, files.UnsafeFile, TypeError, ValueError):
         return
