@@ -153,3 +153,18 @@ def test_a_write_keeps_the_newest_caches_of_other_fingerprints_and_nothing_else_
     kept = names[-(cache.KEPT - 1) :]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["groups-new.json", "notes.txt", *kept])
     assert cache._read(tmp_path / "groups-new.json") is not None
+
+
+def test_the_fingerprint_changes_with_python_and_torch(tmp_path, monkeypatch):
+    _packages(tmp_path, monkeypatch)
+    first = cache.fingerprint()
+    monkeypatch.setattr(cache.importlib.metadata, "version", lambda name: "0.0.0-another")
+    second = cache.fingerprint()
+    monkeypatch.setattr(cache.sys, "version", "another Python")
+    assert len({first, second, cache.fingerprint()}) == 3
+
+
+def test_a_cache_that_cannot_be_written_is_not_an_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    cache._write(tmp_path / "file" / "groups-new.json", cache.encode(group_options()))  # a file where a folder goes
+    assert (tmp_path / "file").read_text() == "x"
