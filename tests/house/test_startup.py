@@ -49,6 +49,7 @@ TRAIN = {
     "bad-value": ["model.depth=-1"],
     "bad-type": ["model.depth=abc"],
     "unknown-solver": ["solver=nonesuch"],
+    "bad-loop-value": ["train.lr=-1"],
 }
 """``odeformer-train``'s ``--help`` and usage errors whose start-up is checked."""
 

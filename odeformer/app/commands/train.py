@@ -53,7 +53,7 @@ from .. import files
 from ..files import UnsafeFile
 from ..reporting.tables import sweep_table
 from ..run.bounds import check_cost, check_sizes
-from ..run.config import Config, SolverConfig, UsageError
+from ..run.config import Config, LoopConfig, SolverConfig, UsageError
 from ..run.groups import groups
 from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
 from ..run.schemes import SHAPE, SchemeNameError, check_scheme_name
@@ -321,8 +321,12 @@ def check_command_line(argv: list[str]) -> None:
     composed = compose(plain)
     _check_values(composed)
     resolved = OmegaConf.to_container(composed, resolve=True)
-    check_sizes(resolved)  # what the builder checks too, here before torch is imported
+    check_sizes(resolved)  # what the builder and the loop check too, here before torch is imported
     check_cost(resolved)
+    try:
+        LoopConfig(**resolved["train"], batch_size=resolved["data"]["batch_size"])
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     _check_out_dir(composed, multirun=any(a in ("-m", "--multirun") for a in argv))
     steppers = [OmegaConf.select(composed, "solver.stepper")]
     for i, o in sweeps:
