@@ -119,3 +119,39 @@ def stale_temporaries(path: Path) -> list[Path]:
     path = Path(path)
     found = sorted(path.parent.glob(f"{path.name}.*.tmp"))
     return found
+
+
+KERNEL_FILE_SYSTEMS = ("/proc", "/sys")
+"""The kernel's own file systems, where no run can be written (not even by root)."""
+
+
+def writable(path: Path) -> bool:
+    """Whether this process may write the existing ``path``: a folder, create and replace files in it (write and
+    search permission); a file, append to it. Asked of ``os.access`` (which also answers no on a read-only file
+    system, even to root); nothing in :data:`KERNEL_FILE_SYSTEMS` is writable."""
+    resolved = Path(path).resolve()
+    kernel = any(resolved == Path(p) or Path(p) in resolved.parents for p in KERNEL_FILE_SYSTEMS)
+    return not kernel and os.access(path, os.W_OK | (os.X_OK if resolved.is_dir() else 0))
+
+
+def unwritable(path: Path, appended: Iterable[str] = ()) -> tuple[str, str] | None:
+    """Why the folder ``path`` cannot be made or written into, checked before anything is written; None when it can.
+
+    The first of ``path`` and its parents that exists decides: a file there is ``("made", "<it> is a file, not a
+    folder")``, a folder this process cannot write (:func:`writable`) ``("written", "<it> is read-only for this
+    user")``. When ``path`` itself is a folder, each of ``appended`` (files a run appends to) that exists must be
+    writable too. Nothing is created."""
+    path = Path(path)
+    for folder in (path, *path.parents):
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            return "made", f"{folder} is a file, not a folder"
+        if not writable(folder):
+            return "written", f"{folder} is read-only for this user"
+        break
+    for name in appended if path.is_dir() else ():
+        entry = path / name
+        if entry.is_file() and not writable(entry):
+            return "written", f"{entry} is read-only for this user"
+    return None

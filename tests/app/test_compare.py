@@ -76,6 +76,8 @@ def test_each_budget_gives_the_steps_that_make_it_equal():
         (["rk4", "--out", "X", "--budget", "flops"], "invalid choice: 'flops'"),
         (["full wave", "--out", "X"], "scheme 'full wave'"),
         (["rk4", "--out", "X", "--experiment", "../x"], "--experiment takes an experiment config's name"),
+        (["os.system", "--out", "X"], "scheme os.system names Python's own module os, not a scheme of yours"),
+        (["no_such_mod_here.Mine", "--out", "X"], "scheme no_such_mod_here.Mine: there is no module no_such_mod_here"),
     ],
 )
 def test_usage_errors_are_one_line_before_anything_runs(argv, says, tmp_path, monkeypatch, capsys):

@@ -358,3 +358,71 @@ def test_an_optimiser_state_of_another_shape_is_one_line_naming_the_key(finished
     line = _line(done, 2)
     assert "last.pt" in line and "optimizer.state[0].exp_avg has shape" in line
     assert _tree(out) == before
+
+
+# -- the config a resume compares with ------------------------------------------------------------------------------
+
+_CONFIG = {"solver": {"name": "mix", "options": {"theta0": 0.5}}, "model": {"depth": 3}, "train": {"max_steps": 5}}
+_TIED = {**_CONFIG, "model": {"depth": 3, "tie_weights": True}}
+
+
+@pytest.mark.parametrize(
+    "stored, key",
+    [
+        ({**_CONFIG, "solver": "x"}, "config.solver"),
+        ({**_CONFIG, "solver": ["mix"]}, "config.solver"),
+        ({**_CONFIG, "model": {"depth": {"of": 3}}}, "config.model.depth"),
+        ({**_CONFIG, "solver": {"name": "mix", "options": "theta0=0.5"}}, "config.solver.options"),
+        (["solver", "model"], "config"),
+        ("solver=mix", "config"),
+    ],
+    ids=["string-for-mapping", "list-for-mapping", "mapping-for-value", "string-options", "list-config", "str-config"],
+)
+def test_a_stored_config_of_another_shape_is_one_line_naming_last_pt_and_the_key(tmp_path, stored, key):
+    from odeformer.app.run.resume import check_resume_config
+
+    payload = {RUN_RECORD: {"config": stored, "overrides": ["solver=mix", "model.depth=3"]}}
+    with pytest.raises(CheckpointError) as error:
+        check_resume_config(tmp_path, payload, _CONFIG)
+    message = str(error.value)
+    assert message.startswith(f"{tmp_path / 'last.pt'} cannot be resumed: its {key} must be ")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "stored, now, shown",
+    [
+        (_TIED, _CONFIG, "model.tie_weights (True in the run, absent now)"),
+        (_CONFIG, _TIED, "model.tie_weights (absent in the run, True now)"),
+        ({k: v for k, v in _CONFIG.items() if k != "model"}, _CONFIG, "model.depth (absent in the run, 3 now)"),
+    ],
+    ids=["only-stored", "only-now", "a-whole-group-only-now"],
+)
+def test_a_setting_only_one_side_has_is_a_difference(tmp_path, stored, now, shown):
+    from odeformer.app.run.resume import check_resume_config
+
+    payload = {RUN_RECORD: {"config": stored}}
+    with pytest.raises(RunDirectoryError) as error:
+        check_resume_config(tmp_path, payload, now)
+    assert f"this command changes {shown}; only " in str(error.value)
+
+
+def test_a_setting_that_may_change_is_not_a_difference_when_one_side_lacks_it(tmp_path):
+    from odeformer.app.run.resume import check_resume_config
+
+    payload = {RUN_RECORD: {"config": _CONFIG}}
+    train = {**_CONFIG["train"], "threads": 1, "progress": False}
+    assert check_resume_config(tmp_path, payload, {**_CONFIG, "train": train}) == []
+
+
+def test_a_resume_from_a_config_of_another_shape_is_one_line_and_writes_nothing(finished, tmp_path):
+    out = _copy(finished, tmp_path / "run")
+    payload = load_checkpoint(out / "last.pt")
+    payload[RUN_RECORD]["config"]["solver"] = "x"
+    save_checkpoint(out / "last.pt", payload)
+    own = [o for o in payload[RUN_RECORD]["overrides"] if not o.startswith("train.out_dir=")]
+    before = _tree(out)
+    done = cli_in_process(*own, f"train.out_dir={hydra_quote(str(out))}", "train.resume=true", "train.max_steps=6")
+    line = _line(done, 2)
+    assert f"{out / 'last.pt'} cannot be resumed: its config.solver must be a mapping, not a str" in line
+    assert _tree(out) == before

@@ -92,6 +92,24 @@ def test_old_spellings_read_as_todays_with_one_warning():
     assert upgrade_config(hostile)["solver"]["stepper"] == "os.system"  # left for the builder to refuse, never read
 
 
+def test_a_stored_stepper_path_into_the_solvers_package_loads_none_of_its_modules(monkeypatch):
+    """``solvers`` loads its kit (``solvers.testing``, ``solvers.analysis``) when the attribute is asked for; reading
+    a stored ``solver.stepper`` as today's name looks only at what the package already holds."""
+    import sys
+
+    import solvers
+
+    for name in ("testing", "analysis"):  # as if never loaded in this process
+        if name in vars(solvers):  # (hasattr would load it)
+            monkeypatch.delattr(solvers, name)
+        monkeypatch.delitem(sys.modules, f"solvers.{name}", raising=False)
+    for path in ("solvers.testing", "solvers.analysis"):
+        node = {"_target_": "odeformer.solver", "name": "full_wave", "stepper": path, "options": {}}
+        assert upgrade_config({"solver": node})["solver"]["stepper"] == path
+        assert upgrade_overrides([f"solver.stepper={path}"]) == [f"solver.stepper={path}"]
+    assert "solvers.testing" not in sys.modules and "solvers.analysis" not in sys.modules
+
+
 @pytest.mark.slow  # trains four more steps of each of two runs from the command line (about 20 s)
 @pytest.mark.parametrize("name", ["splitting", "wave_dopri"])
 def test_a_saved_run_resumes_with_its_overrides_in_todays_spelling(name, tmp_path):

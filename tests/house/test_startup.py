@@ -2,8 +2,10 @@
 checked first, and what a command needs is imported when it needs it. Measured by what is imported, not by time."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +39,68 @@ def test_a_command_answers_help_and_usage_errors_without_loading_torch(name, whi
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["code"] == (0 if which == 0 else 2), done.stderr
     assert result["loaded"] == [], f"odeformer-{name} {' '.join(argv)} imported {result['loaded']}"
+
+
+# -- odeformer-train: its config groups are generated from the registries (torch), and cached between start-ups -------
+
+TRAIN = {
+    "help": ["--help"],
+    "unknown-key": ["model.nonesuch=1"],
+    "bad-value": ["model.depth=-1"],
+    "bad-type": ["model.depth=abc"],
+    "unknown-solver": ["solver=nonesuch"],
+    "bad-loop-value": ["train.lr=-1"],
+}
+"""``odeformer-train``'s ``--help`` and usage errors whose start-up is checked."""
+
+_TRAIN_PROBE = """
+import json, sys
+sys.argv = ["odeformer-train", *{argv!r}]
+from odeformer.app.commands.train import main
+code = None
+try:
+    main()
+except SystemExit as stop:
+    code = stop.code
+print(json.dumps({{"code": code, "loaded": sorted(m for m in ("torch", "transformers") if m in sys.modules)}}))
+"""
+
+
+def _train(argv: list[str], cache: Path) -> tuple[dict, str]:
+    """``odeformer-train <argv>`` in a fresh interpreter with the groups' cache in ``cache``: what it imported and
+    its exit code, and what it printed besides."""
+    env = {**os.environ, "ODEFORMER_CACHE": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-c", _TRAIN_PROBE.format(argv=argv)], capture_output=True, text=True, env=env
+    )
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0 and lines, done.stderr[-2000:]
+    return json.loads(lines[-1]), "\n".join(lines[:-1]) + done.stderr
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory) -> Path:
+    """A cache written by one start-up: the first after an install (or after a module of the packages changed)
+    generates the groups from the registries, importing torch, and caches them."""
+    folder = tmp_path_factory.mktemp("cache")
+    result, _ = _train(["model.nonesuch=1"], folder)
+    assert result["code"] == 2 and "torch" in result["loaded"]
+    assert len(list(folder.glob("groups-*.json"))) == 1
+    return folder
+
+
+@pytest.mark.parametrize("case", sorted(TRAIN))
+def test_odeformer_train_answers_help_and_usage_errors_without_loading_torch(case, warm):
+    result, _ = _train(TRAIN[case], warm)
+    assert result["code"] == (0 if case == "help" else 2)
+    assert result["loaded"] == [], f"odeformer-train {' '.join(TRAIN[case])} imported {result['loaded']}"
+
+
+@pytest.mark.parametrize("case", ["help", "unknown-key"])
+def test_the_cached_groups_answer_as_the_generated_ones(case, warm, tmp_path):
+    """The same command answered from the cache and from the registries (an empty cache folder) says the same:
+    ``--help`` lists every group's options and every solver's ``solver.options``."""
+    cached, said = _train(TRAIN[case], warm)
+    generated, said_then = _train(TRAIN[case], tmp_path)
+    assert "torch" in generated["loaded"] and cached["loaded"] == []
+    assert said == said_then and said.strip()

@@ -197,6 +197,11 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[l
     rows = list(seen.values())
     if len(rows) < 2:
         _refuse("give at least two schemes in all (the schemes and --against) to compare")
+    for row in rows:  # a class of one's own: its name checked (nothing imported) before any run is made
+        if row.stepper is not None:
+            from ..run.schemes import check_scheme_name
+
+            check_scheme_name(row.stepper, key="scheme")
     if args.out.exists() and not args.out.is_dir():
         _refuse(f"--out {args.out} is a file; give a folder")
     return rows, [f"experiment={args.experiment}", *fixed]

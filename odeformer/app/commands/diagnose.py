@@ -46,16 +46,18 @@ _BAD_INPUT = (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointErro
 
 
 def check_out(out: Path, default: bool) -> None:
-    """The figures' folder must be a folder or a path where one can be made (a file there or above it is a one-line
-    :class:`UsageError`), and nothing in it is written through a link: a ``diagnostics`` folder inside a run that is
-    a link, or an entry of the folder that is one, is a one-line :class:`~odeformer.app.files.UnsafeFile`."""
+    """The figures' folder must be a folder this process can write or a path where one can be made (a file there or
+    above it, or a read-only folder, is a one-line :class:`UsageError`: :func:`odeformer.app.files.unwritable`), and
+    nothing in it is written through a link: a ``diagnostics`` folder inside a run that is a link, or an entry of the
+    folder that is one, is a one-line :class:`~odeformer.app.files.UnsafeFile`."""
     if default:
         files.refuse_links(out.parent, [out.name])
-    for folder in (out, *out.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                raise UsageError(f"--out {out} cannot be made: {folder} is a file, not a folder.")
-            break
+    refused = files.unwritable(out)
+    if refused is not None:
+        verb, why = refused
+        raise UsageError(
+            f"--out {out} cannot be {verb}: {why}{'; choose a writable --out' if verb == 'written' else ''}."
+        )
     if out.is_dir():
         files.refuse_links(out, sorted(p.name for p in out.iterdir()))
 

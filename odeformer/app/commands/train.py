@@ -12,11 +12,13 @@ It checks the command line by composing it (each value of a sweep once), hands i
 configuration with :func:`odeformer.app.run.launch.train`; :func:`compose` and :func:`compose_config` give the same
 composition to the other commands and the sweep engine.
 
-Config groups are generated from the registries (:func:`odeformer.app.run.config.group_options`) and stored in Hydra's
-ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds ``train.yaml``, the experiments
-and their training settings. Bad input — an unknown option or key, a value of the wrong type, ``dt <= 0``, heads not
-dividing dim, a missing data root, a corrupt checkpoint, a size that is not positive or a model that cannot fit in
-memory, a run directory another run is writing — is one line on stderr and exit code 2, before anything is written.
+Config groups are generated from the registries (:func:`odeformer.app.run.config.group_options`, cached between runs
+by :func:`odeformer.app.run.groups.groups`, so that ``--help`` and a usage error answer before torch is imported) and
+stored in Hydra's ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds
+``train.yaml``, the experiments and their training settings. Bad input — an unknown option or key, a value of the
+wrong type, ``dt <= 0``, heads not dividing dim, a missing data root, a corrupt checkpoint, a size that is not
+positive or a model that cannot fit in memory, a run directory another run is writing — is one line on stderr and exit
+code 2, before anything is written.
 A diverged run (or a full disk) is one line and exit code 1; an interrupted one saves its checkpoint and exits 130
 (SIGINT) or 143 (SIGTERM), which also stops a sweep.
 """
@@ -50,20 +52,21 @@ from ...data import DatasetNotFound
 from .. import files
 from ..files import UnsafeFile
 from ..reporting.tables import sweep_table
-from ..run import launch
-from ..run.builder import UsageError
-from ..run.checkpoints import CheckpointError, CheckpointWriteError
-from ..run.config import Config, SolverConfig, group_options
-from ..run.identity import model_name
+from ..run.bounds import check_cost, check_sizes
+from ..run.config import Config, LoopConfig, SolverConfig, UsageError
+from ..run.groups import groups
 from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
-from ..run.trainer import TrainingDiverged
+from ..run.schemes import SHAPE, SchemeNameError, check_scheme_name
 from .help import solver_options_text
+
+# torch (and what the run imports with it) is imported by run() and _main(), once the command line is checked: a
+# usage error and --help answer without it (the config groups come from odeformer.app.run.groups, which caches them)
 
 CONFIG_MODULE = "odeformer.configs"
 
 store = ConfigStore.instance()
 store.store(name="config_schema", node=Config)
-for _group, _nodes in group_options().items():
+for _group, _nodes in groups().items():
     for _name, _node in _nodes.items():
         store.store(group=_group, name=_name, node=_node)
 
@@ -179,7 +182,8 @@ def _one_line(error: Exception, overrides: list[str]) -> str:
             options = _options(group, overrides)
             near = difflib.get_close_matches(value, options, n=1, cutoff=0.6)
             hint = f"did you mean {group}={near[0]}? " if near else ""
-            return f"unknown {group} {value!r}; {hint}choose one of: {', '.join(options)}."
+            own = f" (or, for a scheme of your own, {SHAPE})" if group == "solver" and "." in value else ""
+            return f"unknown {group} {value!r}; {hint}choose one of: {', '.join(options)}{own}."
     if isinstance(error, OverrideParseException):
         return f"cannot parse the override: {' '.join(text.split())}"
     match = re.search(r"Could not (?:override|append to) '([^']+)'", text) or re.search(
@@ -215,7 +219,7 @@ def _who_takes(parent: str, leaf: str) -> str:
     """For an option no key of the chosen solver has: which solvers take it (``solver=mix solver.options.theta0``)."""
     if parent != "solver.options":
         return ""
-    takers = [name for name, node in group_options()["solver"].items() if leaf in getattr(node, "options", {})]
+    takers = [name for name, node in groups()["solver"].items() if leaf in getattr(node, "options", {})]
     own = f"; a scheme of your own (solver.stepper=...) takes its options as +solver.options.{leaf}=..."
     if not takers:
         return f" ({own[2:]})"
@@ -248,7 +252,10 @@ def _keys(parent: str, overrides: list[str]) -> list[str]:
 
 def check_command_line(argv: list[str]) -> None:
     """Compose what the command line asks for — each value of a sweep once — so that a wrong option, key or type is
-    one line and exit code 2 before Hydra starts (Hydra's own message for these is several lines and exit 1)."""
+    one line and exit code 2 before Hydra starts (Hydra's own message for these is several lines and exit 1). A
+    scheme of the user's own (``solver.stepper=module.Class``, ``solver=module.Class``) is checked last, without
+    importing it (:func:`odeformer.app.run.schemes.check_scheme_name`; in a sweep, a module that cannot be found fails
+    its jobs' rows instead): its module runs only when the run is built."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     if any(arg == "--experimental-rerun" or arg.startswith("--experimental-rerun=") for arg in argv):
@@ -313,15 +320,29 @@ def check_command_line(argv: list[str]) -> None:
     _check_added_keys(parsed)
     composed = compose(plain)
     _check_values(composed)
+    resolved = OmegaConf.to_container(composed, resolve=True)
+    check_sizes(resolved)  # what the builder and the loop check too, here before torch is imported
+    check_cost(resolved)
+    try:
+        LoopConfig(**resolved["train"], batch_size=resolved["data"]["batch_size"])
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     _check_out_dir(composed, multirun=any(a in ("-m", "--multirun") for a in argv))
+    steppers = [OmegaConf.select(composed, "solver.stepper")]
     for i, o in sweeps:
         for value in (_sweep_values(o) or [])[1:]:
-            compose(
+            other = compose(
                 [
                     *(p for j, p in enumerate(first) if j != i and p is not None),
                     f"{o.input_line.split('=', 1)[0]}={value}",
                 ]
             )
+            steppers.append(OmegaConf.select(other, "solver.stepper"))
+    for stepper in dict.fromkeys(s for s in steppers if s is not None):  # last: after all else is checked
+        try:  # in a sweep, a module not found is its job's failed row (the job's build looks it up)
+            check_scheme_name(stepper, find=not multirun)
+        except SchemeNameError as error:
+            raise UsageError(str(error)) from None
 
 
 MAX_KEY, MAX_VALUE, MAX_DIGITS = 200, 2000, 60  # far beyond any setting's key, value, number
@@ -388,9 +409,10 @@ def _cores() -> int:
 
 
 def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
-    """``train.out_dir`` must be a folder, or a path where one can be made: a file there (or above it) is a one-line
-    error before Hydra makes the directory (its own error is a traceback); a folder another run is writing (its lock
-    held) is one too, before Hydra writes this command's config snapshot into it."""
+    """``train.out_dir`` must be a folder this process can write, or a path where one can be made
+    (:func:`odeformer.app.files.unwritable`): a file there (or above it), or a folder that is read-only for this user,
+    is a one-line error before Hydra makes the directory (its own error is a traceback); a folder another run is
+    writing (its lock held) is one too, before Hydra writes this command's config snapshot into it."""
     if multirun or not OmegaConf.select(cfg, "train.out_dir"):
         return
     path = Path(str(cfg.train.out_dir)).expanduser()
@@ -399,16 +421,15 @@ def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
             check_not_locked(path)  # also refuses a run directory whose entries are links
         except RunDirectoryError as error:
             raise UsageError(" ".join(str(error).split())) from None
-    for folder in (path, *path.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                raise UsageError(f"train.out_dir={path} cannot be made: {folder} is a file, not a folder.")
-            if not os.access(folder, os.W_OK | os.X_OK) or _pseudo(folder):
-                raise UsageError(
-                    f"train.out_dir={path} cannot be written: {folder} is read-only for this user (nothing was "
-                    "written); choose a writable train.out_dir."
-                )
-            return
+    refused = files.unwritable(path, APPENDED)
+    if refused is not None:
+        verb, why = refused
+        after = " (nothing was written); choose a writable train.out_dir." if verb == "written" else "."
+        raise UsageError(f"train.out_dir={path} cannot be {verb}: {why}{after}")
+
+
+APPENDED = ("metrics.jsonl", "history.jsonl")
+"""The files of a run directory a resumed run appends to (the others it replaces whole, beside them)."""
 
 
 def _check_output_subdir(overrides: list[str]) -> None:
@@ -427,12 +448,6 @@ def _check_output_subdir(overrides: list[str]) -> None:
             )
 
 
-def _pseudo(folder: Path) -> bool:
-    """A folder of the kernel's own file systems (``/proc``, ``/sys``), where no run can be written even by root."""
-    resolved = folder.resolve()
-    return any(resolved == Path(p) or Path(p) in resolved.parents for p in ("/proc", "/sys"))
-
-
 def _sweep_values(override: Any) -> list[str] | None:
     try:
         return list(override.sweep_string_iterator())
@@ -444,6 +459,8 @@ def run(cfg: DictConfig, out_dir: Path, overrides: list[str] | None = None) -> d
     """Train one composed configuration into ``out_dir`` (:func:`odeformer.app.run.launch.train`); return the
     summary. ``overrides`` (the command line's) are stored in the checkpoints, so that a resume with another config
     can be told the command to repeat."""
+    from ..run import launch
+
     return launch.train(OmegaConf.to_container(cfg, resolve=True), out_dir, overrides)
 
 
@@ -470,13 +487,22 @@ class SweepSummary(Callback):
         print(f"\n{markdown}\nsweep summary: {sweep_dir / 'summary.md'}")
 
 
-_BAD_INPUT = (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError, UnsafeFile)
-"""What a run refuses in one line and exit code 2."""
+def _bad_input() -> tuple[type[BaseException], ...]:
+    """What a run refuses in one line and exit code 2."""
+    from ..run.checkpoints import CheckpointError
+
+    return (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError, UnsafeFile)
+
+
 _FAILED_JOBS: list[int] = []  # exit codes of the sweep's jobs that failed (a sweep goes on past them)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://" + CONFIG_MODULE, config_name="train")
 def _main(cfg: DictConfig) -> None:
+    from ..run.checkpoints import CheckpointWriteError
+    from ..run.trainer import TrainingDiverged
+
+    bad_input = _bad_input()
     hydra_config = HydraConfig.get()
     out_dir = Path(hydra_config.runtime.output_dir)
     sweep = hydra_config.mode == RunMode.MULTIRUN
@@ -490,7 +516,7 @@ def _main(cfg: DictConfig) -> None:
     except RunDirectoryBusy as error:  # another process took the lock after this command checked it
         # the snapshot folder is named to the second, so it may be the other run's too: it is left as it is
         _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep, record=False)
-    except _BAD_INPUT as error:
+    except bad_input as error:
         if os.environ.get("ODEFORMER_DEBUG"):
             raise
         if _written(out_dir) == before and not sweep:  # refused before training: the command leaves no trace
@@ -517,6 +543,8 @@ def _failed(cfg: DictConfig, out_dir: Path, error: str, code: int, sweep: bool, 
     """Report a failed run: one line (``error:`` for bad input, code 2; a diverged run, code 1) and exit ``code``; in a
     sweep, the line names the job, its ``summary.json`` records the failure (a row of the sweep's table) and the sweep
     goes on; the command exits ``code`` at its end."""
+    from ..run.identity import model_name
+
     message = f"odeformer-train: {'error: ' if code == 2 else ''}{error}"
     if not sweep:
         print(message, file=sys.stderr)

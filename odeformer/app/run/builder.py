@@ -25,8 +25,15 @@ from torch import nn
 
 from ...data import TaskData, data_kind, load
 from ...tasks import TaskSpec
+from .bounds import MAX_DEPTH as MAX_DEPTH
+from .bounds import MAX_LEN as MAX_LEN
+from .bounds import MAX_STAGES as MAX_STAGES
+from .bounds import check_cost, check_sizes, check_stages
+from .bounds import source_prefix as _from
 from .checkpoints import load_checkpoint
+from .config import UsageError as UsageError  # a configuration that cannot run (defined where no torch is needed)
 from .identity import default_model, model_targets, run_record
+from .schemes import SchemeNameError, check_scheme_name
 from .upgrade import CONTINUOUS_TARGET, SOLVER_TARGET, upgrade_config
 
 SOLVER_TARGETS = (SOLVER_TARGET, CONTINUOUS_TARGET)
@@ -39,14 +46,6 @@ def _check_kind(spec: TaskSpec, data_name: str, kind: str | None) -> None:
             f"model {spec.model.__name__} trains on {spec.data} data but data={data_name} is {kind} data; use "
             f"model={default_model(kind)}."
         )
-
-
-class UsageError(ValueError):
-    """A configuration that cannot run; reported in one line."""
-
-
-def _from(source: Path | None) -> str:
-    return f"{source}: " if source is not None else ""
 
 
 def target(node: dict[str, Any], allowed: tuple[str, ...], group: str, source: Path | None = None) -> Any:
@@ -104,7 +103,10 @@ def build(
     config (``solver``, ``model``, ``data``).
 
     ``source``: the file the config was read from (a checkpoint), named in errors; such a config's own scheme
-    (``solver.stepper``) is imported only if ``stepper`` (from the command line) names the same class. Sizes that are
+    (``solver.stepper``) is imported only if ``stepper`` (from the command line) names the same class. A scheme of
+    the user's own is imported last, after its name (:func:`~odeformer.app.run.schemes.check_scheme_name`), the
+    sizes, the data and the cost are checked, so that nothing else it could be refused for waits on running its
+    module. Sizes that are
     not positive, and a model that cannot fit in this machine's memory, are one-line errors before it is built. A
     config read from a file is read as today's (:func:`~odeformer.app.upgrade.upgrade_config`)."""
     if source is not None:
@@ -113,16 +115,24 @@ def build(
     solver_target = target(solver, SOLVER_TARGETS, "solver", source)
     spec = target(model_node, tuple(model_targets()), "model", source)
     _check_solver(solver, source, stepper)
+    own = solver.get("stepper")  # a scheme of the user's: its module is imported (run) after every other check
+    if own is not None:
+        try:
+            check_scheme_name(own)
+        except SchemeNameError as error:
+            raise UsageError(f"{_from(source)}{error}") from None
     options = data_node.get("options") or {}
     check_sizes(config, source)
     _check_kind(spec, data_node["name"], data_kind(data_node["name"], options))
     check_stages(config, source)
-    chosen = solver_target(**_arguments(solver))  # a bad solver option fails before the data is read
+    chosen = solver_target(**_arguments(solver)) if own is None else None  # a bad option fails before data is read
     data = load(data_node["name"], data_node.get("root"), **options)
     _check_kind(spec, data_node["name"], data.kind)
     sizes = {key: data.meta[key] for key in spec.sizes}
     check_memory(config, data.meta, source)
     check_cost(config, source)  # what the estimate does not see: time, a position table, a scheme's stages
+    if chosen is None:  # nothing left to check without the user's class: import its module now
+        chosen = solver_target(**_arguments(solver))
     try:
         model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
     except TypeError as error:  # a key the model (or the backbone it passes its options to) does not take
@@ -169,62 +179,6 @@ def load_run(
 
 
 # -- sizes and memory ---------------------------------------------------------------------------------------------
-
-POSITIVE = ("depth", "dim", "heads", "mlp_hidden", "max_len", "patch_size")
-
-
-def check_sizes(config: dict[str, Any], source: Path | None = None) -> None:
-    """Every size of the model and the batch a positive int (``model.mlp_hidden`` may be null)."""
-    model, data = config["model"], config["data"]
-    checks = [(f"model.{key}", model[key]) for key in POSITIVE if key in model and model[key] is not None]
-    checks.append(("data.batch_size", data.get("batch_size", 1)))
-    for key, value in checks:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"{_from(source)}{key} must be a positive int, got {value!r}.")
-    ratio = model.get("mlp_ratio")
-    if (
-        model.get("mlp_hidden") is None
-        and ratio is not None
-        and not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and int(ratio * model["dim"]) >= 1)
-    ):
-        raise UsageError(
-            f"{_from(source)}model.mlp_ratio={ratio!r} gives an FFN of {ratio!r} x {model['dim']} hidden units; it "
-            "must give at least 1."
-        )
-
-
-MAX_DEPTH = 100_000
-"""The most layers a model may have: a bound on the time a forward pass takes, which the memory estimate does not see
-(tied weights with activation checkpointing need little memory at any depth)."""
-MAX_LEN = 1_000_000
-"""The longest context ``model.max_len`` may ask for (its position table is allocated whole)."""
-MAX_STAGES = 64
-"""The most stages a scheme given by coefficients may have (``solver.options`` ``A``, ``b``, ``drifts``, ...)."""
-
-
-def check_cost(config: dict[str, Any], source: Path | None = None) -> None:
-    """Bounds on what the memory estimate does not measure, the same for a command line and for a config read from a
-    file (``source``): the depth (:data:`MAX_DEPTH`), the context (:data:`MAX_LEN`) and a coefficient scheme's stages
-    (:data:`MAX_STAGES`). A file does not set what a command costs."""
-    model = config["model"]
-    for key, bound in (("depth", MAX_DEPTH), ("max_len", MAX_LEN)):
-        value = model.get(key)
-        if isinstance(value, int) and value > bound:
-            raise UsageError(f"{_from(source)}model.{key}={value} is more than the {bound} allowed.")
-    check_stages(config, source)
-
-
-def check_stages(config: dict[str, Any], source: Path | None = None) -> None:
-    """A scheme given by coefficients has at most :data:`MAX_STAGES` stages (checked before it is built: deriving
-    its claims costs time with every stage)."""
-    options = (config.get("solver") or {}).get("options") or {}
-    if isinstance(options, dict):
-        for key in ("A", "b", "c", "bbar", "drifts", "kicks"):
-            value = options.get(key)
-            if isinstance(value, (list, tuple)) and len(value) > MAX_STAGES:
-                raise UsageError(
-                    f"{_from(source)}solver.options.{key} has {len(value)} stages, more than the {MAX_STAGES} allowed."
-                )
 
 
 def estimate_memory(config: dict[str, Any], meta: dict[str, Any], training: bool = True) -> dict[str, float] | None:

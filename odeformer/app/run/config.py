@@ -1,4 +1,5 @@
-"""Typed configs for ``odeformer-train``, and the config groups generated from the registries.
+"""Typed configs for ``odeformer-train`` (the loop's own, :class:`LoopConfig`, checks its values when it is made),
+and the config groups generated from the registries.
 
 Plain dataclasses: ``odeformer/app/commands/train.py`` (the only module that imports Hydra) stores every node of
 :func:`group_options` in Hydra's ConfigStore, so each group option is a typed node (a wrong type or an unknown key
@@ -19,16 +20,22 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field, make_dataclass
-from typing import Any, Optional  # OmegaConf reads these annotations at runtime: keep Optional[...] / Dict
+from typing import TYPE_CHECKING, Any, Optional  # OmegaConf reads these annotations at runtime: keep Optional[...]
 
-import solvers
+if TYPE_CHECKING:
+    from ...tasks import TaskSpec
 
-from ...continuous import CONTINUOUS
-from ...registry import as_solver, solver_names, stepper_parameters
-from ...tasks import TASK_MODELS, TaskSpec
+# The registries (solvers, models, continuous solvers) import torch: they are imported by the functions that read
+# them, so that the dataclasses here (what a command composes with) are torch-free.
+
+
+class UsageError(ValueError):
+    """A configuration that cannot run; reported in one line."""
+
 
 SOLVER_TARGET = "odeformer.solver"
 CONTINUOUS_TARGET = "odeformer.continuous.continuous"
@@ -103,6 +110,77 @@ class TrainConfig:
     threads: Optional[int] = None  # CPU threads torch computes with (None: torch's default); 1 on a busy shared machine
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "fullgraph")
+"""What ``train.compile`` may name besides ``true`` (``default``) and ``false`` / ``off``: torch.compile's modes, and
+``fullgraph`` (the default mode as one graph, an error at a graph break)."""
+
+
+def compile_mode(value: Any) -> str | None:
+    """``train.compile`` as one of :data:`COMPILE_MODES`, or None for no compilation; anything else is a one-line
+    ValueError."""
+    if value is False or value is None or value == "off":
+        return None
+    if value is True:
+        return "default"
+    if isinstance(value, str) and value in COMPILE_MODES:
+        return value
+    allowed = ", ".join(["true", "false", "off", *COMPILE_MODES])
+    raise ValueError(f"train.compile must be one of {allowed}; got {value!r}.")
+
+
+@dataclass
+class LoopConfig(TrainConfig):
+    """The loop's config: the ``train`` group (:class:`~odeformer.app.run.config.TrainConfig`) and the data's batch
+    size, every value checked when it is made (one line naming the key)."""
+
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_every < 0:
+            raise ValueError(
+                f"train.checkpoint_every must be 0 (at every evaluation) or more, got {self.checkpoint_every}."
+            )
+        for name in ("max_steps", "eval_every", "log_every", "batch_size"):
+            if getattr(self, name) < 1:
+                group = "data" if name == "batch_size" else "train"
+                raise ValueError(f"{group}.{name} must be at least 1, got {getattr(self, name)}.")
+        if self.eval_batches < 0:
+            raise ValueError(
+                f"train.eval_batches must be 0 (evaluate the whole split) or more (at most that many batches), got "
+                f"{self.eval_batches}."
+            )
+        if self.warmup_steps < 0:
+            raise ValueError(f"train.warmup_steps must be 0 (no warm-up) or more, got {self.warmup_steps}.")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(
+                f"train.min_lr_ratio must be in [0, 1] (the cosine's floor as a fraction of train.lr), got "
+                f"{self.min_lr_ratio}."
+            )
+        if self.lr <= 0 or not math.isfinite(self.lr):
+            raise ValueError(f"train.lr must be positive, got {self.lr}.")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise ValueError(f"train.weight_decay must be 0 (none) or more, got {self.weight_decay}.")
+        if not (self.grad_clip >= 0 and math.isfinite(self.grad_clip)):
+            raise ValueError(f"train.grad_clip must be 0 (no clipping) or a positive norm, got {self.grad_clip}.")
+        if self.seed < 0:
+            raise ValueError(f"train.seed must be 0 or more, got {self.seed}.")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"train.device must be auto, cpu or cuda; got {self.device!r}.")
+        if self.optimizer not in ("adamw", "adam"):
+            raise ValueError(f"train.optimizer must be adamw or adam; got {self.optimizer!r}.")
+        if self.decay not in ("matrices", "all"):
+            raise ValueError(f"train.decay must be matrices or all; got {self.decay!r}.")
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if self.threads is not None and (isinstance(self.threads, bool) or not 1 <= self.threads <= cores):
+            raise ValueError(
+                f"train.threads must be a number of CPU threads from 1 to this machine's {cores} cores, or null for "
+                f"the idle cores; got {self.threads}."
+            )
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"train.precision must be auto, fp32 or bf16; got {self.precision!r}.")
+        compile_mode(self.compile)
+
+
 @dataclass
 class Config:
     solver: Any = "???"  # typed by the chosen option (SolverConfig or ContinuousSolverConfig)
@@ -135,6 +213,10 @@ def _default(value: Any) -> Any:
 
 def stepper_options(name: str) -> dict[str, Any]:
     """The options a solver's stepper takes, with the solver's defaults: what ``solver.options`` may set."""
+    import solvers
+
+    from ...registry import as_solver, stepper_parameters
+
     chosen = as_solver(name)
     out = {}
     for key, parameter in stepper_parameters(chosen.stepper).items():
@@ -181,6 +263,8 @@ def model_config(name: str) -> type:
     sizes the data gives, then those of the callable its other keyword arguments go to (the transformer backbone's),
     except the ones the model sets itself and its keyword-only ones (objects for Python callers, such as ``fields``).
     ``odeformer.ViT(...)`` and ``model=vit`` therefore share their defaults."""
+    from ...tasks import TASK_MODELS
+
     spec: TaskSpec = TASK_MODELS[name]
     own = spec.model.__init__
     fields: list[tuple[str, Any, Any]] = [("_target_", str, spec.target)]
@@ -210,7 +294,12 @@ def loader_options(name: str) -> dict[str, Any]:
 
 
 def group_options() -> dict[str, dict[str, Any]]:
-    """Every generated option of every config group: ``{group: {name: node}}`` (see the module docstring)."""
+    """Every generated option of every config group: ``{group: {name: node}}`` (see the module docstring). Commands
+    read them through :func:`odeformer.app.run.groups.groups`, which caches them between runs."""
+    from ...continuous import CONTINUOUS
+    from ...registry import solver_names
+    from ...tasks import TASK_MODELS
+
     solver: dict[str, Any] = {
         name: SolverConfig(name=name, options=stepper_options(name)) for name in solver_names("discrete")
     }

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .. import files
-from .checkpoints import error_text
 
 LOCK = ".lock"  # the run directory's lock file: the PID of the process writing the run
 RUN_ENTRIES = (
@@ -112,6 +111,8 @@ def _acquire(path: Path) -> int:
         except files.UnsafeFile as error:
             raise RunDirectoryError(str(error)) from None
         except OSError as error:
+            from .checkpoints import error_text
+
             raise RunDirectoryError(f"cannot take the lock {path} ({error_text(error, 'opening it')}).") from None
         try:
             if fcntl is not None:

@@ -161,19 +161,56 @@ def check_resumable(last: Path, payload: dict[str, Any]) -> None:
             raise bad("sampler.position", f"an integer from 0 to the order's length ({length})", position)
 
 
+class _Absent:
+    """A setting one side of a comparison does not have (shown as ``absent``)."""
+
+    def __repr__(self) -> str:
+        return "absent"
+
+    __str__ = __repr__
+
+
+ABSENT = _Absent()
+"""The value :func:`config_differences` gives a key on the side that lacks it."""
+
+
 def config_differences(stored: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(dotted key, stored value, new value)`` for every setting of two resolved configs that differs, outside
     :data:`RESUME_MAY_CHANGE`. An ``options`` node (a stepper's or a loader's arguments) is one setting, compared
-    whole; a key only one side has elsewhere is a setting added (or removed) since the run started, not compared (as
-    ``odeformer-reproduce``'s drift check does)."""
+    whole. A key only one side has differs too (its value on the other side is :data:`ABSENT`): a setting the run did
+    not have, or one this command does not, is not known to be the run's own (a rename since is read as today's by
+    :func:`~odeformer.app.run.upgrade.upgrade_config` before this compares)."""
     a, b = _settings(stored), _settings(config)
-    return [(k, a[k], b[k]) for k in a if k in b and k not in RESUME_MAY_CHANGE and a[k] != b[k]]
+    keys = [*a, *(k for k in b if k not in a)]
+    return [
+        (k, a.get(k, ABSENT), b.get(k, ABSENT))
+        for k in keys
+        if k not in RESUME_MAY_CHANGE and (k not in a or k not in b or a[k] != b[k])
+    ]
 
 
 def _settings(node: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(node, dict) and node and not prefix.endswith("options."):
         return {k: v for key, value in node.items() for k, v in _settings(value, f"{prefix}{key}.").items()}
     return {prefix[:-1]: node}
+
+
+def check_config_shape(last: Path, stored: Any, config: dict[str, Any], prefix: str = "config") -> None:
+    """The config ``last`` stores has this command's shape: a mapping wherever ``config`` (this command's) has one,
+    and none where it has a plain value (an ``options`` node is one setting: only its own shape is checked), so that
+    :func:`config_differences` compares setting with setting. Anything else (``config.solver: "x"``, a list for the
+    whole config) is a one-line :class:`CheckpointError` naming ``last`` and the key."""
+    if isinstance(stored, dict) == isinstance(config, dict):
+        if isinstance(stored, dict) and not prefix.endswith(".options"):  # an options node is one setting
+            for key in stored:
+                if key in config:
+                    check_config_shape(last, stored[key], config[key], f"{prefix}.{key}")
+        return
+    wanted = "a mapping" if isinstance(config, dict) else "a plain value, as this command's is"
+    raise CheckpointError(
+        f"{last} cannot be resumed: its {prefix} must be {wanted}, not a {type(stored).__name__}; move it away or "
+        "start a new run."
+    )
 
 
 def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -185,9 +222,10 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
     last = Path(out_dir) / "last.pt"
     record = run_record(payload)
     stored = upgrade_config(record.get("config"))  # a config of an earlier version, read as today's
-    if not isinstance(stored, dict):
+    if stored is None:  # a checkpoint from before configs were stored
         _check_identity(last, record, config)
         return []
+    check_config_shape(last, stored, config)
     differences = config_differences(stored, config)
     allowed: list[tuple[str, Any, Any]] = []
     diverged = diverged_after(out_dir, int(payload.get("step") or 0))

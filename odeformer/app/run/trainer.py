@@ -33,7 +33,6 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,8 @@ from ...data import TaskData
 from .. import files
 from ..reporting.plots import plot_curves
 from .checkpoints import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
-from .config import TrainConfig
+from .config import COMPILE_MODES as COMPILE_MODES
+from .config import LoopConfig, compile_mode
 from .cost import evaluations, scheme_parameters
 from .history import HISTORY, non_finite, record
 from .identity import RUN_RECORD
@@ -59,83 +59,12 @@ PENDING_STOP: int | None = None
 starts, saves its first checkpoint and stops, as if signalled during training."""
 
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "fullgraph")
-"""What ``train.compile`` may name besides ``true`` (``default``) and ``false`` / ``off``: torch.compile's modes, and
-``fullgraph`` (the default mode as one graph, an error at a graph break)."""
-
-
-def compile_mode(value: Any) -> str | None:
-    """``train.compile`` as one of :data:`COMPILE_MODES`, or None for no compilation; anything else is a one-line
-    ValueError."""
-    if value is False or value is None or value == "off":
-        return None
-    if value is True:
-        return "default"
-    if isinstance(value, str) and value in COMPILE_MODES:
-        return value
-    allowed = ", ".join(["true", "false", "off", *COMPILE_MODES])
-    raise ValueError(f"train.compile must be one of {allowed}; got {value!r}.")
-
-
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite."""
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-
-
-@dataclass
-class LoopConfig(TrainConfig):
-    """The loop's config: the ``train`` group (:class:`~odeformer.app.run.config.TrainConfig`) and the data's batch
-    size, every value checked when it is made (one line naming the key)."""
-
-    batch_size: int = 64
-
-    def __post_init__(self) -> None:
-        if self.checkpoint_every < 0:
-            raise ValueError(
-                f"train.checkpoint_every must be 0 (at every evaluation) or more, got {self.checkpoint_every}."
-            )
-        for name in ("max_steps", "eval_every", "log_every", "batch_size"):
-            if getattr(self, name) < 1:
-                group = "data" if name == "batch_size" else "train"
-                raise ValueError(f"{group}.{name} must be at least 1, got {getattr(self, name)}.")
-        if self.eval_batches < 0:
-            raise ValueError(
-                f"train.eval_batches must be 0 (evaluate the whole split) or more (at most that many batches), got "
-                f"{self.eval_batches}."
-            )
-        if self.warmup_steps < 0:
-            raise ValueError(f"train.warmup_steps must be 0 (no warm-up) or more, got {self.warmup_steps}.")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(
-                f"train.min_lr_ratio must be in [0, 1] (the cosine's floor as a fraction of train.lr), got "
-                f"{self.min_lr_ratio}."
-            )
-        if self.lr <= 0 or not math.isfinite(self.lr):
-            raise ValueError(f"train.lr must be positive, got {self.lr}.")
-        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
-            raise ValueError(f"train.weight_decay must be 0 (none) or more, got {self.weight_decay}.")
-        if not (self.grad_clip >= 0 and math.isfinite(self.grad_clip)):
-            raise ValueError(f"train.grad_clip must be 0 (no clipping) or a positive norm, got {self.grad_clip}.")
-        if self.seed < 0:
-            raise ValueError(f"train.seed must be 0 or more, got {self.seed}.")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"train.device must be auto, cpu or cuda; got {self.device!r}.")
-        if self.optimizer not in ("adamw", "adam"):
-            raise ValueError(f"train.optimizer must be adamw or adam; got {self.optimizer!r}.")
-        if self.decay not in ("matrices", "all"):
-            raise ValueError(f"train.decay must be matrices or all; got {self.decay!r}.")
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        if self.threads is not None and (isinstance(self.threads, bool) or not 1 <= self.threads <= cores):
-            raise ValueError(
-                f"train.threads must be a number of CPU threads from 1 to this machine's {cores} cores, or null for "
-                f"the idle cores; got {self.threads}."
-            )
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"train.precision must be auto, fp32 or bf16; got {self.precision!r}.")
-        compile_mode(self.compile)
 
 
 def choose_device(name: str) -> torch.device:
@@ -152,9 +81,7 @@ class Trainer:
     """Trains ``model`` on ``data``. ``run_record`` (:data:`~odeformer.app.run.identity.RUN_RECORD`: the solver,
     model, data and depth names, the config, the overrides) goes into every checkpoint and names the summary's run."""
 
-    def __init__(
-        self, model: nn.Module, data: TaskData, loop: LoopConfig, out_dir: Path, run_record: dict[str, Any]
-    ):
+    def __init__(self, model: nn.Module, data: TaskData, loop: LoopConfig, out_dir: Path, run_record: dict[str, Any]):
         self.loop, self.out_dir, self.run_record = loop, Path(out_dir), run_record
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))

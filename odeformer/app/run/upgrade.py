@@ -40,7 +40,7 @@ def registered_name(path: Any) -> str | None:
 
     if not isinstance(path, str) or not path.startswith("solvers.") or path.count(".") != 1:
         return None
-    cls = getattr(solvers, path.split(".", 1)[1], None)
+    cls = vars(solvers).get(path.split(".", 1)[1])  # not getattr: the package loads some modules when asked
     return next((name for name, c in solvers.STEPPERS.items() if c is cls), None)
 
 
