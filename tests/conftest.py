@@ -31,9 +31,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # The command line's cache of config groups (odeformer/app/run/groups.py): the suite's commands keep theirs in a
 # folder of this run's own, never the user's ~/.cache.
 if not os.environ.get("ODEFORMER_CACHE"):
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["ODEFORMER_CACHE"] = tempfile.mkdtemp(prefix="odeformer-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ODEFORMER_CACHE"], ignore_errors=True)
 
 # Real datasets: CI sets ODEFORMER_DATA (and ODEFORMER_REQUIRE_DATA=1); a checkout beside ../shared/data finds them
 # there too, unless ODEFORMER_NO_SHARED_DATA=1 (how to see what a fresh clone sees).
