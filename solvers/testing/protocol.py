@@ -473,6 +473,33 @@ def _coefficient_sum(value: Any) -> float:
     return 0.0
 
 
+def amplification(
+    stepper: AbstractStepper, field, t, y, dt, reference: Tensor, eps: float, seed: int, inverse: bool = False
+) -> float:
+    """How many rounding units of size ``eps`` a step's result moves when its start and every evaluation's input and
+    result are rounded (modelled, in float64, by relative perturbations of ``eps``): the honest low-precision defect
+    of a step grows with it where the step amplifies changes (a composition's large sub-steps, a stiff or sharply
+    attending field). Relative to the larger of the start and ``reference`` (the step unperturbed); ``inf`` if the
+    step does not stay finite. ``inverse``: the same for ``stepper.inverse`` from ``y`` (``reference`` its result)."""
+    g = generator(seed)
+
+    def nudged(u: Tensor) -> Tensor:
+        return u * (1 + eps * (2 * torch.rand(u.shape, generator=g, dtype=torch.float64) - 1))
+
+    def rounded(s, x):
+        return nudged(field(s, nudged(x)))
+
+    flat = _flat(y)
+    with torch.no_grad():
+        start = _unflat(nudged(flat), y)
+        moved = _flat(
+            stepper.inverse(rounded, t, start, dt) if inverse else _fresh_step(stepper, rounded, t, start, dt)
+        )
+    size = max(float(flat.abs().max()), float(reference.abs().max()), 1e-300)
+    change = float((moved - reference).abs().max()) / (eps * size)
+    return change if change == change and change != float("inf") else float("inf")
+
+
 def float32_allowance(stepper: AbstractStepper) -> float:
     """How many float32 rounding units a float32 step may differ from the float64 step by, from the scheme's own
     arithmetic: ``FLOAT32_UNITS_PER_TERM`` for each evaluation (``evals_per_step``) times the sum of the absolute
@@ -522,12 +549,17 @@ def check_precision(
             size = max(float(_flat(y).abs().max()), float(_flat(fresh64).abs().max()), reach, 1e-30)
             units = float((_flat(fresh32).double() - _flat(fresh64)).abs().max()) / (size * th.EPS32)
             worst[0] = max(worst[0], units)
-            if not units <= allowed:
-                raise AssertionError(
-                    f"{name}'s float32 step differs from its float64 step from the same state by {units:.3g} float32 "
-                    f"rounding units at step {i} on {problem.name} (its arithmetic allows {allowed:.3g}): part of "
-                    "the step runs in a lower precision, or rounds a coefficient."
-                )
+            if not units <= allowed:  # the arithmetic's own allowance, times how much this step amplifies rounding
+                gain = amplification(_copy(high), exact, t, start, dt, _flat(fresh64), th.EPS32, inst.seed + i)
+                if not gain <= th.BLOWN_UP:  # outside the scheme's stability region: rounding there proves nothing
+                    reject()
+                if not units <= allowed * max(1.0, gain):
+                    raise AssertionError(
+                        f"{name}'s float32 step differs from its float64 step from the same state by {units:.3g} "
+                        f"float32 rounding units at step {i} on {problem.name} (its arithmetic allows {allowed:.3g}"
+                        f"{f', times {gain:.3g}, how much this step amplifies rounding' if gain > 1 else ''}): part "
+                        "of the step runs in a lower precision, or rounds a coefficient."
+                    )
             y1, state = low.step(rounded, t, y, dt, state)
             _same_form(name, y, y1, problem, f"float32 step {i}'s ")
             y, t = y1, t + dt

@@ -86,6 +86,10 @@ CONTEXT_SIZES = ((8, 8), (16, 32), (64, 64), (197, 192), (32, 768))
 width), over decades up to a DeiT-Tiny sequence and a GPT-2 width ..."""
 CONTEXT_LARGE_STATE = 2**17
 """... and now and then a state of at least this many entries (a Tiny Shakespeare batch has 262k)."""
+UNRESOLVED = 0.1
+"""A low-precision comparison whose allowance (the scheme's rounding units times the step's amplification, in the
+dtype's rounding unit) exceeds this relative size resolves nothing and is not made: bfloat16 on a composition of
+fifteen large sub-steps."""
 HALF_MAGNITUDES = (1e-2, 10.0)
 """Half-precision contexts clamp the drawn magnitude into this range (float16 overflows at 65504)."""
 
