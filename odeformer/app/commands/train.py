@@ -94,6 +94,11 @@ def register_user_solvers(overrides: list[str]) -> list[str]:
     return added
 
 
+def _forget_solvers(added: list[str]) -> None:
+    for name in added:
+        store.repo["solver"].pop(f"{name}.yaml", None)
+
+
 @contextlib.contextmanager
 def _user_solvers(overrides: list[str]) -> Iterator[None]:
     """The command line's own solvers (:func:`register_user_solvers`) for the duration of one composition."""
@@ -101,8 +106,7 @@ def _user_solvers(overrides: list[str]) -> Iterator[None]:
     try:
         yield
     finally:
-        for name in added:
-            store.repo["solver"].pop(f"{name}.yaml", None)
+        _forget_solvers(added)
 
 
 _FLAGS_WITH_VALUE = {
@@ -608,10 +612,12 @@ def _forget_snapshot(out_dir: Path, subdir: str | None) -> None:
 
 def main() -> None:
     """Console-script entry: check the command line (one line and exit 2 on bad input), then hand over to Hydra."""
+    added: list[str] = []
     try:
-        register_user_solvers(sys.argv[1:])
+        added = register_user_solvers(sys.argv[1:])
         check_command_line(sys.argv[1:])
     except UsageError as error:
+        _forget_solvers(added)
         print(f"odeformer-train: error: {error}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
@@ -627,6 +633,8 @@ def main() -> None:
     except KeyboardInterrupt:  # between jobs of a sweep, or in Hydra's own start-up
         print("odeformer-train: interrupted (Ctrl-C); the runs' checkpoints written so far are kept.", file=sys.stderr)
         sys.exit(130)
+    finally:  # a caller in the same process (a test, a notebook) sees the package's own solver group again
+        _forget_solvers(added)
     if _FAILED_JOBS:  # a sweep whose every job ran, some of them failing: the worst failure's code
         sys.exit(min(_FAILED_JOBS))
 
