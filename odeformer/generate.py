@@ -127,12 +127,19 @@ def _same_time(first: Any, t: Any) -> bool:
 class KVCache:
     """The key/value cache of a causal backbone: one :class:`LayerCache` per layer (one for a continuous backbone,
     whose single field serves every step). Pass it to ``CausalLM(tokens, cache=...)`` with the prompt, then with each
-    new token: the model sees only the new positions and returns their logits."""
+    new token: the model sees only the new positions and returns their logits.
 
-    def __init__(self, layers: int, capacity: int, labels: Sequence[str] | None = None):
+    ``bind=True`` (what :func:`generate` makes) lets the backbone read its fields' weights once, on the cache's first
+    pass, and step later passes on them without the per-layer module calls (``bound`` holds what it read): the same
+    operations and the same results, to the bit; a module or parameter *replaced* after the first pass (rather than
+    updated in place, as ``load_state_dict`` or an optimiser does) is not seen, so build a new cache then. A pass
+    with a hook on a module, a module in training mode, or autograd on takes the module path all the same."""
+
+    def __init__(self, layers: int, capacity: int, labels: Sequence[str] | None = None, *, bind: bool = False):
         labels = labels or [""] * layers
         self.layers = [LayerCache(i, capacity, labels[i]) for i in range(layers)]
         self.capacity = capacity
+        self.bound: list[Any] | None = [] if bind else None
 
     @property
     def length(self) -> int:
@@ -152,14 +159,15 @@ class KVCache:
         return [len(layer.keys) for layer in self.layers]
 
 
-def new_cache(model: nn.Module, capacity: int | None = None) -> KVCache:
-    """An empty :class:`KVCache` for ``model`` (a ``CausalLM``) holding ``capacity`` positions (default ``max_len``)."""
+def new_cache(model: nn.Module, capacity: int | None = None, *, bind: bool = False) -> KVCache:
+    """An empty :class:`KVCache` for ``model`` (a ``CausalLM``) holding ``capacity`` positions (default ``max_len``);
+    ``bind`` as in :class:`KVCache`."""
     backbone = model.backbone
     layers = list(getattr(backbone, "layers", []))
     capacity = model.max_len if capacity is None else capacity
     if not layers:  # continuous depth: one field
-        return KVCache(1, capacity, [f" ({backbone.solver.name})"])
-    return KVCache(len(layers), capacity, [f" ({layer.block_stepper!r})" for layer in layers])
+        return KVCache(1, capacity, [f" ({backbone.solver.name})"], bind=bind)
+    return KVCache(len(layers), capacity, [f" ({layer.block_stepper!r})" for layer in layers], bind=bind)
 
 
 def cacheable(model: nn.Module) -> bool:
@@ -287,7 +295,7 @@ def generate(
 def _run(model, tokens, max_new_tokens, temperature, top_k, generator, use_cache):
     B, P = tokens.shape
     limit = model.max_len
-    kv = new_cache(model, min(limit, P + max_new_tokens)) if use_cache and max_new_tokens else None
+    kv = new_cache(model, min(limit, P + max_new_tokens), bind=True) if use_cache and max_new_tokens else None
     seen: list[Tensor] = []
     sequence = tokens
     logits = None

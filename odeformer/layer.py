@@ -11,11 +11,12 @@ call-time context (masks, a cache) that reaches the attention field. What a laye
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules import module as module_hooks
 
 from solvers import Block, Carry, Claims, Y
 
@@ -121,6 +122,21 @@ class Layer(nn.Module):
             attention = _Bound(self.attention, context)
         return Block(attention, self.ffn, self.after_attention, self.after_ffn)
 
+    def bind_cache(self, cache: Any) -> tuple[Block, list[nn.Module]]:
+        """``(block, modules)``: the layer's block for passes with ``cache`` (one layer's
+        :class:`~odeformer.generate.LayerCache`), each field's weights read once (a field's ``bind_cache(cache)``, an
+        FFN's ``bind()``, where it offers one; else the field itself, bound to the cache as :meth:`block` binds it),
+        and the modules whose calls those leave out: stepping on ``block`` is stepping on ``block({"cache":
+        cache})`` while :func:`direct_calls` holds for them."""
+        binder = getattr(self.attention, "bind_cache", None)
+        attention, modules = binder(cache) if binder is not None else (_Bound(self.attention, {"cache": cache}), [])
+        ffn = self.ffn
+        binder = getattr(ffn, "bind", None)
+        if binder is not None:
+            ffn, bypassed = binder()
+            modules = modules + bypassed
+        return Block(attention, ffn, self.after_attention, self.after_ffn), modules
+
     def init(self, y0: Y, context: dict[str, Any] | None = None) -> Carry:
         """The running state for a first step from ``y0``."""
         return self.block_stepper.init(self.block(context), self.t0, y0)
@@ -153,6 +169,28 @@ class Layer(nn.Module):
         for key in [key for key in state_dict if key.startswith(old)]:
             state_dict[prefix + "block_stepper." + key[len(old) :]] = state_dict.pop(key)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+_GLOBAL_HOOKS = (
+    module_hooks._global_forward_pre_hooks,
+    module_hooks._global_forward_hooks,
+    module_hooks._global_backward_pre_hooks,
+    module_hooks._global_backward_hooks,
+)
+
+
+def direct_calls(modules: Sequence[nn.Module]) -> bool:
+    """Whether calling each of ``modules``' ``forward`` directly does what calling the module does, and a bound
+    field (:meth:`Layer.bind_cache`) may stand for them: no module hook on them or registered globally, none in
+    training mode, none compiled in place (``module.compile()``), no TorchScript trace running."""
+    if any(_GLOBAL_HOOKS) or torch._C._get_tracing_state():
+        return False
+    for m in modules:
+        if m.training or m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+            return False
+        if m._compiled_call_impl is not None:
+            return False
+    return True
 
 
 class _Bound:

@@ -12,6 +12,7 @@ import torch
 import odeformer
 import solvers
 from odeformer.continuous import continuous
+from odeformer.fields import AttentionField
 from odeformer.generate import CacheError, new_cache, pick
 from odeformer.registry import solver
 
@@ -121,6 +122,88 @@ def test_cached_logits_equal_recomputation_for_learnable_schemes_off_their_start
 def test_cached_logits_equal_recomputation_in_every_layout(options):
     for name in ("full_wave", "rk4"):
         _cached_equals_recomputed(_lm(name, **options))
+
+
+def _passes(model, bind, new=4, prompt=None):
+    """The logits of a prompt's pass and of ``new`` greedy one-token passes through a cache of ``bind``."""
+    prompt = _prompt() if prompt is None else prompt
+    cache = new_cache(model.eval(), bind=bind)
+    with torch.inference_mode():
+        passes = [model(prompt, cache=cache)]
+        for _ in range(new):
+            passes.append(model(passes[-1][:, -1:].argmax(-1), cache=cache))
+    return torch.cat(passes, dim=1), cache
+
+
+def _count_module_path(monkeypatch):
+    """How often the cached attention runs through its module (``attend_cached``), counted in the list returned."""
+    calls, original = [], AttentionField.attend_cached
+
+    def counted(self, t, x, cache):
+        calls.append(1)
+        return original(self, t, x, cache)
+
+    monkeypatch.setattr(AttentionField, "attend_cached", counted)
+    return calls
+
+
+LAYOUTS = {
+    **{f"{name}_{key}": (name, {key: value}) for name in ("diffusion", "full_wave", "rk4")
+       for key, value in (("tie_weights", True), ("norm", "post"), ("impl", "math"), ("ln_mode", "exact"))},
+    "laplacian": (solver("diffusion", form="laplacian"), {}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in sorted(SCHEDULES)]
+    + [f"layout_{name}" for name in sorted(LAYOUTS)],
+)
+def test_a_binding_cache_gives_the_module_paths_logits_to_the_bit(name, monkeypatch):
+    """What ``generate`` runs (a cache that binds the fields' weights once) makes exactly the logits of the cache
+    that calls the modules, under every scheme and layout; and it does not call the attention modules at all."""
+    schedule, options = LAYOUTS[name[len("layout_") :]] if name.startswith("layout_") else (SCHEDULES[name], {})
+    model = _lm(schedule, **options)
+    module_path, _ = _passes(model, bind=False)
+    calls = _count_module_path(monkeypatch)
+    bound, cache = _passes(model, bind=True)
+    assert torch.equal(bound, module_path)
+    assert not calls and cache.bound and cache.length == PROMPT + 4
+
+
+def test_a_binding_cache_honours_hooks_training_mode_and_autograd(monkeypatch):
+    """A hook on a module the bound fields leave out fires on every pass (the pass takes the module path), and the
+    bound path resumes once it is removed; training mode and autograd take the module path too."""
+    calls, seen = _count_module_path(monkeypatch), []
+    for name, hooked in (("diffusion", lambda lm: lm.backbone.layers[2].ffn.mlp.fc1), ("full_wave", None)):
+        model = _lm(name)
+        reference, _ = _passes(model, bind=False)
+        calls.clear()
+        for module in (model.backbone.layers[1].attention.qkv, *([hooked(model)] if hooked else [])):
+            handle = module.register_forward_hook(lambda m, args, out: seen.append(out.shape[1]))
+            assert torch.equal(_passes(model, bind=True)[0], reference)
+            assert seen == [PROMPT] + [1] * 4 and len(calls) == 5 * 3
+            handle.remove()
+            seen.clear(), calls.clear()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, args, out: seen.append(type(m)))
+    try:
+        assert torch.equal(_passes(model, bind=True)[0], reference) and seen and len(calls) == 5 * 3
+    finally:
+        handle.remove()
+    calls.clear()
+    assert torch.equal(_passes(model, bind=True)[0], reference) and not calls
+    cache = new_cache(model, bind=True)
+    with torch.no_grad():
+        model(_prompt(), cache=cache)  # autograd off, not inference mode: bound
+        assert not calls
+    with torch.enable_grad():
+        model.train()
+        logits = model(_prompt()[:, :1], cache=cache)  # training mode, autograd on: the module path
+    assert len(calls) == 3 and logits.requires_grad
+    reference = new_cache(model, bind=False)
+    with torch.no_grad():
+        model(_prompt(), cache=reference)
+        assert torch.equal(logits, model(_prompt()[:, :1], cache=reference))
 
 
 def test_each_attention_evaluation_of_a_step_has_its_own_slot():
