@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor, nn
 
@@ -157,11 +158,11 @@ class Backbone(nn.Module):
         mode on a module left out (:func:`~odeformer.layer.direct_calls`), substeps or an observer."""
         if torch.is_grad_enabled() or _forward_mode() or self.substeps != 1 or self.observer is not None:
             return None
-        bound = cache.bound
-        if not bound or bound[0] is not self:
-            bound[:] = [self, *self._bind(cache)]
-        _, plan, modules = bound
-        if not direct_calls(modules):
+        binding = cache.bound.get(self)
+        if binding is None:
+            binding = cache.bound[self] = self._bind(cache)
+        plan, norm, direct = binding
+        if not direct():
             return None
         cache.begin(x.shape[1])
         y, state = x, None
@@ -171,11 +172,12 @@ class Backbone(nn.Module):
                 state = init(block, t0, y)
             y, state = step(block, t0, y, dt, state)
         cache.end()
-        return self.norm(y.x if isinstance(y, PhaseState) else y)
+        return norm(y.x if isinstance(y, PhaseState) else y)
 
-    def _bind(self, cache: Any) -> tuple[list[tuple], list[nn.Module]]:
+    def _bind(self, cache: Any) -> tuple[list[tuple], Callable[[Tensor], Tensor], Callable[[], bool]]:
         """Per layer: the layer, its bound block, whether it starts a running state, its block stepper's ``init``
-        and ``step``, its ``t0`` and ``dt``; and every module the bound blocks leave out."""
+        and ``step``, its ``t0`` and ``dt``; the final norm (a LayerNorm's weights bound); and the check that these
+        may stand for the modules they leave out (:func:`~odeformer.layer.direct_calls`)."""
         layers = self.layers
         if len(cache.layers) != len(layers):
             raise ValueError(f"the cache has {len(cache.layers)} layers, the backbone {len(layers)}.")
@@ -185,9 +187,14 @@ class Backbone(nn.Module):
             start = previous is None or not layer.continues(previous)
             stepper = layer.block_stepper
             plan.append((layer, block, start, stepper.init, stepper.step, layer.t0, layer.dt))
-            modules += [m for m in bypassed if all(m is not seen for seen in modules)]
+            modules += bypassed
             previous = layer
-        return plan, modules
+        norm = self.norm
+        if type(norm) is nn.LayerNorm:
+            shape, weight, bias, eps = norm.normalized_shape, norm.weight, norm.bias, norm.eps
+            modules.append(norm)
+            norm = partial(F.layer_norm, normalized_shape=shape, weight=weight, bias=bias, eps=eps)
+        return plan, norm, direct_calls(modules)
 
     def _observed(self, i: int, layer: Layer, y: Any, state: Any, context: dict[str, Any]) -> tuple[Any, Any]:
         """Layer ``i``'s step as an observer sees it (its input), taken as ``substeps`` steps of ``dt / substeps``."""

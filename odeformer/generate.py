@@ -139,7 +139,7 @@ class KVCache:
         labels = labels or [""] * layers
         self.layers = [LayerCache(i, capacity, labels[i]) for i in range(layers)]
         self.capacity = capacity
-        self.bound: list[Any] | None = [] if bind else None
+        self.bound: dict[nn.Module, Any] | None = {} if bind else None
 
     @property
     def length(self) -> int:
@@ -297,22 +297,23 @@ def _run(model, tokens, max_new_tokens, temperature, top_k, generator, use_cache
     limit = model.max_len
     kv = new_cache(model, min(limit, P + max_new_tokens), bind=True) if use_cache and max_new_tokens else None
     seen: list[Tensor] = []
-    sequence = tokens
+    out = torch.cat([tokens, tokens.new_empty(B, max_new_tokens)], dim=1)  # filled in place, token by token
     logits = None
     for i in range(max_new_tokens):
+        n = P + i  # the tokens so far: out[:, :n]
         if i == 0:
             logits = (model(tokens, cache=kv) if kv is not None else model(tokens))[:, -1]
         elif kv is not None and kv.length < limit:
-            logits = model(sequence[:, -1:], cache=kv)[:, -1]
+            logits = model(out.narrow(1, n - 1, 1), cache=kv)[:, -1]
             if i == 1:
-                _check_causal(model, sequence, logits)
+                _check_causal(model, out[:, :n], logits)
         else:  # no cache, or past max_len: the last max_len tokens, recomputed
-            logits = model(sequence[:, -limit:])[:, -1]
+            logits = model(out[:, max(0, n - limit) : n])[:, -1]
         seen.append(logits)
-        sequence = torch.cat([sequence, pick(logits, temperature, top_k, generator)[:, None]], dim=1)
+        out.select(1, n).copy_(pick(logits, temperature, top_k, generator))
     vocab = model.vocab_size
     stacked = torch.stack(seen, dim=1) if seen else tokens.new_empty(B, 0, vocab, dtype=torch.get_default_dtype())
-    return sequence, stacked
+    return out, stacked
 
 
 def _signature(model: nn.Module) -> tuple:

@@ -127,7 +127,7 @@ class Layer(nn.Module):
         :class:`~odeformer.generate.LayerCache`), each field's weights read once (a field's ``bind_cache(cache)``, an
         FFN's ``bind()``, where it offers one; else the field itself, bound to the cache as :meth:`block` binds it),
         and the modules whose calls those leave out: stepping on ``block`` is stepping on ``block({"cache":
-        cache})`` while :func:`direct_calls` holds for them."""
+        cache})`` while the check :func:`direct_calls` makes of them holds."""
         binder = getattr(self.attention, "bind_cache", None)
         attention, modules = binder(cache) if binder is not None else (_Bound(self.attention, {"cache": cache}), [])
         ffn = self.ffn
@@ -179,18 +179,26 @@ _GLOBAL_HOOKS = (
 )
 
 
-def direct_calls(modules: Sequence[nn.Module]) -> bool:
-    """Whether calling each of ``modules``' ``forward`` directly does what calling the module does, and a bound
-    field (:meth:`Layer.bind_cache`) may stand for them: no module hook on them or registered globally, none in
-    training mode, none compiled in place (``module.compile()``), no TorchScript trace running."""
-    if any(_GLOBAL_HOOKS) or torch._C._get_tracing_state():
-        return False
-    for m in modules:
-        if m.training or m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+def direct_calls(modules: Sequence[nn.Module]) -> Callable[[], bool]:
+    """A check, made before each pass that uses a bound field (:meth:`Layer.bind_cache`): whether calling each of
+    ``modules``' ``forward`` directly still does what calling the module does: no module hook on them or registered
+    globally, none in training mode, none compiled in place (``module.compile()``), no TorchScript trace running.
+    The modules' hook dictionaries are gathered here once (a module keeps its own for its life)."""
+    unique = tuple({id(m): m for m in modules}.values())
+    hooks = _GLOBAL_HOOKS + tuple(
+        d for m in unique for d in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, m._backward_pre_hooks)
+    )
+    tracing = torch._C._get_tracing_state
+
+    def check() -> bool:
+        if any(hooks) or tracing():
             return False
-        if m._compiled_call_impl is not None:
-            return False
-    return True
+        for m in unique:
+            if m.training or m._compiled_call_impl is not None:
+                return False
+        return True
+
+    return check
 
 
 class _Bound:

@@ -175,14 +175,18 @@ def test_a_binding_cache_honours_hooks_training_mode_and_autograd(monkeypatch):
     """A hook on a module the bound fields leave out fires on every pass (the pass takes the module path), and the
     bound path resumes once it is removed; training mode and autograd take the module path too."""
     calls, seen = _count_module_path(monkeypatch), []
-    for name, hooked in (("diffusion", lambda lm: lm.backbone.layers[2].ffn.mlp.fc1), ("full_wave", None)):
+    layer, ffn, outside = ("backbone.layers.1.attention.qkv", 15), ("backbone.layers.2.ffn.mlp.fc1", 15), 0
+    for name, hooked in (
+        ("diffusion", (layer, ffn, ("head", outside), ("embed.tokens", outside))),
+        ("full_wave", (layer,)),
+    ):
         model = _lm(name)
         reference, _ = _passes(model, bind=False)
         calls.clear()
-        for module in (model.backbone.layers[1].attention.qkv, *([hooked(model)] if hooked else [])):
-            handle = module.register_forward_hook(lambda m, args, out: seen.append(out.shape[1]))
+        for path, attention_calls in hooked:  # a hook outside the backbone leaves the backbone's pass bound
+            handle = model.get_submodule(path).register_forward_hook(lambda m, args, out: seen.append(out.shape[1]))
             assert torch.equal(_passes(model, bind=True)[0], reference)
-            assert seen == [PROMPT] + [1] * 4 and len(calls) == 5 * 3
+            assert seen == [PROMPT] + [1] * 4 and len(calls) == attention_calls, path
             handle.remove()
             seen.clear(), calls.clear()
     handle = torch.nn.modules.module.register_module_forward_hook(lambda m, args, out: seen.append(type(m)))
