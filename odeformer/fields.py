@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .joint import JointLayerNorm, JointMLP
+from .joint.layer_norm import _joint_layer_norm
 
 FORMS = ("residual", "laplacian")
 MASKS = ("full", "causal", "graph")
@@ -323,18 +324,19 @@ class FeedForward(nn.Module):
         return self.mlp.stacked(self.norm.stacked(x, v))
 
     def bind(self) -> tuple[Callable[[Any, Tensor], Tensor], list[nn.Module]]:
-        """``(field, modules)``: ``field(t, x)`` computes ``self(t, x)`` outside autograd by the same operations, with
-        the weights read once here, and ``field.joint`` is :meth:`joint`; ``modules`` are the modules whose calls it
-        leaves out. It holds under the conditions of :meth:`AttentionField.bind_cache`."""
+        """``(field, modules)``: ``field(t, x)`` computes ``self(t, x)`` and ``field.joint(x, v)`` computes
+        :meth:`joint` outside autograd by the same operations (the fused forward passes the joint modules run there),
+        with the weights read once here; ``modules`` are the modules whose calls it leaves out. It holds under the
+        conditions of :meth:`AttentionField.bind_cache`."""
         norm, mlp = self.norm, self.mlp
         plain = type(mlp) is JointMLP and type(norm) in (JointLayerNorm, JointIdentity)
         if not (plain and type(mlp.fc1) is nn.Linear and type(mlp.fc2) is nn.Linear):
             return self, []  # parts of a user's: the module path
-        fc1, fc2, phi_into = mlp.fc1, mlp.fc2, mlp.act.phi_into
-        w1, b1, w2, b2 = fc1.weight, fc1.bias, fc2.weight, fc2.bias
+        fc1, fc2, act = mlp.fc1, mlp.fc2, mlp.act
+        w1, b1, w2, b2, phi_into = fc1.weight, fc1.bias, fc2.weight, fc2.bias, act.phi_into
         normed = type(norm) is JointLayerNorm
         if normed:
-            norm_weight, norm_bias, eps = norm.weight, norm.bias, norm.eps
+            norm_weight, norm_bias, eps, exact = norm.weight, norm.bias, norm.eps, norm.mode == "exact"
 
         def field(t: Any, x: Tensor) -> Tensor:
             if normed:
@@ -342,5 +344,21 @@ class FeedForward(nn.Module):
             hidden = F.linear(x, w1, b1)
             return F.linear(phi_into(hidden, out=hidden), w2, b2)  # φ in place: nothing differentiates it
 
-        field.joint = self.joint
+        w1t, w2t, prime_times = w1.t(), w2.t(), act.prime_times
+
+        def joint(x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+            # the fused joint MLP's forward (odeformer.joint.mlp._joint_mlp), its operations one for one, but with a
+            # fresh hidden buffer: at a token's size the shared scratch buffer's lookup costs more than it saves
+            xv = _joint_layer_norm(x, v, norm_weight, norm_bias, eps, exact)[0] if normed else torch.stack((x, v))
+            pre = xv.reshape(-1, xv.shape[-1]) @ w1t  # (2M, H): the state's rows, then the velocity's
+            tokens = pre.shape[0] // 2
+            pre_x = pre[:tokens].add_(b1)
+            hidden = torch.empty_like(pre)
+            phi_into(pre_x, out=hidden[:tokens])
+            prime_times(pre[tokens:], pre_x, out=hidden[tokens:])
+            out = hidden @ w2t
+            out[:tokens].add_(b2)
+            return out.view(xv.shape[:-1] + out.shape[-1:]).unbind(0)
+
+        field.joint = joint
         return field, [self, mlp, fc1, fc2]
