@@ -457,3 +457,5 @@ def test_the_generation_benchmark_times_generations_that_agree():
     assert set(times) >= {"cached", "recompute", "full_wave"} and agree and all(agree.values())
     measured = ratios(times)
     assert {"generate_cache_speedup", "generate_full_vs_diffusion_time"} <= set(measured)
+    if "handwritten_cached" in times:  # GPT-2's weights, with transformers installed
+        assert agree["cached_equals_handwritten"] and measured["generate_vs_handwritten_time"] > 0
