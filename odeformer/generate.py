@@ -28,6 +28,18 @@ What is checked rather than trusted, since a scheme of a user's may break the as
   (once per model and schedule); a scheme that mixes tokens outside attention (a mean over the sequence, say) is a
   one-line error.
 
+What a token's pass costs
+-------------------------
+At batch 1 a new token's pass is a few dozen small kernels a layer, so the Python around them counts as much as they
+do. :func:`generate` makes a *binding* cache (``KVCache(bind=True)``): on its first pass the model, the backbone and
+each layer read their weights once into plain functions (:meth:`~odeformer.fields.AttentionField.bind_cache`,
+:meth:`~odeformer.fields.FeedForward.bind`, :meth:`~odeformer.layer.Layer.bind_cache`), and every later pass steps
+the layers' schemes on those instead of calling the fields, their norms and projections as modules. They run the same
+operations in the same order, so the logits are those of the module path to the bit (tested under every scheme and
+layout). Before each pass a check gathered once per cache (:func:`~odeformer.layer.direct_calls`) sends the pass
+through the modules instead where that would differ: a hook on one of them or registered globally, a module in
+training mode, autograd or forward-mode AD on, a substep count or an observer on the backbone.
+
 Continuous depth with an adaptive solver cannot reuse a cache (its step sizes depend on every token's error), so
 :func:`generate` recomputes the sequence for every token there, and warns once; torchdiffeq's fixed-grid ``rk4``
 evaluates in a fixed order and caches like a discrete stack. Past ``max_len`` the context is the last ``max_len``

@@ -210,6 +210,30 @@ def test_a_binding_cache_honours_hooks_training_mode_and_autograd(monkeypatch):
         assert torch.equal(logits, model(_prompt()[:, :1], cache=reference))
 
 
+def test_a_binding_cache_sees_weights_updated_in_place_but_not_a_replaced_module():
+    """What KVCache(bind=True) says: weights loaded in place between passes are seen (the bound fields hold the
+    parameters themselves); a module replaced after the first pass is not, and a new cache sees it."""
+    model, other = _lm("full_wave", seed=0).eval(), _lm("full_wave", seed=5).eval()
+    token = _prompt()[:, :1]
+    caches = {bind: new_cache(model, bind=bind) for bind in (True, False)}
+    with torch.inference_mode():
+        for cache in caches.values():
+            model(_prompt(), cache=cache)
+        model.load_state_dict(other.state_dict())
+        bound, module_path = (model(token, cache=caches[bind]) for bind in (True, False))
+    assert torch.equal(bound, module_path)
+    replaced = torch.nn.Linear(8, 24, dtype=torch.float64)
+    caches = {bind: new_cache(model, bind=bind) for bind in (True, False)}
+    with torch.inference_mode():
+        for cache in caches.values():
+            model(_prompt(), cache=cache)
+        model.backbone.layers[0].attention.qkv = replaced
+        bound, module_path = (model(token, cache=caches[bind]) for bind in (True, False))
+    assert not torch.equal(bound, module_path)  # the bound cache still steps on the module it read
+    fresh = {bind: _passes(model, bind)[0] for bind in (True, False)}
+    assert torch.equal(fresh[True], fresh[False])  # a new cache reads the module now there
+
+
 def test_each_attention_evaluation_of_a_step_has_its_own_slot():
     """One slot for one-evaluation schemes, two for Verlet and Heun, four for RK4 (per layer)."""
     expected = {"diffusion": 1, "full_wave": 1, "leapfrog": 1, "mix": 1, "velocity_verlet": 2, "heun": 2, "rk4": 4}
