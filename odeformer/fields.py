@@ -174,7 +174,7 @@ class AttentionField(nn.Module):
                 is_causal=causal,
             )
         else:
-            out = F.dropout(self.weights(x, attn_mask), self.dropout, self.training) @ v
+            out = F.dropout(self._weights(q, k, x, attn_mask), self.dropout, self.training) @ v
         B, N, D = x.shape
         return self.proj(out.transpose(1, 2).reshape(B, N, D))
 
@@ -182,7 +182,15 @@ class AttentionField(nn.Module):
         """The attention matrix ``A(x)``, shape ``(B, heads, N, N)``: row-stochastic, except that a row with nothing
         to attend to (all False in the mask) is zero, as SDPA makes it (instead of the NaN of a softmax over -inf)."""
         q, k, _ = self._qkv(x)
+        return self._weights(q, k, x, attn_mask)
+
+    def _weights(self, q: Tensor, k: Tensor, x: Tensor, attn_mask: Tensor | None) -> Tensor:
+        """:meth:`weights` from the queries and keys of ``x`` (the math path of :meth:`attend` has them already)."""
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))  # (B, H, N, N)
+        if self.mask == "causal" and attn_mask is None:  # every row keeps its diagonal, so none is empty
+            N = x.shape[1]
+            above = torch.ones(N, N, dtype=torch.bool, device=x.device).triu(1)  # the keys after each query
+            return scores.masked_fill(above, float("-inf")).softmax(dim=-1)
         mask = self._mask(x, attn_mask)
         if mask is None:
             return scores.softmax(dim=-1)
