@@ -296,7 +296,7 @@ def memory(solver: str, depth: int, device: str, batch: int = MEMORY["batch"]) -
 
 MODES = {"full": (20, 10, MEMORY["batch"]), "quick": (5, 3, MEMORY["batch"]), "smoke": (1, 1, 4)}
 """Rounds of the timed comparisons, of the compile comparison, and the memory probes' batch, per mode."""
-GENERATE = {"full": (5, 256), "quick": (2, 256), "smoke": (1, 16)}
+GENERATE = {"full": (7, 256), "quick": (3, 256), "smoke": (1, 16)}
 """Rounds and new tokens of the generation comparison (``benchmarks/generation.py``), per mode."""
 
 
