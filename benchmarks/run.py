@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 import odeformer
 import solvers
-from benchmarks.generation import GEN, generation_times
+from benchmarks.generation import GEN, generation_rounds, medians
 from benchmarks.generation import ratios as generation_ratios
 from benchmarks.tableau import ratios as tableau_ratios
 from benchmarks.tableau import tableau_times
@@ -313,7 +313,8 @@ def run(mode: str, device: str) -> dict:
         for s, d in [("diffusion", 6), ("full_wave", 6), ("reversible", 6), ("reversible", 48)]
     }
     anchors, used = anchor_times(rounds, device)
-    generation, agree = generation_times(GENERATE[mode][0], device, tokens)
+    generation_samples, agree = generation_rounds(GENERATE[mode][0], device, tokens)
+    generation = medians(generation_samples)
     rk4 = tableau_times(rounds, device)
     for name in ("torch", "hf") if "hf_train" in anchors else ("torch",):
         mem[f"{name}_d6"] = memory(name, 6, device, batch)
@@ -331,7 +332,7 @@ def run(mode: str, device: str) -> dict:
         "diffusion_vs_torch_inference_time": anchors["diffusion_inference"] / anchors["torch_inference"],
         "diffusion_vs_torch_memory": mem["diffusion_d6"]["peak_mb"] / mem["torch_d6"]["peak_mb"],
     }
-    results |= generation_ratios(generation)
+    results |= generation_ratios(generation, generation_samples)
     results |= tableau_ratios(rk4)
     if "hf_train" in anchors:
         results |= {

@@ -475,7 +475,7 @@ def test_greedy_tokens_equal_transformers_cached_generate(seed):
 
 def test_the_generation_benchmark_times_generations_that_agree():
     """benchmarks/generation.py (make bench): cached and recomputed generation, and GPT-2's, make the same tokens."""
-    from benchmarks.generation import generation_times, ratios
+    from benchmarks.generation import generation_rounds, generation_times, medians, ratios
 
     times, agree = generation_times(1, "cpu", tokens=3)
     assert set(times) >= {"cached", "recompute", "full_wave"} and agree and all(agree.values())
@@ -483,3 +483,10 @@ def test_the_generation_benchmark_times_generations_that_agree():
     assert {"generate_cache_speedup", "generate_full_vs_diffusion_time"} <= set(measured)
     if "handwritten_cached" in times:  # GPT-2's weights, with transformers installed
         assert agree["cached_equals_handwritten"] and measured["generate_vs_handwritten_time"] > 0
+    samples, _ = generation_rounds(2, "cpu", tokens=2)
+    assert all(len(values) == 2 for values in samples.values()) and set(samples) == set(times)
+    # paired: the median of the rounds' own ratios (1, 1, 1/3), not the ratio of the medians (1 / 3)
+    rounds = {"cached": [1.0, 4.0, 3.0], "recompute": [2.0, 8.0, 6.0], "full_wave": [1.0, 4.0, 1.0]}
+    paired = ratios(medians(rounds), rounds)
+    assert paired["generate_cache_speedup"] == 2.0 and paired["generate_full_vs_diffusion_time"] == 1.0
+    assert ratios(medians(rounds))["generate_full_vs_diffusion_time"] == 1 / 3
