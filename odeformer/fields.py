@@ -359,14 +359,16 @@ class FeedForward(nn.Module):
             # fresh hidden buffer: at a token's size the shared scratch buffer's lookup costs more than it saves
             xv = _joint_layer_norm(x, v, norm_weight, norm_bias, eps, exact)[0] if normed else torch.stack((x, v))
             pre = xv.reshape(-1, xv.shape[-1]) @ w1t  # (2M, H): the state's rows, then the velocity's
-            tokens = pre.shape[0] // 2
-            pre_x = pre[:tokens].add_(b1)
+            pre_x, pre_v = pre.chunk(2)
+            pre_x.add_(b1)
             hidden = torch.empty_like(pre)
-            phi_into(pre_x, out=hidden[:tokens])
-            prime_times(pre[tokens:], pre_x, out=hidden[tokens:])
+            hidden_x, hidden_v = hidden.chunk(2)
+            phi_into(pre_x, out=hidden_x)
+            prime_times(pre_v, pre_x, out=hidden_v)
             out = hidden @ w2t
-            out[:tokens].add_(b2)
-            return out.view(xv.shape[:-1] + out.shape[-1:]).unbind(0)
+            out_x, out_v = out.view(xv.shape[:-1] + out.shape[-1:]).unbind(0)
+            out_x.add_(b2)
+            return out_x, out_v
 
         field.joint = joint
         return field, [self, mlp, fc1, fc2]
