@@ -1,8 +1,10 @@
-"""Timing side by side: every benchmark's medians come from :func:`interleaved`.
+"""Timing side by side: every benchmark's medians come from :func:`interleaved` (or :func:`paired_median`).
 
 The configurations of one comparison run in one process, taking turns round by round (the order rotating, so that
 clock ramps, a busy neighbour and cache state hit all of them alike); each reports the median of its samples. Only the
-ratios of those medians are read: this machine is shared and its absolute times are noise.
+ratios of those medians are read: this machine is shared and its absolute times are noise. Where a single sample is
+long enough to see the load change (a whole generation), :func:`interleaved_samples` keeps the samples round by round
+and :func:`paired_median` takes the median of the ratios within the rounds.
 """
 
 from __future__ import annotations
@@ -33,6 +35,19 @@ def interleaved(
     First ``warmup`` untimed rounds of every function in order. A timed sample is ``repeats`` calls in a row, its time
     divided by ``repeats``; ``settle`` untimed calls go before each sample (to warm caches again after the others ran).
     """
+    samples = interleaved_samples(functions, rounds, warmup, device, repeats, settle)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def interleaved_samples(
+    functions: dict[str, Callable[[], object]],
+    rounds: int,
+    warmup: int,
+    device: str,
+    repeats: int = 1,
+    settle: int = 0,
+) -> dict[str, list[float]]:
+    """The samples :func:`interleaved` takes the medians of: per function, its seconds per call in each round."""
     sync = synchronizer(device)
     names = list(functions)
     for _ in range(warmup):
@@ -50,7 +65,16 @@ def interleaved(
                 functions[name]()
             sync()
             times[name].append((time.perf_counter() - start) / repeats)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return times
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def paired_median(numerator: list[float], denominator: list[float]) -> float:
+    """The median over rounds of ``numerator[r] / denominator[r]``: two configurations' ratio at each moment."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))
 
 
 @contextmanager

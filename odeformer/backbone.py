@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor, nn
 
@@ -32,9 +33,9 @@ import solvers
 from solvers import PhaseState
 
 from .continuous import ContinuousBackbone, ContinuousSolver
-from .fields import AttentionField, FeedForward, JointIdentity
+from .fields import AttentionField, FeedForward, JointIdentity, _forward_mode
 from .joint import JointLayerNorm
-from .layer import JointDropout, Layer, StateMap
+from .layer import JointDropout, Layer, StateMap, direct_calls
 from .registry import Solver, as_solver
 
 SolverSchedule = str | Solver | Sequence[str | Solver] | Callable[[int], str | Solver]
@@ -111,6 +112,10 @@ class Backbone(nn.Module):
         second-order layers. With a :class:`~odeformer.generate.KVCache` (causal attention), ``x`` holds new
         positions only, after those the cache holds: each layer's attention reads and extends its own slots."""
         layers = self.layers
+        if cache is not None and cache.bound is not None and not context and record is None:
+            y = self._bound_pass(x, cache)
+            if y is not None:
+                return y
         if cache is None:
             contexts = [context] * len(layers)
         else:
@@ -144,6 +149,52 @@ class Backbone(nn.Module):
             if cache is not None:
                 cache.end()
         return self.norm(y.x if isinstance(y, PhaseState) else y)
+
+    def _bound_pass(self, x: Tensor, cache: Any) -> Tensor | None:
+        """A pass with a binding cache (``new_cache(..., bind=True)``, what ``generate`` makes): the layers step on
+        blocks whose fields' weights were read on the cache's first pass (:meth:`Layer.bind_cache`), the same
+        operations as the depth loop of :meth:`forward` without its per-layer module calls and lookups. ``None``
+        (the loop runs instead) where those would not do the same: autograd or forward-mode AD on, a hook or training
+        mode on a module left out (:func:`~odeformer.layer.direct_calls`), substeps or an observer."""
+        if torch.is_grad_enabled() or _forward_mode() or self.substeps != 1 or self.observer is not None:
+            return None
+        binding = cache.bound.get(self)
+        if binding is None:
+            binding = cache.bound[self] = self._bind(cache)
+        plan, norm, direct = binding
+        if not direct():
+            return None
+        cache.begin(x.shape[1])
+        y, state = x, None
+        for layer, block, start, init, step, t0, dt in plan:
+            if start:
+                y = _entering(y, layer)
+                state = init(block, t0, y)
+            y, state = step(block, t0, y, dt, state)
+        cache.end()
+        return norm(y.x if isinstance(y, PhaseState) else y)
+
+    def _bind(self, cache: Any) -> tuple[list[tuple], Callable[[Tensor], Tensor], Callable[[], bool]]:
+        """Per layer: the layer, its bound block, whether it starts a running state, its block stepper's ``init``
+        and ``step``, its ``t0`` and ``dt``; the final norm (a LayerNorm's weights bound); and the check that these
+        may stand for the modules they leave out (:func:`~odeformer.layer.direct_calls`)."""
+        layers = self.layers
+        if len(cache.layers) != len(layers):
+            raise ValueError(f"the cache has {len(cache.layers)} layers, the backbone {len(layers)}.")
+        plan, modules, previous = [], [], None
+        for layer, layer_cache in zip(layers, cache.layers):
+            block, bypassed = layer.bind_cache(layer_cache)
+            start = previous is None or not layer.continues(previous)
+            stepper = layer.block_stepper
+            plan.append((layer, block, start, stepper.init, stepper.step, layer.t0, layer.dt))
+            modules += bypassed
+            previous = layer
+        norm = self.norm
+        if type(norm) is nn.LayerNorm:
+            shape, weight, bias, eps = norm.normalized_shape, norm.weight, norm.bias, norm.eps
+            modules.append(norm)
+            norm = partial(F.layer_norm, normalized_shape=shape, weight=weight, bias=bias, eps=eps)
+        return plan, norm, direct_calls(modules)
 
     def _observed(self, i: int, layer: Layer, y: Any, state: Any, context: dict[str, Any]) -> tuple[Any, Any]:
         """Layer ``i``'s step as an observer sees it (its input), taken as ``substeps`` steps of ``dt / substeps``."""

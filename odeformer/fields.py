@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .joint import JointLayerNorm, JointMLP
+from .joint.layer_norm import _joint_layer_norm
 
 FORMS = ("residual", "laplacian")
 MASKS = ("full", "causal", "graph")
@@ -120,17 +121,43 @@ class AttentionField(nn.Module):
             raise ValueError(f"a key/value cache serves causal attention only; this field's mask is {self.mask!r}.")
         q, k, v = self._qkv(x)  # each (B, H, n, Dh)
         k, v = cache.extend(t, k, v)  # (B, H, P + n, Dh)
-        n, total = q.shape[-2], k.shape[-2]
-        mask = None if n == 1 else torch.ones(n, total, dtype=torch.bool, device=x.device).tril(total - n)
-        if self._fused():
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        else:
-            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))  # (B, H, n, P + n)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            out = scores.softmax(dim=-1) @ v
+        out = _attend_new(q, k, v, self._fused(), self.head_dim)
         B, N, D = x.shape
         return self.proj(out.transpose(1, 2).reshape(B, N, D))
+
+    def bind_cache(self, cache: Any) -> tuple[Callable[[Any, Tensor], Tensor], list[nn.Module]]:
+        """``(field, modules)``: ``field(t, x)`` computes ``self(t, x, cache=cache)`` by the same operations, with the
+        weights read once here instead of through the modules on every call, and ``modules`` are the modules whose
+        calls it leaves out. It holds only while none of them has a hook or is in training mode, outside autograd
+        and forward-mode AD (what :class:`~odeformer.backbone.Backbone` checks before each pass that uses it); a
+        weight replaced after this call (rather than updated in place) is not seen."""
+        if self.mask != "causal":
+            raise ValueError(f"a key/value cache serves causal attention only; this field's mask is {self.mask!r}.")
+        norm, qkv, proj = self.norm, self.qkv, self.proj
+        if type(qkv) is not nn.Linear or type(proj) is not nn.Linear:  # another projection: the module path
+            return lambda t, x: self(t, x, cache=cache), []
+        modules: list[nn.Module] = [self, qkv, proj]
+        if type(norm) is nn.LayerNorm:
+            shape, norm_weight, norm_bias, eps = norm.normalized_shape, norm.weight, norm.bias, norm.eps
+            modules.append(norm)
+        elif type(norm) is not nn.Identity:
+            shape = None  # a norm of its own: called as a module
+        qkv_weight, qkv_bias, proj_weight, proj_bias = qkv.weight, qkv.bias, proj.weight, proj.bias
+        dim, heads, head_dim, extend = self.dim, self.heads, self.head_dim, cache.extend
+        fused, laplacian, identity = self.impl != "math", self.form == "laplacian", type(norm) is nn.Identity
+
+        def field(t: Any, x: Tensor) -> Tensor:
+            if x.dim() != 3 or x.shape[-1] != dim:
+                raise ValueError(f"AttentionField expects x of shape (B, N, {dim}), got {tuple(x.shape)}.")
+            B, N, D = x.shape
+            h = x if identity else F.layer_norm(x, shape, norm_weight, norm_bias, eps) if shape else norm(x)
+            q, k, v = F.linear(h, qkv_weight, qkv_bias).view(B, N, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+            k, v = extend(t, k, v)
+            out = _attend_new(q, k, v, fused, head_dim).transpose(1, 2).reshape(B, N, D)
+            out = F.linear(out, proj_weight, proj_bias)
+            return out - x if laplacian else out
+
+        return field, modules
 
     def attend(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """``Attn(LN(x))``: the attention output before the form is applied."""
@@ -147,7 +174,7 @@ class AttentionField(nn.Module):
                 is_causal=causal,
             )
         else:
-            out = F.dropout(self.weights(x, attn_mask), self.dropout, self.training) @ v
+            out = F.dropout(self._weights(q, k, x, attn_mask), self.dropout, self.training) @ v
         B, N, D = x.shape
         return self.proj(out.transpose(1, 2).reshape(B, N, D))
 
@@ -155,7 +182,15 @@ class AttentionField(nn.Module):
         """The attention matrix ``A(x)``, shape ``(B, heads, N, N)``: row-stochastic, except that a row with nothing
         to attend to (all False in the mask) is zero, as SDPA makes it (instead of the NaN of a softmax over -inf)."""
         q, k, _ = self._qkv(x)
+        return self._weights(q, k, x, attn_mask)
+
+    def _weights(self, q: Tensor, k: Tensor, x: Tensor, attn_mask: Tensor | None) -> Tensor:
+        """:meth:`weights` from the queries and keys of ``x`` (the math path of :meth:`attend` has them already)."""
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))  # (B, H, N, N)
+        if self.mask == "causal" and attn_mask is None:  # every row keeps its diagonal, so none is empty
+            N = x.shape[1]
+            above = torch.ones(N, N, dtype=torch.bool, device=x.device).triu(1)  # the keys after each query
+            return scores.masked_fill(above, float("-inf")).softmax(dim=-1)
         mask = self._mask(x, attn_mask)
         if mask is None:
             return scores.softmax(dim=-1)
@@ -180,6 +215,20 @@ class AttentionField(nn.Module):
             causal = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()
             return causal if attn_mask is None else attn_mask & causal
         return attn_mask
+
+
+def _attend_new(q: Tensor, k: Tensor, v: Tensor, fused: bool, head_dim: int) -> Tensor:
+    """New queries ``(B, H, n, Dh)`` attending causally to keys and values ``(B, H, P + n, Dh)`` whose last ``n``
+    are theirs: a lone new query sees every key (no mask), else query ``i`` sees the ``P`` earlier ones and the new
+    ones up to itself."""
+    n, total = q.shape[-2], k.shape[-2]
+    mask = None if n == 1 else torch.ones(n, total, dtype=torch.bool, device=q.device).tril(total - n)
+    if fused:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(head_dim))  # (B, H, n, P + n)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1) @ v
 
 
 class SimpleAttentionField(nn.Module):
@@ -281,3 +330,45 @@ class FeedForward(nn.Module):
 
     def joint(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         return self.mlp.stacked(self.norm.stacked(x, v))
+
+    def bind(self) -> tuple[Callable[[Any, Tensor], Tensor], list[nn.Module]]:
+        """``(field, modules)``: ``field(t, x)`` computes ``self(t, x)`` and ``field.joint(x, v)`` computes
+        :meth:`joint` outside autograd by the same operations (the fused forward passes the joint modules run there),
+        with the weights read once here; ``modules`` are the modules whose calls it leaves out. It holds under the
+        conditions of :meth:`AttentionField.bind_cache`."""
+        norm, mlp = self.norm, self.mlp
+        plain = type(mlp) is JointMLP and type(norm) in (JointLayerNorm, JointIdentity)
+        if not (plain and type(mlp.fc1) is nn.Linear and type(mlp.fc2) is nn.Linear):
+            return self, []  # parts of a user's: the module path
+        fc1, fc2, act = mlp.fc1, mlp.fc2, mlp.act
+        w1, b1, w2, b2, phi_into = fc1.weight, fc1.bias, fc2.weight, fc2.bias, act.phi_into
+        normed = type(norm) is JointLayerNorm
+        if normed:
+            norm_weight, norm_bias, eps, exact = norm.weight, norm.bias, norm.eps, norm.mode == "exact"
+
+        def field(t: Any, x: Tensor) -> Tensor:
+            if normed:
+                x = F.layer_norm(x, x.shape[-1:], norm_weight, norm_bias, eps)
+            hidden = F.linear(x, w1, b1)
+            return F.linear(phi_into(hidden, out=hidden), w2, b2)  # φ in place: nothing differentiates it
+
+        w1t, w2t, prime_times = w1.t(), w2.t(), act.prime_times
+
+        def joint(x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+            # the fused joint MLP's forward (odeformer.joint.mlp._joint_mlp), its operations one for one, but with a
+            # fresh hidden buffer: at a token's size the shared scratch buffer's lookup costs more than it saves
+            xv = _joint_layer_norm(x, v, norm_weight, norm_bias, eps, exact)[0] if normed else torch.stack((x, v))
+            pre = xv.reshape(-1, xv.shape[-1]) @ w1t  # (2M, H): the state's rows, then the velocity's
+            pre_x, pre_v = pre.chunk(2)
+            pre_x.add_(b1)
+            hidden = torch.empty_like(pre)
+            hidden_x, hidden_v = hidden.chunk(2)
+            phi_into(pre_x, out=hidden_x)
+            prime_times(pre_v, pre_x, out=hidden_v)
+            out = hidden @ w2t
+            out_x, out_v = out.view(xv.shape[:-1] + out.shape[-1:]).unbind(0)
+            out_x.add_(b2)
+            return out_x, out_v
+
+        field.joint = joint
+        return field, [self, mlp, fc1, fc2]

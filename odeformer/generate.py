@@ -28,6 +28,18 @@ What is checked rather than trusted, since a scheme of a user's may break the as
   (once per model and schedule); a scheme that mixes tokens outside attention (a mean over the sequence, say) is a
   one-line error.
 
+What a token's pass costs
+-------------------------
+At batch 1 a new token's pass is a few dozen small kernels a layer, so the Python around them counts as much as they
+do. :func:`generate` makes a *binding* cache (``KVCache(bind=True)``): on its first pass the model, the backbone and
+each layer read their weights once into plain functions (:meth:`~odeformer.fields.AttentionField.bind_cache`,
+:meth:`~odeformer.fields.FeedForward.bind`, :meth:`~odeformer.layer.Layer.bind_cache`), and every later pass steps
+the layers' schemes on those instead of calling the fields, their norms and projections as modules. They run the same
+operations in the same order, so the logits are those of the module path to the bit (tested under every scheme and
+layout). Before each pass a check gathered once per cache (:func:`~odeformer.layer.direct_calls`) sends the pass
+through the modules instead where that would differ: a hook on one of them or registered globally, a module in
+training mode, autograd or forward-mode AD on, a substep count or an observer on the backbone.
+
 Continuous depth with an adaptive solver cannot reuse a cache (its step sizes depend on every token's error), so
 :func:`generate` recomputes the sequence for every token there, and warns once; torchdiffeq's fixed-grid ``rk4``
 evaluates in a fixed order and caches like a discrete stack. Past ``max_len`` the context is the last ``max_len``
@@ -127,12 +139,19 @@ def _same_time(first: Any, t: Any) -> bool:
 class KVCache:
     """The key/value cache of a causal backbone: one :class:`LayerCache` per layer (one for a continuous backbone,
     whose single field serves every step). Pass it to ``CausalLM(tokens, cache=...)`` with the prompt, then with each
-    new token: the model sees only the new positions and returns their logits."""
+    new token: the model sees only the new positions and returns their logits.
 
-    def __init__(self, layers: int, capacity: int, labels: Sequence[str] | None = None):
+    ``bind=True`` (what :func:`generate` makes) lets the backbone read its fields' weights once, on the cache's first
+    pass, and step later passes on them without the per-layer module calls (``bound`` holds what it read): the same
+    operations and the same results, to the bit; a module or parameter *replaced* after the first pass (rather than
+    updated in place, as ``load_state_dict`` or an optimiser does) is not seen, so build a new cache then. A pass
+    with a hook on a module, a module in training mode, or autograd on takes the module path all the same."""
+
+    def __init__(self, layers: int, capacity: int, labels: Sequence[str] | None = None, *, bind: bool = False):
         labels = labels or [""] * layers
         self.layers = [LayerCache(i, capacity, labels[i]) for i in range(layers)]
         self.capacity = capacity
+        self.bound: dict[nn.Module, Any] | None = {} if bind else None
 
     @property
     def length(self) -> int:
@@ -152,14 +171,15 @@ class KVCache:
         return [len(layer.keys) for layer in self.layers]
 
 
-def new_cache(model: nn.Module, capacity: int | None = None) -> KVCache:
-    """An empty :class:`KVCache` for ``model`` (a ``CausalLM``) holding ``capacity`` positions (default ``max_len``)."""
+def new_cache(model: nn.Module, capacity: int | None = None, *, bind: bool = False) -> KVCache:
+    """An empty :class:`KVCache` for ``model`` (a ``CausalLM``) holding ``capacity`` positions (default ``max_len``);
+    ``bind`` as in :class:`KVCache`."""
     backbone = model.backbone
     layers = list(getattr(backbone, "layers", []))
     capacity = model.max_len if capacity is None else capacity
     if not layers:  # continuous depth: one field
-        return KVCache(1, capacity, [f" ({backbone.solver.name})"])
-    return KVCache(len(layers), capacity, [f" ({layer.block_stepper!r})" for layer in layers])
+        return KVCache(1, capacity, [f" ({backbone.solver.name})"], bind=bind)
+    return KVCache(len(layers), capacity, [f" ({layer.block_stepper!r})" for layer in layers], bind=bind)
 
 
 def cacheable(model: nn.Module) -> bool:
@@ -287,24 +307,25 @@ def generate(
 def _run(model, tokens, max_new_tokens, temperature, top_k, generator, use_cache):
     B, P = tokens.shape
     limit = model.max_len
-    kv = new_cache(model, min(limit, P + max_new_tokens)) if use_cache and max_new_tokens else None
+    kv = new_cache(model, min(limit, P + max_new_tokens), bind=True) if use_cache and max_new_tokens else None
     seen: list[Tensor] = []
-    sequence = tokens
+    out = torch.cat([tokens, tokens.new_empty(B, max_new_tokens)], dim=1)  # filled in place, token by token
     logits = None
     for i in range(max_new_tokens):
+        n = P + i  # the tokens so far: out[:, :n]
         if i == 0:
             logits = (model(tokens, cache=kv) if kv is not None else model(tokens))[:, -1]
         elif kv is not None and kv.length < limit:
-            logits = model(sequence[:, -1:], cache=kv)[:, -1]
+            logits = model(out.narrow(1, n - 1, 1), cache=kv)[:, -1]
             if i == 1:
-                _check_causal(model, sequence, logits)
+                _check_causal(model, out[:, :n], logits)
         else:  # no cache, or past max_len: the last max_len tokens, recomputed
-            logits = model(sequence[:, -limit:])[:, -1]
+            logits = model(out[:, max(0, n - limit) : n])[:, -1]
         seen.append(logits)
-        sequence = torch.cat([sequence, pick(logits, temperature, top_k, generator)[:, None]], dim=1)
+        out.select(1, n).copy_(pick(logits, temperature, top_k, generator))
     vocab = model.vocab_size
     stacked = torch.stack(seen, dim=1) if seen else tokens.new_empty(B, 0, vocab, dtype=torch.get_default_dtype())
-    return sequence, stacked
+    return out, stacked
 
 
 def _signature(model: nn.Module) -> tuple:

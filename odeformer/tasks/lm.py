@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..backbone import SolverSchedule, transformer
+from ..backbone import Backbone, SolverSchedule, transformer
 from ..generate import generate
+from ..layer import direct_calls
 from ._common import Footprint, TaskModel, TaskSpec, check_tokens, register, transformer_footprint
 
 if TYPE_CHECKING:
@@ -63,15 +65,54 @@ class CausalLM(TaskModel):
         check_tokens(tokens, self.vocab_size, self.max_len, "CausalLM", values=not self.training)
         if cache is None:
             return self.backbone(self.embed(tokens), record=record)
+        return self.backbone(self.embed(tokens, self._start(tokens, cache)), record=record, cache=cache)
+
+    def forward(self, tokens: Tensor, *, record: list | None = None, cache: KVCache | None = None) -> Tensor:
+        if cache is not None and cache.bound is not None and record is None and not torch.is_grad_enabled():
+            logits = self._bound_pass(tokens, cache)
+            if logits is not None:
+                return logits
+        return self.head(self.encode(tokens, record=record, cache=cache))
+
+    def _start(self, tokens: Tensor, cache: KVCache) -> int:
+        """The position of the first of ``tokens``: the positions ``cache`` holds (they must fit in ``max_len``)."""
         start = cache.length
         if start + tokens.shape[1] > self.max_len:
             raise ValueError(
                 f"CausalLM: {tokens.shape[1]} new tokens after the {start} cached ones exceed max_len={self.max_len}."
             )
-        return self.backbone(self.embed(tokens, start), record=record, cache=cache)
+        return start
 
-    def forward(self, tokens: Tensor, *, record: list | None = None, cache: KVCache | None = None) -> Tensor:
-        return self.head(self.encode(tokens, record=record, cache=cache))
+    def _bound_pass(self, tokens: Tensor, cache: KVCache) -> Tensor | None:
+        """:meth:`forward` with a binding cache (``new_cache(..., bind=True)``, what :meth:`generate` makes): the
+        embedding and the head read from their weights, bound on the cache's first pass, and the backbone's own bound
+        pass; the same operations as the modules' (rows of the embedding tables, the head's product), so the same
+        logits. ``None`` (the module path runs) where a module it leaves out has a hook or is in training mode."""
+        binding = cache.bound.get(self)
+        if binding is None:
+            binding = cache.bound[self] = self._bind()
+        if not binding:
+            return None
+        direct, token_weight, position_weight, head_weight, head_bias = binding
+        if not direct():
+            return None
+        check_tokens(tokens, self.vocab_size, self.max_len, "CausalLM", values=not self.training)
+        start, n = self._start(tokens, cache), tokens.shape[1]
+        x = F.embedding(tokens, token_weight) + position_weight.narrow(0, start, n)
+        h = self.backbone._bound_pass(x, cache)
+        return F.linear(self.backbone(x, cache=cache) if h is None else h, head_weight, head_bias)
+
+    def _bind(self) -> tuple:
+        """What :meth:`_bound_pass` reads: the check that it may leave out the embedding, backbone and head modules,
+        and their weights; empty where one of them is not the plain module it is built with."""
+        embed, head = self.embed, self.head
+        tables = (embed.tokens, embed.positions)
+        if type(embed) is not _Embedding or type(head) is not nn.Linear or not isinstance(self.backbone, Backbone):
+            return ()
+        if any(type(table) is not nn.Embedding or table.max_norm is not None for table in tables):
+            return ()
+        direct = direct_calls([embed, *tables, self.backbone, head])
+        return direct, embed.tokens.weight, embed.positions.weight, head.weight, head.bias
 
     generate = generate  # model.generate(prompt_tokens, max_new_tokens, temperature, top_k, generator, ...)
 

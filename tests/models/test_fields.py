@@ -227,3 +227,19 @@ def test_fused_causal_attention_builds_no_mask(monkeypatch):
     math_path.load_state_dict(field.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(math_path(0.0, x), fused, rtol=1e-5, atol=1e-6)  # still causal
+
+
+@given(seed=seeds, n=st.integers(1, 9))
+def test_math_causal_attention_projects_once_and_masks_as_the_general_path_does(seed, n):
+    """The math path computes its queries and keys once per call (not again for the weights), and the causal weights
+    without a padding mask are, to the bit, those of the general masked path given a mask that allows everything."""
+    torch.manual_seed(seed)
+    field = AttentionField(8, 2, mask="causal", impl="math").double()
+    calls = []
+    field.qkv.register_forward_hook(lambda m, args, out: calls.append(1))
+    x = _x(seed, N=n, D=8, dtype=torch.float64)
+    with torch.no_grad():
+        field(0.0, x)
+        assert calls == [1]
+        allowed = torch.ones(2, 1, n, n, dtype=torch.bool)
+        assert torch.equal(field.weights(x), field.weights(x, allowed))
