@@ -32,6 +32,7 @@ KEYS = {
     "causal_vs_gpt2_inference_time",
     "generate_cache_speedup",
     "generate_vs_gpt2_time",
+    "generate_vs_handwritten_time",
     "generate_full_vs_diffusion_time",
     "tableau_rk4_model_time",
     "tableau_rk4_step_time",
