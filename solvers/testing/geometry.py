@@ -323,14 +323,45 @@ def _round_trips(
     worst = 0.0
     for claim, what, recovered in checks:
         defect = float((_flat(recovered) - _flat(y0)).abs().max()) / largest
-        if not defect <= th.REVERSIBLE_RTOL:
+        allowed, rule = th.REVERSIBLE_RTOL, f"REVERSIBLE_RTOL is {th.REVERSIBLE_RTOL:g}"
+        if not defect <= allowed and not hasattr(problem.field_for(stepper), "_replace"):
+            field0 = problem.field_for(stepper)
+            modelled = _modelled_round_trip(stepper, field0, t, y0, dt, what, recovered) / largest
+            if th.MODELLED_ROUNDING * modelled > allowed:  # a round trip through many large sub-steps rounds more
+                allowed = th.MODELLED_ROUNDING * modelled
+                rule = f"{th.MODELLED_ROUNDING} times what modelled rounding moves this round trip, {modelled:.2e}"
+        if not defect <= allowed:
             raise AssertionError(
                 f"{name} declares {claim} but {what} misses by {defect:.2e} (relative to the largest magnitude the "
-                f"steps reach, {largest:.3g}; REVERSIBLE_RTOL is {th.REVERSIBLE_RTOL:g}) at dt = {dt:.4g} from "
+                f"steps reach, {largest:.3g}; {rule}) at dt = {dt:.4g} from "
                 f"t = {t:.4g} on {problem.name}, each step from a fresh init."
             )
         worst = max(worst, defect)
     return worst
+
+
+def _modelled_round_trip(stepper: AbstractStepper, field: Any, t: float, y0: Any, dt: float, what: str, recovered):
+    """How far the round trip ``what`` moves from its result ``recovered`` when its start and every evaluation's
+    input and result are perturbed by float64's rounding unit (a model of what rounding does to it; a scheme's own
+    systematic miss moves nothing)."""
+    g = generator(17)
+
+    def nudged(u: Tensor) -> Tensor:
+        return u * (1 + th.EPS * (2 * torch.rand(u.shape, generator=g, dtype=torch.float64) - 1))
+
+    def rounded(s, x):
+        return nudged(field(s, nudged(x)))
+
+    y = _unflat(nudged(_flat(y0)), y0)
+    if what.startswith("step(t + dt, step(t, y, dt), -dt)"):
+        back = _fresh_step(stepper, rounded, t + dt, _fresh_step(stepper, rounded, t, y, dt), -dt)
+    elif what.startswith("step(t, step(t + dt, y, -dt), dt)"):
+        back = _fresh_step(stepper, rounded, t, _fresh_step(stepper, rounded, t + dt, y, -dt), dt)
+    elif what.startswith("inverse(field, t, step(y), dt)"):
+        back = _inverse(stepper, rounded, t, _fresh_step(stepper, rounded, t, y, dt), dt)
+    else:
+        back = _fresh_step(stepper, rounded, t, _inverse(stepper, rounded, t, y, dt), dt)
+    return float((_flat(back) - _flat(recovered)).abs().max())
 
 
 @torch.no_grad()

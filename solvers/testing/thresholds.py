@@ -52,6 +52,10 @@ REVERSIBLE_DTS = (1.0, 0.5, 0.1, 0.01)
 """Step sizes of the deterministic round trips."""
 REVERSIBLE_RTOL = 1e-12
 """A round trip recovers the state to this error, relative to the largest magnitude its steps reach."""
+MODELLED_ROUNDING = 16
+"""A round trip may also miss by this many times what modelled rounding moves it (its start and every evaluation's
+input and result perturbed by float64's rounding unit): fifteen sub-steps of weights up to 2.4 there and back round
+more than ``REVERSIBLE_RTOL`` allows (Yoshida's eighth-order composition at dt = 1)."""
 BLOWN_UP = 1e3
 """A step that grows the state (or whose Jacobian grows) more than this many times is outside the scheme's stability
 interval: the symplectic check halves such a step, and a drawn reversible point is redrawn, instead of judging it."""
