@@ -408,14 +408,35 @@ def _run(
 
 
 def _reference_grads(
-    stepper: AbstractStepper, exact: Callable, y: Any, t: float, dt: float, learnable: bool, r: Tensor
+    stepper: AbstractStepper,
+    exact: Callable,
+    y: Any,
+    t: float,
+    dt: float,
+    learnable: bool,
+    r: Tensor,
+    rounding: float = 0.0,
+    seed: int = 0,
 ):
     """The reference gradient of a step from ``y`` (float64, a plain function, autograd on) along the cotangent ``r``
-    with respect to the state and (``learnable``) ``dt``; returns it, ``r`` and the ``dt`` gradient (or ``None``)."""
+    with respect to the state and (``learnable``) ``dt``; returns it, ``r`` and the ``dt`` gradient (or ``None``).
+    With ``rounding``, every evaluation's input and result are perturbed by that relative size (a model of rounding,
+    which the backward pass sees too)."""
     leaves = [u.detach().clone().requires_grad_(True) for u in _parts(y)]
     start = PhaseState(*leaves) if isinstance(y, PhaseState) else leaves[0]
     step = torch.tensor(dt, dtype=torch.float64, requires_grad=True) if learnable else dt
-    counted, _ = _field(exact, "function")
+    if rounding:
+        g = generator(seed)
+
+        def nudged(u: Tensor) -> Tensor:
+            return u * (1 + rounding * (2 * torch.rand(u.shape, generator=g, dtype=torch.float64) - 1))
+
+        def field(s, x, exact=exact):
+            return nudged(exact(s, nudged(x)))
+
+        counted = field
+    else:
+        counted, _ = _field(exact, "function")
     with torch.enable_grad():
         out = _flat(_fresh_step(stepper, counted, t, start, step))
         inputs = leaves + ([step] if learnable else [])
@@ -697,10 +718,15 @@ def check_contexts(
                 ref_y, r, _ = _reference_grads(_copy(high), exact, y, t, dt, False, tiles_of(r_whole))
                 on_y = tiles_of(on_y)
                 scale = max(float(ref_y.abs().max()), float(r.abs().max()))
+                eps = _eps(context.dtype)  # how much modelled rounding moves the gradient (the backward pass too)
+                noisy, _, _ = _reference_grads(
+                    _copy(high), exact, y, t, dt, False, tiles_of(r_whole), rounding=eps, seed=inst.seed + i
+                )
+                gain_grad = float((noisy - ref_y).abs().max()) / (eps * scale)
                 judge(
                     float((on_y - ref_y).abs().max()) / scale,
                     context.dtype,
-                    gain,
+                    max(gain, gain_grad),
                     "the gradient of its step with respect to the state differs from the reference context's",
                     where + " (autograd sees another computation there)",
                 )
