@@ -196,8 +196,7 @@ class _JointMLP(torch.autograd.Function):
         grad_pre = _product_into(grads, weight2, _WORKSPACE.take("grad_pre", pre))  # (2M, H): turned into p's in place
         g_x, g_v = grad_pre[:tokens], grad_pre[tokens:]
         curved = torch.mul(g_v, pre_v, out=hidden[:tokens])  # g_v ⊙ p_v, for p_x's term g_v ⊙ p_v ⊙ φ''(p_x)
-        g_v.mul_(slope)
-        g_x.mul_(slope)
+        grad_pre.view(2, tokens, -1).mul_(slope)  # both halves by φ'(p_x), one kernel
         act.add_curvature(g_x, curved, pre_x, hidden[tokens:])
         rows = xv.reshape(pre.shape[0], -1)
         return (
