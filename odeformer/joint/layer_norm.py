@@ -139,19 +139,19 @@ class _JointLayerNorm(torch.autograd.Function):
         dx, grad_weight, grad_bias = torch.ops.aten.native_layer_norm_backward(
             grad_x, x, (x.shape[-1],), mean, inv_std, weight, bias, [True, True, True]
         )
-        x_hat = (x - mean) * inv_std
+        x_hat = torch.sub(x, mean).mul_(inv_std)
         u = _velocity(x_hat, inv_std, v, ctx.exact)
         a = grad_v * weight
-        if not ctx.exact:
+        if not ctx.exact:  # the products in place where their operand is not read again (the same kernels)
             dv = a * inv_std
-            dx = dx - x_hat * ((a * v).mean(-1, keepdim=True) * inv_std * inv_std)
-        else:
-            a_mean, a_xhat = a.mean(-1, keepdim=True), (a * x_hat).mean(-1, keepdim=True)
-            m = (x_hat * v).mean(-1, keepdim=True)
-            dv = inv_std * (a - a_mean - x_hat * a_xhat)
-            dx = dx + (
-                -inv_std * x_hat * (a * u).mean(-1, keepdim=True)
-                + inv_std * inv_std * m * (a_mean - a + x_hat * a_xhat)
-                - inv_std * u * a_xhat
-            )
+            dx.sub_(x_hat.mul_((a.mul_(v)).mean(-1, keepdim=True) * inv_std * inv_std))
+            return dx, dv, grad_weight + _sum_leading(u.mul_(grad_v)), grad_bias, None, None
+        a_mean, a_xhat = a.mean(-1, keepdim=True), (a * x_hat).mean(-1, keepdim=True)
+        m = (x_hat * v).mean(-1, keepdim=True)
+        dv = inv_std * (a - a_mean - x_hat * a_xhat)
+        dx = dx + (
+            -inv_std * x_hat * (a * u).mean(-1, keepdim=True)
+            + inv_std * inv_std * m * (a_mean - a + x_hat * a_xhat)
+            - inv_std * u * a_xhat
+        )
         return dx, dv, grad_weight + _sum_leading(grad_v * u), grad_bias, None, None
