@@ -90,21 +90,31 @@ def _joint_layer_norm(x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, eps: f
     """:class:`_JointLayerNorm`'s forward pass: ``(stack(LN(x), u ⊙ γ), mean, 1/s)``.
 
     Where every operand has one dtype (outside autocast's mixing) and nothing traces the call, both halves are written
-    straight into the stacked result (the same kernels, so the same values) instead of into two tensors copied by
-    ``torch.stack``."""
+    straight into the stacked result (:func:`_joint_layer_norm_into`: the same kernels, so the same values) instead
+    of into two tensors that ``torch.stack`` copies (:func:`_joint_layer_norm_stacked`)."""
     if x.dtype == v.dtype == weight.dtype == bias.dtype and not torch.compiler.is_compiling():
-        out = x.new_empty((2, *x.shape))
-        stats = x.new_empty((*x.shape[:-1], 1))
-        _, mean, inv_std = torch.ops.aten.native_layer_norm.out(
-            x, (x.shape[-1],), weight, bias, eps, out0=out[0], out1=stats, out2=torch.empty_like(stats)
-        )
-        x_hat = (x - mean) * inv_std if exact else None
-        torch.mul(_velocity(x_hat, inv_std, v, exact), weight, out=out[1])
-        return out, mean, inv_std
+        return _joint_layer_norm_into(x, v, weight, bias, eps, exact)
+    return _joint_layer_norm_stacked(x, v, weight, bias, eps, exact)
+
+
+def _joint_layer_norm_stacked(x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, eps: float, exact: bool):
     out_x, mean, inv_std = torch.native_layer_norm(x, (x.shape[-1],), weight, bias, eps)
     x_hat = (x - mean) * inv_std if exact else None
     u = _velocity(x_hat, inv_std, v, exact)
     return torch.stack((out_x, u * weight)), mean, inv_std
+
+
+def _joint_layer_norm_into(x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, eps: float, exact: bool):
+    out = x.new_empty((2, *x.shape))
+    stats = x.new_empty((*x.shape[:-1], 1))
+    _, mean, inv_std = torch.ops.aten.native_layer_norm.out(
+        x, (x.shape[-1],), weight, bias, eps, out0=out[0], out1=stats, out2=torch.empty_like(stats)
+    )
+    if exact:
+        torch.mul(_velocity((x - mean) * inv_std, inv_std, v, exact), weight, out=out[1])
+    else:  # u = v / s written in place, then scaled by γ there
+        torch.mul(v, inv_std, out=out[1]).mul_(weight)
+    return out, mean, inv_std
 
 
 def _sum_leading(t: Tensor) -> Tensor:
