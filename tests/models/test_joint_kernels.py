@@ -96,3 +96,19 @@ def test_joint_mlp_backward_equals_its_products_out_of_place(name, dtype):
     expected = _mlp_backward_out_of_place(xv, *fixed, mlp.act, grad_x, grad_v)
     got = (leaf.grad, *(w.grad for w in weights))
     assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_layer_norm_backward_does_not_depend_on_the_calls_between():
+    """The paper rule's backward pass writes its temporaries into kept buffers: a larger call in between changes
+    nothing in the gradients of a repeated one."""
+    _, x, v, weight, bias = _inputs(0, (2, 3, 8), torch.float32)
+    grad_out = torch.randn(2, 2, 3, 8)
+
+    def grads(x, v, grad_out):
+        leaves = [t.clone().requires_grad_() for t in (x, v, weight, bias)]
+        _JointLayerNorm.apply(*leaves, 1e-6, False).backward(grad_out)
+        return [leaf.grad for leaf in leaves]
+
+    first = grads(x, v, grad_out)
+    grads(torch.randn(4, 9, 8), torch.randn(4, 9, 8), torch.randn(2, 4, 9, 8))
+    assert all(torch.equal(a, b) for a, b in zip(first, grads(x, v, grad_out), strict=True))
