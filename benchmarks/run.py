@@ -4,6 +4,8 @@
 
 Times are medians over repeated training steps (forward + backward + AdamW step) after warm-up, with the
 configurations interleaved round by round so that machine noise hits all of them alike (``benchmarks/timing.py``).
+The solver comparisons (``*_vs_diffusion_time``, ``euler_vs_reference``) and the joint-MLP one run on
+:data:`PAIRED_THREADS` CPU thread and report the median over rounds of each round's own ratio.
 Memory is measured per configuration in a fresh subprocess (``benchmarks/memory.py``). The JSON holds every key of
 :data:`GOALS` (plus the raw medians); ``--results`` rewrites the benchmark block of ``docs/RESULTS.md``. ``--smoke``
 runs every measure once, with a small memory batch, to check that each one runs and is reported (about a minute; its
@@ -38,7 +40,7 @@ from benchmarks.generation import GEN, generation_rounds, medians
 from benchmarks.generation import ratios as generation_ratios
 from benchmarks.tableau import ratios as tableau_ratios
 from benchmarks.tableau import tableau_times
-from benchmarks.timing import interleaved
+from benchmarks.timing import cpu_threads, interleaved, interleaved_samples, paired_median
 from odeformer.app.reporting.results import write_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,6 +93,9 @@ HF_KEYS = {k for k in GOALS if "hf" in k or "gpt2" in k} | {"generate_vs_handwri
 VIT = dict(dim=128, depth=6, batch=32, image=32, patch=4)  # 64 patches + CLS
 MEMORY = dict(dim=64, batch=128, image=32, patch=4)  # activations dominate the parameters here
 LM = dict(dim=128, depth=6, heads=4, batch=16, length=128, vocab=65)  # character-level, as tiny Shakespeare
+PAIRED_THREADS = 1
+"""CPU threads of the solver and joint-MLP comparisons, whose ratios are each round's own: on a machine shared with
+other work, one thread per configuration keeps a round's two samples from competing for cores that others hold."""
 
 
 def build_model(solver: str, depth: int, dim: int, image: int, patch: int) -> torch.nn.Module:
@@ -197,12 +202,19 @@ def anchor_times(rounds: int, device: str) -> tuple[dict[str, float], str]:
     return interleaved(steps, rounds, warmup=2, device=device), attention(hf if hf else None)
 
 
-def vit_times(rounds: int, device: str) -> dict[str, float]:
-    steps = {}
-    for solver in ("reference", "diffusion", "light_wave", "full_wave"):
-        model = build_model(solver, VIT["depth"], VIT["dim"], VIT["image"], VIT["patch"]).to(device)
-        steps[solver] = train_step(model, VIT["batch"], VIT["image"], device)
-    return interleaved(steps, rounds, warmup=2, device=device)
+def vit_samples(rounds: int, device: str, threads: int = PAIRED_THREADS) -> dict[str, list[float]]:
+    """Seconds of a training step of each solver's ViT (and the hand-written reference), one sample per round, the
+    solvers taking turns; on the CPU torch runs ``threads`` threads meanwhile (0: its default)."""
+    with cpu_threads(device, threads):
+        steps = {}
+        for solver in ("reference", "diffusion", "light_wave", "full_wave"):
+            model = build_model(solver, VIT["depth"], VIT["dim"], VIT["image"], VIT["patch"]).to(device)
+            steps[solver] = train_step(model, VIT["batch"], VIT["image"], device)
+        return interleaved_samples(steps, rounds, warmup=2, device=device)
+
+
+def vit_times(rounds: int, device: str, threads: int = PAIRED_THREADS) -> dict[str, float]:
+    return medians(vit_samples(rounds, device, threads))
 
 
 def integrate_times(rounds: int, device: str) -> dict[str, float]:
@@ -243,10 +255,20 @@ def mlp_pair(dim: int, device: str = "cpu") -> tuple[torch.nn.Module, torch.nn.M
     return joint, torch.nn.Sequential(joint.fc1, torch.nn.GELU(), joint.fc2)
 
 
-def joint_mlp_times(rounds: int, device: str) -> dict[str, float]:
+def joint_mlp_times(rounds: int, device: str, threads: int = PAIRED_THREADS) -> dict[str, float]:
+    return medians(joint_mlp_samples(rounds, device, threads))
+
+
+def joint_mlp_samples(rounds: int, device: str, threads: int = PAIRED_THREADS) -> dict[str, list[float]]:
     """Full Wave's joint MLP (state and velocity, the velocity by the chain rule) against a plain MLP of the same
     weights on a batch twice as large: the same matrix products, so the ratio is what the velocity path's elementwise
-    work (φ', φ'', the stacking) costs on top of them. ViT timing sizes; forward and backward."""
+    work (φ', φ'', the stacking) costs on top of them. ViT timing sizes; forward and backward, three calls per sample
+    (one call is a few milliseconds); ``threads`` as in :func:`vit_samples`."""
+    with cpu_threads(device, threads):
+        return _joint_mlp_samples(rounds, device)
+
+
+def _joint_mlp_samples(rounds: int, device: str) -> dict[str, list[float]]:
     torch.manual_seed(0)
     dim, tokens = VIT["dim"], (VIT["image"] // VIT["patch"]) ** 2 + 1
     joint, plain = mlp_pair(dim, device)
@@ -260,7 +282,7 @@ def joint_mlp_times(rounds: int, device: str) -> dict[str, float]:
     def plain_step():
         plain(doubled).sum().backward()
 
-    return interleaved({"joint": joint_step, "plain": plain_step}, rounds, warmup=2, device=device)
+    return interleaved_samples({"joint": joint_step, "plain": plain_step}, rounds, warmup=2, device=device, repeats=3)
 
 
 def compile_times(rounds: int, device: str) -> dict[str, float]:
@@ -304,10 +326,12 @@ def run(mode: str, device: str) -> dict:
     rounds, compile_rounds, batch = MODES[mode]
     tokens = GENERATE[mode][1]
     started = time.time()
-    vit = vit_times(rounds, device)
+    vit_rounds = vit_samples(rounds, device)
+    vit = medians(vit_rounds)
     integ = integrate_times(rounds * 2, device)
     comp = compile_times(compile_rounds, device)
-    mlp = joint_mlp_times(rounds * 2, device)
+    mlp_rounds = joint_mlp_samples(rounds * 2, device)
+    mlp = medians(mlp_rounds)
     mem = {
         f"{s}_d{d}": memory(s, d, device, batch)
         for s, d in [("diffusion", 6), ("full_wave", 6), ("reversible", 6), ("reversible", 48)]
@@ -319,15 +343,15 @@ def run(mode: str, device: str) -> dict:
     for name in ("torch", "hf") if "hf_train" in anchors else ("torch",):
         mem[f"{name}_d6"] = memory(name, 6, device, batch)
     results = {
-        "euler_vs_reference": vit["diffusion"] / vit["reference"],
-        "light_vs_diffusion_time": vit["light_wave"] / vit["diffusion"],
-        "full_vs_diffusion_time": vit["full_wave"] / vit["diffusion"],
+        "euler_vs_reference": paired_median(vit_rounds["diffusion"], vit_rounds["reference"]),
+        "light_vs_diffusion_time": paired_median(vit_rounds["light_wave"], vit_rounds["diffusion"]),
+        "full_vs_diffusion_time": paired_median(vit_rounds["full_wave"], vit_rounds["diffusion"]),
         "full_vs_diffusion_memory": mem["full_wave_d6"]["peak_mb"] / mem["diffusion_d6"]["peak_mb"],
         "reversible_memory_depth48_vs_depth6": mem["reversible_d48"]["peak_mb"] / mem["reversible_d6"]["peak_mb"],
         "integrate_vs_torchdiffeq": integ["ours_rk4_38"] / integ["torchdiffeq_rk4"],
         "integrate_vs_torchode": integ["ours_heun"] / integ["torchode_heun"],
         "compile_speedup": comp["eager"] / comp["compiled"],
-        "joint_mlp_vs_doubled_mlp_time": mlp["joint"] / mlp["plain"],
+        "joint_mlp_vs_doubled_mlp_time": paired_median(mlp_rounds["joint"], mlp_rounds["plain"]),
         "diffusion_vs_torch_time": anchors["diffusion_train"] / anchors["torch_train"],
         "diffusion_vs_torch_inference_time": anchors["diffusion_inference"] / anchors["torch_inference"],
         "diffusion_vs_torch_memory": mem["diffusion_d6"]["peak_mb"] / mem["torch_d6"]["peak_mb"],
@@ -400,7 +424,9 @@ def main(argv: list[str] | None = None) -> int:
         command = "python -m benchmarks.run" + ("" if mode == "full" else f" --{mode}") + f" --results {args.results}"
         sizes = (
             f"ViT timing: dim {VIT['dim']}, depth {VIT['depth']}, heads 4, {(VIT['image'] // VIT['patch']) ** 2 + 1} "
-            f"tokens, batch {VIT['batch']}; memory: dim {MEMORY['dim']}, batch {raw['sizes']['memory']['batch']}, "
+            f"tokens, batch {VIT['batch']} (solver and joint-MLP ratios on a CPU {PAIRED_THREADS} thread, each "
+            f"the median of the rounds' own ratios); memory: dim {MEMORY['dim']}, "
+            f"batch {raw['sizes']['memory']['batch']}, "
             "peak over three training steps minus the size before them, in a fresh process each. Anchors: the "
             "diffusion ViT against Hugging Face's ViTForImageClassification and an nn.TransformerEncoder ViT of the "
             f"same shape, and a diffusion CausalLM (dim {LM['dim']}, depth {LM['depth']}, {LM['length']} tokens, "

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from solvers import transforms_active
 
 from .double_backward import vjp_with_graph
+from .mlp import _WORKSPACE
 
 
 def _normalise(x: Tensor, dims: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor]:
@@ -87,11 +88,36 @@ def _plain_joint_layer_norm(x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, 
 
 
 def _joint_layer_norm(x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, eps: float, exact: bool):
-    """:class:`_JointLayerNorm`'s forward pass: ``(stack(LN(x), u ⊙ γ), mean, 1/s)``."""
+    """:class:`_JointLayerNorm`'s forward pass: ``(stack(LN(x), u ⊙ γ), mean, 1/s)``.
+
+    Where every operand has one dtype, float32 or float64 (whose row statistics have that dtype on every device), and
+    nothing traces the call, both halves are written straight into the stacked result (:func:`_joint_layer_norm_into`:
+    the same kernels, so the same values) instead of into two tensors that ``torch.stack`` copies
+    (:func:`_joint_layer_norm_stacked`)."""
+    same = x.dtype == v.dtype == weight.dtype == bias.dtype and x.dtype in (torch.float32, torch.float64)
+    if same and not torch.compiler.is_compiling():
+        return _joint_layer_norm_into(x, v, weight, bias, eps, exact)
+    return _joint_layer_norm_stacked(x, v, weight, bias, eps, exact)
+
+
+def _joint_layer_norm_stacked(x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, eps: float, exact: bool):
     out_x, mean, inv_std = torch.native_layer_norm(x, (x.shape[-1],), weight, bias, eps)
     x_hat = (x - mean) * inv_std if exact else None
     u = _velocity(x_hat, inv_std, v, exact)
     return torch.stack((out_x, u * weight)), mean, inv_std
+
+
+def _joint_layer_norm_into(x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, eps: float, exact: bool):
+    out = x.new_empty((2, *x.shape))
+    stats = x.new_empty((*x.shape[:-1], 1))
+    _, mean, inv_std = torch.ops.aten.native_layer_norm.out(
+        x, (x.shape[-1],), weight, bias, eps, out0=out[0], out1=stats, out2=torch.empty_like(stats)
+    )
+    if exact:
+        torch.mul(_velocity((x - mean) * inv_std, inv_std, v, exact), weight, out=out[1])
+    else:  # u = v / s written in place, then scaled by γ there
+        torch.mul(v, inv_std, out=out[1]).mul_(weight)
+    return out, mean, inv_std
 
 
 def _sum_leading(t: Tensor) -> Tensor:
@@ -126,19 +152,25 @@ class _JointLayerNorm(torch.autograd.Function):
         dx, grad_weight, grad_bias = torch.ops.aten.native_layer_norm_backward(
             grad_x, x, (x.shape[-1],), mean, inv_std, weight, bias, [True, True, True]
         )
-        x_hat = (x - mean) * inv_std
-        u = _velocity(x_hat, inv_std, v, ctx.exact)
-        a = grad_v * weight
-        if not ctx.exact:
-            dv = a * inv_std
-            dx = dx - x_hat * ((a * v).mean(-1, keepdim=True) * inv_std * inv_std)
+        if not ctx.exact and x.dtype == v.dtype == grad_v.dtype == weight.dtype == mean.dtype == inv_std.dtype:
+            # x̂, u and a live only within this call: kept buffers (the same kernels, written with out=)
+            x_hat = torch.sub(x, mean, out=_WORKSPACE.take("norm_x_hat", x)).mul_(inv_std)
+            u = torch.mul(v, inv_std, out=_WORKSPACE.take("norm_u", x))
+            a = torch.mul(grad_v, weight, out=_WORKSPACE.take("norm_a", x))
         else:
-            a_mean, a_xhat = a.mean(-1, keepdim=True), (a * x_hat).mean(-1, keepdim=True)
-            m = (x_hat * v).mean(-1, keepdim=True)
-            dv = inv_std * (a - a_mean - x_hat * a_xhat)
-            dx = dx + (
-                -inv_std * x_hat * (a * u).mean(-1, keepdim=True)
-                + inv_std * inv_std * m * (a_mean - a + x_hat * a_xhat)
-                - inv_std * u * a_xhat
-            )
+            x_hat = torch.sub(x, mean).mul_(inv_std)
+            u = _velocity(x_hat, inv_std, v, ctx.exact)
+            a = grad_v * weight
+        if not ctx.exact:  # the products in place where their operand is not read again (the same kernels)
+            dv = a * inv_std
+            dx.sub_(x_hat.mul_((a.mul_(v)).mean(-1, keepdim=True) * inv_std * inv_std))
+            return dx, dv, grad_weight + _sum_leading(u.mul_(grad_v)), grad_bias, None, None
+        a_mean, a_xhat = a.mean(-1, keepdim=True), (a * x_hat).mean(-1, keepdim=True)
+        m = (x_hat * v).mean(-1, keepdim=True)
+        dv = inv_std * (a - a_mean - x_hat * a_xhat)
+        dx = dx + (
+            -inv_std * x_hat * (a * u).mean(-1, keepdim=True)
+            + inv_std * inv_std * m * (a_mean - a + x_hat * a_xhat)
+            - inv_std * u * a_xhat
+        )
         return dx, dv, grad_weight + _sum_leading(grad_v * u), grad_bias, None, None

@@ -93,9 +93,10 @@ def _plain_joint_mlp(
 
 
 class _Workspace(threading.local):
-    """Scratch buffers of the fused MLP on CPU, kept from call to call (one set per thread).
+    """Scratch buffers of the fused MLP and LayerNorm on CPU, kept from call to call (one set per thread).
 
-    The hidden pair and its gradient are ``(2M, H)`` buffers that live only within one forward or backward call. On
+    The hidden pair and its gradient are ``(2M, H)`` buffers that live only within one forward or backward call, as
+    do the MLP's stacked output gradient and the LayerNorm backward pass's ``x̂``, ``u`` and ``a``. On
     CPU a fresh buffer of that size comes from the operating system as new pages on nearly every call; reusing one
     keeps it mapped and in cache, which is most of what separates the fused MLP from a plain MLP on the doubled batch
     (``joint_mlp_vs_doubled_mlp_time`` in ``docs/RESULTS.md``). The cost is holding the two largest buffers between
@@ -107,15 +108,18 @@ class _Workspace(threading.local):
     def __init__(self):
         self.buffers: dict[str, Tensor] = {}
 
-    def take(self, name: str, like: Tensor) -> Tensor:
-        """An uninitialised tensor shaped and typed as ``like``: the named buffer (grown as needed) on CPU."""
+    def take(self, name: str, like: Tensor, shape: tuple[int, ...] | None = None) -> Tensor:
+        """An uninitialised tensor typed as ``like`` and shaped as it (or as ``shape``): the named buffer (grown as
+        needed) on CPU."""
+        shape = like.shape if shape is None else torch.Size(shape)
         if like.device.type != "cpu" or torch.compiler.is_compiling():
-            return torch.empty_like(like)
+            return like.new_empty(shape)
+        size = shape.numel()
         buffer = self.buffers.get(name)
-        stale = buffer is None or buffer.dtype != like.dtype or buffer.numel() < like.numel()
+        stale = buffer is None or buffer.dtype != like.dtype or buffer.numel() < size
         if stale or buffer.is_inference() and not torch.is_inference_mode_enabled():  # not writable outside it
-            buffer = self.buffers[name] = torch.empty(like.numel(), dtype=like.dtype)
-        return buffer[: like.numel()].view(like.shape)
+            buffer = self.buffers[name] = torch.empty(size, dtype=like.dtype)
+        return buffer[:size].view(shape)
 
 
 _WORKSPACE = _Workspace()
@@ -187,7 +191,11 @@ class _JointMLP(torch.autograd.Function):
         xv, pre, weight1, _, weight2, _ = ctx.saved_tensors
         act, tokens = ctx.act, pre.shape[0] // 2
         pre_x, pre_v = pre[:tokens], pre[tokens:]
-        grads = torch.stack((grad_x, grad_v)).reshape(pre.shape[0], -1)  # (2M, D)
+        if grad_x.dtype == grad_v.dtype:  # stacked into a kept buffer: it lives only within this call
+            grads = torch.stack((grad_x, grad_v), out=_WORKSPACE.take("grads", grad_x, (2, *grad_x.shape)))
+        else:
+            grads = torch.stack((grad_x, grad_v))
+        grads = grads.view(pre.shape[0], -1)  # (2M, D)
         hidden = _WORKSPACE.take("hidden", pre)  # the forward's hidden pair again, for W₂'s gradient
         act.phi_into(pre_x, out=hidden[:tokens])
         slope = act.prime_times(pre_x.new_ones(()).expand_as(pre_x), pre_x, out=_WORKSPACE.take("slope", pre_x))
@@ -196,8 +204,7 @@ class _JointMLP(torch.autograd.Function):
         grad_pre = _product_into(grads, weight2, _WORKSPACE.take("grad_pre", pre))  # (2M, H): turned into p's in place
         g_x, g_v = grad_pre[:tokens], grad_pre[tokens:]
         curved = torch.mul(g_v, pre_v, out=hidden[:tokens])  # g_v ⊙ p_v, for p_x's term g_v ⊙ p_v ⊙ φ''(p_x)
-        g_v.mul_(slope)
-        g_x.mul_(slope)
+        grad_pre.view(2, tokens, -1).mul_(slope)  # both halves by φ'(p_x), one kernel
         act.add_curvature(g_x, curved, pre_x, hidden[tokens:])
         rows = xv.reshape(pre.shape[0], -1)
         return (
