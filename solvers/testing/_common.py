@@ -175,6 +175,26 @@ def _fresh_step(stepper: AbstractStepper, field, t, y, dt):
     return stepper.step(field, t, y, dt, stepper.init(field, t, y))[0]
 
 
+def rounding_model(eps: float, seed: int) -> Callable[[Tensor], Tensor]:
+    """``nudged(u) = u (1 + eps r)``, ``r`` uniform in [-1, 1] from ``seed``, in float64: a model of rounding to a
+    relative ``eps`` (the low-precision allowances and the round trips measure how far it moves a step)."""
+    g = generator(seed)
+
+    def nudged(u: Tensor) -> Tensor:
+        return u * (1 + eps * (2 * torch.rand(u.shape, generator=g, dtype=torch.float64) - 1))
+
+    return nudged
+
+
+def rounded_field(field: Callable, nudged: Callable[[Tensor], Tensor]) -> Callable:
+    """``field`` with every evaluation's input and result passed through ``nudged`` (:func:`rounding_model`)."""
+
+    def rounded(t, x):
+        return nudged(field(t, nudged(x)))
+
+    return rounded
+
+
 def _float64(stepper: AbstractStepper) -> AbstractStepper:
     """A float64 copy of a stepper with floating parameters or buffers (so that difference quotients in them are not
     float32 rounding), else the stepper itself."""

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from .._base import AbstractStepper, PhaseState
 from . import thresholds as th
-from ._common import _copy, _float64, _fresh_step, _instance, _name
+from ._common import _copy, _float64, _fresh_step, _instance, _name, rounded_field, rounding_model
 from ._drawn import check_drawn, reject
 from .problems import _cos, generator, stepper_width
 from .protocol import amplification, float32_allowance
@@ -424,15 +424,7 @@ def _reference_grads(
     start = PhaseState(*leaves) if isinstance(y, PhaseState) else leaves[0]
     step = torch.tensor(dt, dtype=torch.float64, requires_grad=True) if learnable else dt
     if rounding:
-        g = generator(seed)
-
-        def nudged(u: Tensor) -> Tensor:
-            return u * (1 + rounding * (2 * torch.rand(u.shape, generator=g, dtype=torch.float64) - 1))
-
-        def field(s, x, exact=exact):
-            return nudged(exact(s, nudged(x)))
-
-        counted = field
+        counted = rounded_field(exact, rounding_model(rounding, seed))
     else:
         counted, _ = _field(exact, "function")
     with torch.enable_grad():

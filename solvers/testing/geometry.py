@@ -12,7 +12,17 @@ from torch import Tensor
 
 from .._base import AbstractStepper, PhaseState
 from . import thresholds as th
-from ._common import _as_trained, _copy, _fresh_step, _instance, _moved, _moved_says, _name
+from ._common import (
+    _as_trained,
+    _copy,
+    _fresh_step,
+    _instance,
+    _moved,
+    _moved_says,
+    _name,
+    rounded_field,
+    rounding_model,
+)
 from ._drawn import check_drawn, reject
 from .problems import (
     Problem,
@@ -300,33 +310,45 @@ def _round_trips(
     if callable(field) and not hasattr(field, "_replace"):  # a plain field: its evaluation points are seen
         field = reach = _Reach(field)
     y1 = _fresh_step(stepper, field, t, y0, dt)
-    checks = []
-    if stepper.symmetric:
-        earlier = _fresh_step(stepper, field, t + dt, y0, -dt)  # y0 as the start of a step of -dt
-        checks += [
-            ("symmetric", "step(t + dt, step(t, y, dt), -dt) = y", _fresh_step(stepper, field, t + dt, y1, -dt)),
-            ("symmetric", "step(t, step(t + dt, y, -dt), dt) = y", _fresh_step(stepper, field, t, earlier, dt)),
-        ]
-    before = _inverse(stepper, field, t, y0, dt)  # y0 as the end of a step the scheme never took
-    checks += [
-        ("reversible", "inverse(field, t, step(y), dt) = y", _inverse(stepper, field, t, y1, dt)),
-        ("reversible", "step(field, t, inverse(y1), dt) = y1", _fresh_step(stepper, field, t, before, dt)),
+
+    def forward_back(f, y):
+        return _fresh_step(stepper, f, t + dt, _fresh_step(stepper, f, t, y, dt), -dt)
+
+    def back_forward(f, y):
+        return _fresh_step(stepper, f, t, _fresh_step(stepper, f, t + dt, y, -dt), dt)
+
+    def there_and_back(f, y):
+        return _inverse(stepper, f, t, _fresh_step(stepper, f, t, y, dt), dt)
+
+    def back_and_there(f, y):  # y0 as the end of a step the scheme never took
+        return _fresh_step(stepper, f, t, _inverse(stepper, f, t, y, dt), dt)
+
+    trips = [("symmetric", "step(t + dt, step(t, y, dt), -dt) = y", forward_back)] if stepper.symmetric else []
+    trips += [("symmetric", "step(t, step(t + dt, y, -dt), dt) = y", back_forward)] if stepper.symmetric else []
+    trips += [
+        ("reversible", "inverse(field, t, step(y), dt) = y", there_and_back),
+        ("reversible", "step(field, t, inverse(y1), dt) = y1", back_and_there),
     ]
+    checks = [(claim, what, trip, trip(field, y0)) for claim, what, trip in trips]
+    before = _inverse(stepper, field, t, y0, dt)
     start = max(problem.scale, float(_flat(y0).abs().max()))
     sizes = [start, float(_flat(y1).abs().max()), float(_flat(before).abs().max())]
-    sizes += [float(_flat(r).abs().max()) for _, _, r in checks] + ([reach.largest] if reach is not None else [])
+    sizes += [float(_flat(r).abs().max()) for *_, r in checks] + ([reach.largest] if reach is not None else [])
     largest = max(sizes)
     if not (math.isfinite(largest) and largest <= th.BLOWN_UP * start):
         if drawn:
             reject()
         raise _BlownUp(largest / start)
     worst = 0.0
-    for claim, what, recovered in checks:
+    for claim, what, trip, recovered in checks:
         defect = float((_flat(recovered) - _flat(y0)).abs().max()) / largest
         allowed, rule = th.REVERSIBLE_RTOL, f"REVERSIBLE_RTOL is {th.REVERSIBLE_RTOL:g}"
         if not defect <= allowed and not hasattr(problem.field_for(stepper), "_replace"):
-            field0 = problem.field_for(stepper)
-            modelled = _modelled_round_trip(stepper, field0, t, y0, dt, what, recovered) / largest
+            # how far modelled rounding (start and every evaluation) moves this round trip; a systematic miss moves
+            # nothing
+            nudged = rounding_model(th.EPS, 17)
+            moved = trip(rounded_field(problem.field_for(stepper), nudged), _unflat(nudged(_flat(y0)), y0))
+            modelled = float((_flat(moved) - _flat(recovered)).abs().max()) / largest
             if th.MODELLED_ROUNDING * modelled > allowed:  # a round trip through many large sub-steps rounds more
                 allowed = th.MODELLED_ROUNDING * modelled
                 rule = f"{th.MODELLED_ROUNDING} times what modelled rounding moves this round trip, {modelled:.2e}"
@@ -338,30 +360,6 @@ def _round_trips(
             )
         worst = max(worst, defect)
     return worst
-
-
-def _modelled_round_trip(stepper: AbstractStepper, field: Any, t: float, y0: Any, dt: float, what: str, recovered):
-    """How far the round trip ``what`` moves from its result ``recovered`` when its start and every evaluation's
-    input and result are perturbed by float64's rounding unit (a model of what rounding does to it; a scheme's own
-    systematic miss moves nothing)."""
-    g = generator(17)
-
-    def nudged(u: Tensor) -> Tensor:
-        return u * (1 + th.EPS * (2 * torch.rand(u.shape, generator=g, dtype=torch.float64) - 1))
-
-    def rounded(s, x):
-        return nudged(field(s, nudged(x)))
-
-    y = _unflat(nudged(_flat(y0)), y0)
-    if what.startswith("step(t + dt, step(t, y, dt), -dt)"):
-        back = _fresh_step(stepper, rounded, t + dt, _fresh_step(stepper, rounded, t, y, dt), -dt)
-    elif what.startswith("step(t, step(t + dt, y, -dt), dt)"):
-        back = _fresh_step(stepper, rounded, t, _fresh_step(stepper, rounded, t + dt, y, -dt), dt)
-    elif what.startswith("inverse(field, t, step(y), dt)"):
-        back = _inverse(stepper, rounded, t, _fresh_step(stepper, rounded, t, y, dt), dt)
-    else:
-        back = _fresh_step(stepper, rounded, t, _inverse(stepper, rounded, t, y, dt), dt)
-    return float((_flat(back) - _flat(recovered)).abs().max())
 
 
 @torch.no_grad()

@@ -19,6 +19,8 @@ from ._common import (
     _select,
     _tensors,
     reachable_tensors,
+    rounded_field,
+    rounding_model,
     structure,
 )
 from ._drawn import check_drawn, reject
@@ -481,14 +483,8 @@ def amplification(
     of a step grows with it where the step amplifies changes (a composition's large sub-steps, a stiff or sharply
     attending field). Relative to the larger of the start and ``reference`` (the step unperturbed); ``inf`` if the
     step does not stay finite. ``inverse``: the same for ``stepper.inverse`` from ``y`` (``reference`` its result)."""
-    g = generator(seed)
-
-    def nudged(u: Tensor) -> Tensor:
-        return u * (1 + eps * (2 * torch.rand(u.shape, generator=g, dtype=torch.float64) - 1))
-
-    def rounded(s, x):
-        return nudged(field(s, nudged(x)))
-
+    nudged = rounding_model(eps, seed)
+    rounded = rounded_field(field, nudged)
     flat = _flat(y)
     with torch.no_grad():
         start = _unflat(nudged(flat), y)
