@@ -76,9 +76,11 @@ def problems(second_order: bool = False):
 
 
 def magnitudes():
-    """Strategy: a magnitude log-uniform over ``MAGNITUDES`` (1e-3 to 1e3), 1 among them."""
+    """Strategy: a magnitude log-uniform over ``MAGNITUDES`` (1e-3 to 1e3), with 1 and both ends of the range drawn
+    often (a third of draws): a scheme that switches path above some size is met at the largest size in most runs."""
     low, high = (math.log10(m) for m in th.MAGNITUDES)
-    return st.one_of(st.just(1.0), st.floats(low, high).map(lambda e: float(10.0**e)))
+    ends = st.sampled_from([1.0, *th.MAGNITUDES])
+    return st.one_of(ends, st.floats(low, high).map(lambda e: float(10.0**e)))
 
 
 def start_times():
@@ -253,7 +255,7 @@ def hamiltonian_problems(second_order: bool, width: int | None = None):
     """Strategy: coupled oscillators or coupled anharmonic oscillators (``x'' = -K x - x³``), one sample, drawn width
     (1 to 3 unless fixed) and magnitude: the Hamiltonian problems the symplectic map is checked on. For a
     first-order scheme (which runs them as ``[x, v]``) the width is that of ``x``."""
-    dims = st.just(width) if width is not None else st.integers(1, 3)
+    dims = st.just(width) if width is not None else st.integers(1, th.HAMILTONIAN_WIDTH)
     kind = st.sampled_from([oscillator_problem, anharmonic_problem])
     base = st.builds(lambda build, seed, dim: build(seed=seed, dim=dim, batch=1), kind, st.integers(0, 2**31 - 1), dims)
     return st.builds(scaled, base, magnitudes())

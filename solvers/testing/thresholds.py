@@ -94,6 +94,10 @@ UNRESOLVED = 0.1
 """A low-precision comparison whose allowance (the scheme's rounding units times the step's amplification, in the
 dtype's rounding unit) exceeds this relative size resolves nothing and is not made: bfloat16 on a composition of
 fifteen large sub-steps."""
+HAMILTONIAN_WIDTH = 8
+"""Drawn symplectic points have 1 to this many positions (and as many velocities): enough coordinates that a force
+changed only on some of them shows."""
+
 HALF_MAGNITUDES = (1e-2, 10.0)
 """Half-precision contexts clamp the drawn magnitude into this range (float16 overflows at 65504)."""
 
