@@ -827,6 +827,24 @@ def test_a_fifth_order_scheme_whose_slopes_settle_at_the_rounding_floor_passes()
     assert all(abs(s - 5) < 0.3 for s in report["order"])
 
 
+def test_a_drawn_ladder_that_reaches_the_floor_before_settling_is_redrawn_and_a_given_one_judged():
+    """Dormand–Prince 5 on this problem: its dt^6 term still trades places with its dt^5 term when the next grid
+    falls below float64's floor (local slopes 6.6, 5.6, 4.4; fitted 5.0). Drawn, it is redrawn (it failed one
+    examples=200 run); given, it is judged. A scheme whose slope falls short at the floor is never excused."""
+    from test_kit_false_alarms import DormandPrince5
+
+    from solvers.testing.order import _unresolved, measure_order
+    from solvers.testing.problems import nonlinear_problem
+
+    problem = nonlinear_problem(seed=0, dim=1, T=0.25)
+    m = measure_order(DormandPrince5, problem)
+    assert m.at_floor and not m.steady and _unresolved(5, m), m
+    with pytest.raises(AssertionError, match="has not settled to one power of dt"):
+        check_order(DormandPrince5, problem=problem)
+    short = measure_order(RK4, problem)  # order 4: as if it declared 5
+    assert not _unresolved(5, short) and _unresolved(4, short) is False
+
+
 def test_a_multistep_start_up_is_declared_by_startup_evals():
     check_evals(HeunStartedAB3)
     assert all(abs(s - 3) < 0.3 for s in check_order(HeunStartedAB3, linear_problem(seed=0, dim=4, T=0.5)))

@@ -549,6 +549,34 @@ def test_correct_unusual_schemes_pass_the_whole_kit(scheme):
     assert all(abs(slope - scheme.order) <= th.ORDER_TOLERANCE for slope in report["order"])
 
 
+def _draws(strategy, count: int) -> list:
+    from hypothesis import given, settings
+
+    out = []
+
+    def record(value):
+        out.append(value)
+
+    settings(max_examples=count, derandomize=True, database=None)(given(strategy)(record))()
+    return out
+
+
+def test_magnitudes_draw_one_both_ends_and_between_and_hamiltonian_points_reach_their_widest():
+    from hypothesis import find
+
+    from solvers.testing.strategies import hamiltonian_problems, instances
+
+    drawn = [instance.magnitude for instance in _draws(instances(_Heun(), None), 300)]
+    low, high = th.MAGNITUDES
+    counts = {value: drawn.count(value) for value in (1.0, low, high)}
+    assert counts[1.0] >= 50 and counts[high] >= 50 and counts[low] >= 6, counts  # out of 300
+    between = [m for m in drawn if m not in counts]
+    assert len(between) >= 75 and all(low < m < high for m in between), len(between)
+    for second_order in (False, True):
+        widest = find(hamiltonian_problems(second_order), lambda p: p.x0.shape[-1] >= th.HAMILTONIAN_WIDTH)
+        assert widest.x0.shape[-1] == th.HAMILTONIAN_WIDTH
+
+
 def _power(seeds: int, only: list[str]) -> int:
     from solvers.testing._drawn import seeded
 
