@@ -371,7 +371,8 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c[0].__name__ for c in CASES])
 def test_a_scheme_wrong_only_away_from_the_fixed_points_is_rejected_with_a_counterexample(case):
     """Each fake is found by the default number of drawn examples (unless its case says how many it needs) under the
-    suite's derandomized draws, and in every one of 16 seeds (``seeded(1000 + s)``) when last measured."""
+    suite's derandomized draws. Measured over 16 seeds (``seeded(1000 + s)``, the module run as a script): every fake
+    in all 16 but SubSteppingHeun, in 15 (in seed 13 no instance is drawn above magnitude 50)."""
     scheme, check, message, *examples = case
     check(scheme, examples=0)  # the fixed points alone pass it
     with pytest.raises(AssertionError, match=message) as failure:
