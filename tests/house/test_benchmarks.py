@@ -2,6 +2,7 @@
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -531,3 +532,32 @@ def test_gpu_throughput_times_blocks_of_steps_taking_turns(monkeypatch):
     timed = [name for name, mode in calls if mode == "train"][6:]  # after the 3 warm-up calls of each model
     block = ["diffusion"] * 2 + ["full_wave"] * 2
     assert timed == block + block + block[2:] + block[:2] + block
+
+
+def test_profile_categories_name_matrix_products_attention_and_the_optimiser():
+    from benchmarks.profile_compile import category
+
+    assert category("aten::addmm") == category("aten::mm") == category("aten::bmm") == "matrix products"
+    assert category("mkldnn_convolution") == "matrix products"  # oneDNN's kernels, named mkl
+    assert category("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert category("Optimizer.step#AdamW.step") == "optimiser"
+    assert category("aten::_foreach_mul_") == "optimiser"
+    assert category("aten::gelu") == category("aten::native_layer_norm") == "other"
+
+
+@pytest.mark.slow  # compiles a tiny model
+def test_profile_compile_runs_and_states_the_bound_on_compiling(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile_compile", "--tiny", "--steps", "1", "--threads", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+        env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    rows = {line[:24].strip(): line[24:].split() for line in lines if line[:24].strip() in ("matrix products", "other")}
+    assert all(float(v) >= 0 for values in rows.values() for v in values) and len(rows) == 2
+    bound = next(line for line in lines if line.startswith("eager: matrix products and attention are"))
+    assert float(bound.split("at most ")[1].split("x")[0]) >= 1.0
