@@ -237,11 +237,19 @@ def _faster(order: int, m: OrderMeasurement) -> bool:
 
 def _unresolved(order: int, m: OrderMeasurement) -> bool:
     """Whether a drawn problem's ladder reached float64's rounding floor before its error settled to one power of
-    ``dt``, its slope over the finest grids at or above the declared order (two error terms of different powers
-    still trading places there, as Dormand–Prince 5's ``dt**5`` and ``dt**6`` terms do on some problems): such a
-    draw cannot tell a right scheme from a wrong one and is redrawn. A ladder that settles, one that ends above the
-    floor, and one whose slope falls short are judged."""
-    return m.at_floor and not m.steady and not m.settling and m.slope >= order - th.ORDER_TOLERANCE
+    ``dt``, while what it measured there is at or above the declared order: error terms of different powers still
+    trading places (Dormand–Prince 5's ``dt**5``, ``dt**6`` and ``dt**7`` terms do on some problems). Either the local
+    slopes still change too much to read a limit and the slope fitted over the finest grids reaches the order, or they
+    change geometrically and only the limit extrapolated beyond the floor falls short, the fitted slope and the finest
+    local slope reaching the order (Dormand–Prince 5's slopes dip to 4.84 and return to 5 below the floor on one
+    problem, extrapolated to 4.64). Such a draw cannot tell a right scheme from a wrong one and is redrawn. A ladder
+    that settles to one power, one that ends above the floor, and one whose measured slopes fall short are judged."""
+    if not m.at_floor or len(m.errors) < th.GRIDS:
+        return False
+    low = order - th.ORDER_TOLERANCE
+    if m.settling:
+        return _fit(m.dts[-th.GRIDS :], m.errors[-th.GRIDS :]) >= low and m.local[-1] >= low
+    return not m.steady and m.slope >= low
 
 
 def _drawn_order(stepper: AbstractStepper, dim: int | None, examples: int) -> list[float]:
