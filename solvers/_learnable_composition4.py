@@ -63,6 +63,18 @@ class TripleJump(AbstractStepper):
             "symmetric": True,
         }
 
+    def coefficients(self) -> dict[str, Any]:
+        """The step as one kick–drift splitting at the current ``λ``, the drifts between inner steps merged: drifts
+        ``λw₁, (1−2λ)w₁, λ(w₁+w₀), (1−2λ)w₀, λ(w₀+w₁), (1−2λ)w₁, λw₁`` and kicks ``½w₁, ½w₁, ½w₀, ½w₀, ½w₁, ½w₁``.
+        For an autonomous field it is the step (a time-dependent one sees each inner step's kicks at that inner step's
+        midpoint, not at the splitting's drift times). Floats for one ``λ``; with one ``λ`` per channel each
+        coefficient is a tensor of one value per channel."""
+        lam = 0.5 * torch.sigmoid(self.theta.detach().double())  # in float64 whatever the parameter's dtype
+        lam = float(lam) if lam.dim() == 0 else lam
+        inner = (1 - 2 * lam) * W1, (1 - 2 * lam) * W0
+        drifts = (lam * W1, inner[0], lam * (W1 + W0), inner[1], lam * (W0 + W1), inner[0], lam * W1)
+        return {"drifts": drifts, "kicks": tuple(0.5 * w for w in (W1, W1, W0, W0, W1, W1))}
+
     def step(self, field, t, y, dt, state):
         x, v = self._unpack(y)
         lam = self._lam(x)

@@ -83,6 +83,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from numbers import Real
 from typing import Any
 
 import torch
@@ -274,7 +275,7 @@ def tableau_of(scheme: Any) -> dict[str, Any] | None:
     ``None`` for a scheme defined by its step alone. A stepper holds them as its ``tableau`` value (a
     :class:`~solvers.ButcherTableau`, :class:`~solvers.NystromTableau` or :class:`~solvers.Splitting`: a named
     scheme, a :class:`~solvers.Tableau`), or gives them by a method ``coefficients()`` returning such a mapping (a
-    learnable family at its current values)."""
+    learnable family at its current values; ``None`` where its values differ per channel)."""
     from ._coefficients import VALUES
 
     value = None if isinstance(scheme, Mapping) else getattr(scheme, "tableau", None)
@@ -301,6 +302,8 @@ def tableau_of(scheme: Any) -> dict[str, Any] | None:
 
     A, b, c, bbar, drifts, kicks = (get(k) for k in ("A", "b", "c", "bbar", "drifts", "kicks"))
     if drifts is not None and kicks is not None:
+        if not all(isinstance(u, Real) for u in (*drifts, *kicks)):
+            return None  # one value per channel: analysed channel by channel from the step
         return {"kind": "splitting", "drifts": tuple(drifts), "kicks": tuple(kicks)}
     if isinstance(A, Sequence) and isinstance(b, Sequence):
         rows = tuple(tuple(row) for row in A)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping, Sequence
+from numbers import Real
 from typing import Any
 
 import torch
@@ -129,6 +132,16 @@ def _check_derivative(name: str, stepper: AbstractStepper, field, t, y, dt, prob
     return _compare_derivative(name, one_step, _flat(y), params, problem.name, 1.0, dead=False)
 
 
+def best_quotient(quotient: Callable[[float], float], steps: Sequence[float]) -> tuple[float, float]:
+    """The difference quotient (``quotient(h)`` at each of ``steps``, 10 times apart) where two neighbours agree
+    best, and their spread: rounding noise grows as ``h`` shrinks and truncation as it grows, so the spread bounds how
+    far the quotient can be trusted (a NaN spread never counts as agreement)."""
+    values = [quotient(h) for h in steps]
+    pairs = [(abs(a - b), a) for a, b in zip(values, values[1:])]
+    spread, value = min(pairs, key=lambda p: p[0] if p[0] == p[0] else math.inf)
+    return value, spread
+
+
 def _compare_derivative(
     name: str,
     run,
@@ -186,9 +199,7 @@ def _compare_derivative(
                 p.copy_(p0)
         return float((cotangent * (ends[0] - ends[1])).sum()) / (2 * h)
 
-    steps = (1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
-    values = [quotient(h) for h in steps]
-    spread, by_difference = min((abs(a - b), a) for a, b in zip(values, values[1:]))
+    by_difference, spread = best_quotient(quotient, (1e-7, 1e-6, 1e-5, 1e-4, 1e-3))
     magnitude = max(1.0, abs(by_difference))
     defect = abs(by_autograd - by_difference) / magnitude
     allowed = max(th.GRADIENT_RTOL, 10 * spread / magnitude)
@@ -468,11 +479,25 @@ def check_gradients(
 
 
 def _coefficient_sum(value: Any) -> float:
-    if isinstance(value, (int, float)):
+    """The sum of a tableau's absolute coefficients (a tensor is one coefficient per channel: its largest counts)."""
+    if isinstance(value, Real):
         return abs(float(value))
+    if isinstance(value, Tensor):
+        return float(value.detach().abs().max()) if value.numel() else 0.0
     if isinstance(value, (tuple, list)):
         return sum(_coefficient_sum(v) for v in value)
     return 0.0
+
+
+def _stated_coefficients(stepper: AbstractStepper) -> Any:
+    """Where a stepper's coefficients are: its ``tableau`` value, else the mapping its ``coefficients()`` method
+    returns (a learnable family at its current values), else None."""
+    tableau = getattr(stepper, "tableau", None)
+    if tableau is not None:
+        return tableau
+    method = getattr(stepper, "coefficients", None)
+    given = method() if callable(method) else None
+    return given if isinstance(given, Mapping) else None
 
 
 def amplification(
@@ -499,11 +524,13 @@ def amplification(
 def float32_allowance(stepper: AbstractStepper) -> float:
     """How many float32 rounding units a float32 step may differ from the float64 step by, from the scheme's own
     arithmetic: ``FLOAT32_UNITS_PER_TERM`` for each evaluation (``evals_per_step``) times the sum of the absolute
-    values of its tableau's coefficients (``A`` and ``b``; a splitting's drifts and kicks; 1 where it has no
-    tableau), at least ``FLOAT32_UNITS``. Fifteen stages with weights near 2 round more than Euler."""
-    tableau = getattr(stepper, "tableau", None)
+    values of its tableau's coefficients (``A`` and ``b``; a splitting's drifts and kicks; a learnable family's at
+    their current values from its ``coefficients()``, the largest channel's where they are per channel; 1 where it has
+    none), at least ``FLOAT32_UNITS``. Fifteen stages with weights near 2 round more than Euler."""
+    source = _stated_coefficients(stepper)
     names = ("A", "b", "bbar", "drifts", "kicks")
-    coefficients = sum(_coefficient_sum(getattr(tableau, n, ())) for n in names) if tableau is not None else 0.0
+    get = source.get if isinstance(source, Mapping) else (lambda n, d: getattr(source, n, d))
+    coefficients = sum(_coefficient_sum(get(n, ())) for n in names) if source is not None else 0.0
     terms = max(1, int(stepper.evals_per_step)) * max(1.0, coefficients)
     return max(float(th.FLOAT32_UNITS), th.FLOAT32_UNITS_PER_TERM * terms)
 

@@ -4,6 +4,7 @@ A model hands a step ``t0`` and ``dt`` as Python floats or as 0-d tensors (a lea
 loop over depth computes each step's ``t`` afresh, so reuse keyed on object identity is lost on tensors.
 """
 
+import math
 from typing import ClassVar
 
 import pytest
@@ -133,6 +134,82 @@ def test_the_float32_allowance_follows_the_schemes_arithmetic(name, smallest):
         assert allowed == smallest
     else:  # weights near 2 and four kicks round more than Euler
         assert allowed > float32_allowance(solvers.Euler())
+
+
+def test_a_learnable_familys_allowance_follows_its_current_coefficients():
+    """The triple jump has no tableau value: its ``coefficients()`` (weights 1.35 and -1.70) give it the allowance of
+    a composition (a float32 inverse off by 56 units at dt = 1 on an attention field was honest), per channel too."""
+    shared, per_channel = solvers.TripleJump(), solvers.TripleJump(dim=3)
+    assert float32_allowance(shared) > 5 * th.FLOAT32_UNITS
+    assert float32_allowance(per_channel) == pytest.approx(float32_allowance(shared))
+    with torch.no_grad():
+        per_channel.theta[1] = -4.0  # λ near 0 in one channel: the largest drifts
+    assert float32_allowance(per_channel) > float32_allowance(shared)
+
+
+def test_the_triple_jumps_coefficients_are_its_autonomous_step():
+    stepper = solvers.TripleJump(lambda0=0.3)
+    c = stepper.coefficients()
+    as_splitting = solvers.Tableau(drifts=c["drifts"], kicks=c["kicks"])
+    g = torch.Generator().manual_seed(0)
+    y = PhaseState(
+        torch.randn(2, 3, generator=g, dtype=torch.float64), torch.randn(2, 3, generator=g, dtype=torch.float64)
+    )
+
+    def force(t, x):
+        return -torch.sin(x)
+
+    ours = stepper.double().step(force, 0.0, y, 0.7, None)[0]
+    theirs = as_splitting.step(force, 0.0, y, 0.7, as_splitting.init(force, 0.0, y))[0]
+    assert torch.allclose(ours.x, theirs.x, rtol=0, atol=1e-14) and torch.allclose(ours.v, theirs.v, rtol=0, atol=1e-14)
+    assert solvers.analysis.tableau_of(solvers.TripleJump(dim=2)) is None  # per channel: analysed from the step
+
+
+class _Exponential(AbstractStepper):
+    """``x exp(a dt)``: a step whose size derivative has large higher derivatives (truncation dominates)."""
+
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+    rate: ClassVar[float] = 300.0
+
+    def step(self, field, t, y, dt, state):
+        field(t, y)
+        return y * torch.exp(torch.as_tensor(self.rate * dt, dtype=y.dtype)), state
+
+
+@pytest.mark.parametrize("case", ["rounding", "truncation"])
+def test_a_learnable_dts_difference_quotient_is_taken_where_it_resolves(case):
+    """A field small beside the state (rounding swamps a small h) and a step stiff in dt (truncation swamps a large
+    one) both resolve their derivative; one quotient at 1e-5 |dt| resolved neither to GRADIENT_RTOL."""
+    from solvers.testing.contexts import _dt_quotient
+
+    g = torch.Generator().manual_seed(1)
+    y = 1 + torch.rand(4, 3, generator=g, dtype=torch.float64)
+    r = torch.randn(12, generator=g, dtype=torch.float64)
+    if case == "rounding":
+        stepper, dt, scale = solvers.Euler(), 0.01, 1e-4
+
+        def field(t, x):
+            return scale * x
+
+        exact = float((r * (scale * y).flatten()).sum())
+    else:
+        stepper, dt = _Exponential(), 1.0
+
+        def field(t, x):
+            return x
+
+        exact = float((r * (_Exponential.rate * y * math.exp(_Exponential.rate * dt)).flatten()).sum())
+    value, spread = _dt_quotient(stepper, field, y, 0.0, dt, r)
+    h = 1e-5 * dt
+    up, down = (stepper.step(field, 0.0, y, dt + s, None)[0].flatten() for s in (h, -h))
+    single = float((r * (up - down)).sum()) / (2 * h)
+    assert abs(single - exact) > th.GRADIENT_RTOL * abs(exact)  # the old quotient: a false alarm
+    assert abs(value - exact) <= max(th.GRADIENT_RTOL * abs(exact) / 10, 10 * spread)
+    assert 10 * spread <= th.GRADIENT_RTOL * abs(exact)
 
 
 # -- the execution context is drawn ----------------------------------------------------------------------------------
