@@ -41,10 +41,12 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
   magnitudes).
 - :func:`check_contexts`: a step is the same in every context a model runs it in (:class:`Context`: float64,
   float32, float16 or bfloat16; autograd off, on with a state that requires grad, or ``inference_mode``; bf16
-  autocast; one or two threads; a plain function, an ``nn.Module``, an attention and FFN field, or the ``fields``
-  you give; contiguous, transposed, sliced or expanded views, 4-D states; ``t0`` and ``dt`` as floats, 0-d tensors or
-  a ``dt`` that requires grad; far start times; transformer sizes and ``CONTEXT_LARGE_STATE`` entries as independent
-  tiles) as in the reference (float64, no grad, a plain function): the same evaluations at the same times, the same
+  autocast; one or two threads; a plain function, an ``nn.Module`` in training or eval mode, an attention and FFN
+  field, or the ``fields`` you give; contiguous, transposed, sliced or expanded views, 4-D states; ``t0`` and ``dt``
+  as floats, 0-d tensors or a ``dt`` that requires grad; far start times, against the reference from the instance's
+  own start on the field shifted in time; the state and field scaled by a power of two, against the reference at the
+  instance's own size; transformer sizes and ``CONTEXT_LARGE_STATE`` entries as independent tiles) as in the
+  reference (float64, no grad, a plain function): the same evaluations at the same times, the same
   step, inverse and carried step to rounding, in training the same gradient with respect to the state and (against
   difference quotients) a learnable ``dt``. Every value of every aspect runs first on a fixed instance
   (:data:`CONTEXTS`), then drawn ones.
@@ -69,7 +71,8 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
   drawn blocks.
 
 What it cannot do: a property holds on the instances drawn, not on every state. A defect that shows only where the
-strategies never reach (a magnitude of 1e30, step 10,000, a parameter moved by 100, a device other than the CPU) passes;
+strategies never reach (a magnitude of 1e30, step 10,000, a parameter moved by 100, a device other than the CPU, a path
+taken only under ``torch.compile``) passes;
 so does a scheme that detects the kit's own problems, or inspects the call stack to find it, or whose defect is
 triggered only after millions of steps. An error constant below float64's resolution cannot be measured (coefficients
 given to the tableau engine are checked exactly instead). Orders are derived up to ``MAX_ORDER`` (9) by the tableau

@@ -4,10 +4,17 @@ A model runs a step in float32 with autograd on (training), under ``torch.infere
 autocast on a GPU, in half precision after ``.half()``, with one thread or several, on an ``nn.Module`` field built
 from attention and an FFN, on states of thousands to millions of entries that are views (transposed, sliced,
 expanded), of rank 2 to 4, at times up to depth times ``dt``, with ``t`` and ``dt`` as floats or 0-d tensors (a
-learnable step size requires grad). The other checks run float64, autograd off, a plain function on small contiguous
-states. A scheme that branches on any of these passes them and is wrong where it is used. Here every drawn instance
-is run in a drawn :class:`Context` and compared with the :data:`REFERENCE` context (float64, no grad, a plain
-function, contiguous, floats, one thread) from the same state.
+learnable step size requires grad), on fields in training or in eval mode. The other checks run float64, autograd off,
+a plain function on small contiguous states. A scheme that branches on any of these passes them and is wrong where it
+is used. Here every drawn instance is run in a drawn :class:`Context` and compared with the :data:`REFERENCE` context
+(float64, no grad, a plain function, contiguous, floats, one thread) from the same state.
+
+What a scheme may branch on is also what the reference must not share. A context's far start time is therefore
+compared with the reference at the instance's own start, the context's field shifted in time to match (a step
+commutes with a shift of time); and a context's ``scale`` (a power of two) runs the state and the field scaled by it,
+compared with the reference at the instance's own magnitude (a step commutes with scaling the state and the field;
+by a power of two that is exact in floating point). A scheme that takes another path far from ``t = 0``, or for
+large or small states, is compared with its own step where the other checks vouch for it.
 """
 
 from __future__ import annotations
@@ -37,15 +44,18 @@ DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 stepper is cast with it)."""
 MODES = ("no_grad", "enable_grad", "inference_mode")
 """Autograd off, on with a state that requires grad (training), ``torch.inference_mode()`` (generation)."""
-FIELDS = ("function", "module", "attention", "given")
-"""A plain function, the same field as an ``nn.Module``, a field of softmax attention and a GELU FFN on
-LayerNorm'd states (an ``nn.Module`` with parameters, through ``scaled_dot_product_attention``), and a field you give
-(``check_contexts(..., fields=...)``, e.g. your model's own attention and FFN)."""
+FIELDS = ("function", "module", "eval module", "attention", "given")
+"""A plain function, the same field as an ``nn.Module`` (in training mode, as a model trains) and in eval mode (as a
+model generates), a field of softmax attention and a GELU FFN on LayerNorm'd states (an ``nn.Module`` with
+parameters, through ``scaled_dot_product_attention``), and a field you give (``check_contexts(..., fields=...)``, e.g.
+your model's own attention and FFN)."""
 LAYOUTS = ("contiguous", "transposed", "sliced", "expanded")
 """How the state is laid out: contiguous, a transposed view (the same values, other strides), every other entry of a
 wider tensor, and a sample expanded over the batch (stride 0)."""
 TIMES = ("float", "tensor", "learnable dt")
 """``t0`` and ``dt`` as Python floats, as 0-d float64 tensors, and with ``dt`` a 0-d tensor that requires grad."""
+SCALES = th.CONTEXT_SCALES
+"""The powers of two the state and the field are scaled by range between these (``CONTEXT_SCALES``)."""
 
 _EPS = {torch.float64: th.EPS, torch.float32: th.EPS32}
 
@@ -59,9 +69,12 @@ class Context:
     """Where a step runs: its state ``dtype``; its grad ``mode`` (:data:`MODES`); its ``field`` (:data:`FIELDS`);
     whether under bf16 ``autocast``; the intra-op ``threads``; the state's ``layout`` (:data:`LAYOUTS`); ``rank4``
     (the state viewed with a head dimension, ``(batch, 1, tokens, width)``); how ``time`` is handed over
-    (:data:`TIMES`); a start time ``t0`` replacing the instance's (``None``: the instance's); and a ``size``,
+    (:data:`TIMES`); a start time ``t0`` replacing the instance's (``None``: the instance's; the field is shifted in
+    time so that the run is the instance's, and the reference runs from the instance's own start); a ``size``,
     ``(tokens, width)`` or ``"large"`` (at least ``CONTEXT_LARGE_STATE`` entries), replacing the instance's shape
-    (``None``: the instance's; a per-channel stepper keeps its width)."""
+    (``None``: the instance's; a per-channel stepper keeps its width); and a ``scale``, a power of two the state and
+    the field are scaled by (``m f(t, x / m)``; the reference runs unscaled, and the run is compared after dividing by
+    it)."""
 
     dtype: torch.dtype = torch.float64
     mode: str = "no_grad"
@@ -73,11 +86,13 @@ class Context:
     time: str = "float"
     t0: float | None = None
     size: tuple[int, int] | str | None = None
+    scale: float = 1.0
 
     def __str__(self) -> str:
         kinds = {
             "function": "a plain function",
             "module": "an nn.Module field",
+            "eval module": "an nn.Module field in eval mode",
             "attention": "an attention and FFN nn.Module field",
             "given": "the field given",
         }
@@ -98,6 +113,8 @@ class Context:
             parts.append(f"at least {th.CONTEXT_LARGE_STATE} entries")
         elif self.size is not None:
             parts.append(f"{self.size[0]} tokens x width {self.size[1]}")
+        if self.scale != 1.0:
+            parts.append(f"state and field scaled by 2^{round(math.log2(self.scale))}")
         return ", ".join(parts)
 
     def grad(self) -> AbstractContextManager:
@@ -136,15 +153,16 @@ CONTEXTS = (
     Context(torch.float64, "enable_grad", "function"),
     Context(torch.float32, "enable_grad", "function", layout="transposed", time="tensor"),
     Context(torch.float64, "inference_mode", "function"),
-    Context(torch.float32, "inference_mode", "function"),
+    Context(torch.float32, "inference_mode", "eval module"),
     Context(torch.float32, "no_grad", "module", threads=2),
-    Context(torch.float64, "enable_grad", "module", time="learnable dt"),
+    Context(torch.float64, "enable_grad", "module", time="learnable dt", scale=SCALES[0]),
     Context(torch.float32, "enable_grad", "module", autocast=True),
     Context(torch.float32, "inference_mode", "module", layout="expanded"),
     Context(torch.float64, "inference_mode", "attention", layout="sliced"),
-    Context(torch.float32, "enable_grad", "attention"),
+    Context(torch.float32, "enable_grad", "attention", scale=SCALES[1]),
     Context(torch.float64, "no_grad", "function", rank4=True, t0=500.0),
-    Context(torch.float32, "no_grad", "function", time="tensor", t0=-64.0),
+    Context(torch.float32, "no_grad", "eval module", time="tensor", t0=-64.0),
+    Context(torch.float64, "no_grad", "function", t0=40.0, scale=SCALES[1]),
     Context(torch.float16),
     Context(torch.bfloat16, "enable_grad", "module"),
     Context(torch.float32, "enable_grad", "module", size=(197, 192)),
@@ -153,8 +171,8 @@ CONTEXTS = (
 )
 """The contexts every check runs first, on a fixed instance: each value of every aspect at least once, and float64
 and float32 with each grad mode (half precision; autocast; each field kind; two threads; each layout; 4-D states;
-tensor and learnable times; far start times; a DeiT-Tiny sequence, a GPT-2 width and a large state). Then instances
-are drawn with a context each (:func:`contexts`), every transformer size among them."""
+tensor and learnable times; far start times; states scaled up and down; a DeiT-Tiny sequence, a GPT-2 width and a
+large state). Then instances are drawn with a context each (:func:`contexts`), every transformer size among them."""
 
 
 def contexts(given: bool = False):
@@ -176,15 +194,22 @@ def contexts(given: bool = False):
         size=st.integers(0, 3).flatmap(
             lambda k: st.sampled_from([*th.CONTEXT_SIZES, "large"]) if k == 3 else st.none()
         ),
+        scale=st.one_of(st.just(1.0), st.sampled_from(SCALES), st.integers(*_exponents()).map(lambda k: 2.0**k)),
     ).map(_drawable)
+
+
+def _exponents() -> tuple[int, int]:
+    low, high = (round(math.log2(s)) for s in SCALES)
+    return low, high
 
 
 def _drawable(context: Context) -> Context:
     """A drawn context as a model runs: no autocast over half-precision states (a model cast to half does not run
-    under it), and two threads on the instance's own small state (a large state's every op at two threads on a busy
-    machine costs seconds; the fixed contexts run two threads and the sizes apart)."""
+    under it), nor a scale (half precision keeps its magnitudes in ``HALF_MAGNITUDES``), and two threads on the
+    instance's own small state (a large state's every op at two threads on a busy machine costs seconds; the fixed
+    contexts run two threads and the sizes apart)."""
     if context.dtype in (torch.float16, torch.bfloat16):
-        context = replace(context, autocast=False)
+        context = replace(context, autocast=False, scale=1.0)
     if context.size is not None:
         context = replace(context, threads=1)
     return context
@@ -276,13 +301,26 @@ class _ModuleField(nn.Module):
 
 def _field(exact: Callable, kind: str, shape: torch.Size | None = None) -> tuple[_Counted, Any]:
     counted = _Counted(exact, shape)
-    return counted, (counted if kind == "function" else _ModuleField(counted))
+    if kind == "function":
+        return counted, counted
+    module = _ModuleField(counted)
+    return counted, (module.eval() if kind == "eval module" else module)
+
+
+class _Shifted:
+    """``f(t - shift, x)``: the field of a run started ``shift`` later, so that it is the same run."""
+
+    def __init__(self, field: Callable, shift: float):
+        self.field, self.shift = field, shift
+
+    def __call__(self, t, x):
+        return self.field(t - self.shift, x)
 
 
 def _exact(problem, context: Context, seed: int, given: Callable | None, stepper: AbstractStepper):
     """The float64 field of this context on the instance's own shape: the problem's, or an attention and FFN field
     (or the one given) at the problem's magnitude."""
-    if context.field in ("function", "module"):
+    if context.field in ("function", "module", "eval module"):
         return problem.field_for(stepper)
     width = problem.x0.shape[-1]
     built = AttentionFFN(width, seed) if context.field == "attention" else given(width, seed)
@@ -577,7 +615,9 @@ def check_contexts(
     allowed_units = float32_allowance(stepper)
     worst = [0.0]
 
-    def judge(defect: float, dtype: torch.dtype, gain: float, what: str, where: str, floor: float = 0.0) -> None:
+    def judge(
+        defect: float, dtype: torch.dtype, gain: float, what: str, where: str, floor: float = 0.0, times: float = 0.0
+    ) -> None:
         gain = max(1.0, gain)
         if dtype == torch.float64:
             unit, units = 1.0, th.ONE_STEP_RTOL
@@ -592,6 +632,9 @@ def check_contexts(
             return  # the dtype cannot resolve this step: any result would pass, so none is judged
         if floor > allowed:
             allowed, rule = floor, f"difference quotients resolve {floor:g}"
+        if times > 0.0:  # a far start: its stage times are held only to float64's rounding there
+            allowed += times
+            rule += f", plus {times:.3g}, what rounding the far stage times moves it"
         worst[0] = max(worst[0], defect)
         if not defect <= allowed:
             size = f"{defect / unit:.3g} rounding units" if unit != 1.0 else f"{defect:.3g} (relative)"
@@ -602,7 +645,11 @@ def check_contexts(
         if context.field == "given" and fields is None:
             return
         inst, tiling = _tiling(drawn.instance, context, fixed_width)
-        t0 = inst.t0 if context.t0 is None else context.t0
+        # the reference runs from the instance's own start at its own magnitude; a far start runs the field shifted
+        # in time and a scale runs state and field scaled, so that the context's run is the reference's
+        t_ref = inst.t0
+        t0 = t_ref if context.t0 is None else context.t0
+        shift, scale = t0 - t_ref, context.scale
         low = inst.steppers(pristine)[0]
         problem = inst.problem(low)
         if isinstance(problem.field_for(low), Block):
@@ -624,6 +671,11 @@ def check_contexts(
             field = _Tiled(inner, tiling)
         else:
             y0, field = small, inner
+        if shift != 0.0:
+            field = _Shifted(field, shift)
+        if scale != 1.0:
+            field = _Scaled(field, scale)
+            y0 = PhaseState(*(u * scale for u in y0)) if isinstance(y0, PhaseState) else y0 * scale
         which = tiling.picked(inst.seed) if whole else [0]
         picked = len(which) * tiling.base[0]
         like = _reshaped(small, picked)  # the form of the picked tiles stacked
@@ -631,9 +683,9 @@ def check_contexts(
         def tiles_of(flat: Tensor) -> Tensor:
             return tiling.take(flat, y0, which) if whole else flat
 
-        got = _run(ran, field, y0, t0, dts, context, inst.seed)
+        got = _unscaled(_run(ran, field, y0, t0, dts, context, inst.seed), scale)
         start0 = _unflat(tiles_of(got.starts[0]), like)
-        ref = _run(_copy(high), exact, start0, t0, dts, REFERENCE, inst.seed)
+        ref = _run(_copy(high), exact, start0, t_ref, dts, REFERENCE, inst.seed)
         for i, (n, m) in enumerate(zip(got.counts, ref.counts)):
             if n != m:
                 raise AssertionError(
@@ -641,15 +693,17 @@ def check_contexts(
                     f"{' and fsal' if stepper.fsal else ''} but evaluated the field {n} times in step {i} in context "
                     f"({context}), {m} times in the reference context ({REFERENCE}), one field for all steps."
                 )
-        t = t0
+        t = t_ref
         for i, dt in enumerate(dts):
-            slack = 1e-12 * max(1.0, abs(t), abs(dt))
-            slack += 4 * _eps(context.dtype) * (abs(t) + abs(dt))  # times from a parameter of the state's dtype
+            far = t + shift  # where the context's step starts
+            slack = 1e-12 * max(1.0, abs(far), abs(dt))
+            slack += 4 * _eps(context.dtype) * (abs(far) + abs(dt))  # times from a parameter of the state's dtype
             for a, b in zip(got.times[i], ref.times[i]):
-                if abs(a - b) > slack:
+                if abs((a - shift) - b) > slack:
                     raise AssertionError(
                         f"{name} evaluated the field at t = {_show(got.times[i])} in step {i} in context ({context}) "
-                        f"but at t = {_show(ref.times[i])} in the reference context, from t = {t:.6g}, dt = {dt:.4g}."
+                        f"but at t = {_show([u + shift for u in ref.times[i]])} in the reference context shifted to "
+                        f"its start, from t = {far:.6g}, dt = {dt:.4g}."
                     )
             start = tiles_of(got.starts[i])
             y = _unflat(start, like)
@@ -671,14 +725,20 @@ def check_contexts(
             gain = amplification(_copy(high), exact, t, y, dt, reference, _eps(context.dtype), inst.seed + i)
             if not gain <= th.BLOWN_UP:  # outside the scheme's stability region: rounding there proves nothing
                 reject()
+            times = 0.0
+            if shift != 0.0:
+                moved = _time_rounding(_copy(high), exact, t, y, dt, far, inst.seed + i)
+                times = th.MODELLED_ROUNDING * float((_flat(moved) - reference).abs().max()) / size
             shown = f" (tiles {which} of {tiling.tiles} of {problem.name})" if whole else f", on {problem.name}"
-            where = f"at step {i} from t = {t:.4g}, dt = {dt:.4g}{shown}, in context ({context})"
+            started = f"from t = {far:.4g} (the reference from t = {t:.4g})" if shift != 0.0 else f"from t = {t:.4g}"
+            where = f"at step {i} {started}, dt = {dt:.4g}{shown}, in context ({context})"
             judge(
                 float((fresh - reference).abs().max()) / size,
                 context.dtype,
                 gain,
                 "its step differs from the reference context's step from the same state",
                 where + ": the scheme takes another path in that context",
+                times=times,
             )
             if back is not None:
                 after = _unflat(fresh, like)
@@ -691,6 +751,7 @@ def check_contexts(
                     gain_back,
                     "its inverse differs from the reference context's inverse of the same state",
                     where,
+                    times=times,
                 )
             own = float((ref.carried[i] - ref.fresh[i]).abs().max()) / size  # in the reference context itself
             if not stepper.multistep and own <= th.ONE_STEP_RTOL * max(1.0, gain):  # else check_one_step says it
@@ -713,12 +774,18 @@ def check_contexts(
                     _copy(high), exact, y, t, dt, False, tiles_of(r_whole), rounding=eps, seed=inst.seed + i
                 )
                 gain_grad = float((noisy - ref_y).abs().max()) / (eps * scale)
+                times_grad = 0.0
+                if shift != 0.0:
+                    late = _time_rounding_field(exact, far, dt, inst.seed + i)
+                    wobbled, _, _ = _reference_grads(_copy(high), late, y, t, dt, False, tiles_of(r_whole))
+                    times_grad = th.MODELLED_ROUNDING * float((wobbled - ref_y).abs().max()) / scale
                 judge(
                     float((on_y - ref_y).abs().max()) / scale,
                     context.dtype,
                     max(gain, gain_grad),
                     "the gradient of its step with respect to the state differs from the reference context's",
                     where + " (autograd sees another computation there)",
+                    times=times_grad,
                 )
                 if learnable:  # against difference quotients in dt: the scheme's own dt gradient vouches nothing
                     ref_dt, resolved = _dt_quotient(_copy(high), exact, y, t, dt, r)
@@ -759,6 +826,45 @@ def check_contexts(
 
 def _show(times: list[float]) -> str:
     return "[" + ", ".join(f"{u:.10g}" for u in times) + "]"
+
+
+def _unscaled(run: _Run, scale: float) -> _Run:
+    """A run of the state scaled by ``scale`` (a power of two) as the unscaled run: its states divided by it (exact),
+    the gradient with respect to the state unchanged, a ``dt`` gradient divided by it."""
+    if scale == 1.0:
+        return run
+    grads = [None if g is None else (g[0], None if g[1] is None else g[1] / scale) for g in run.grads]
+    inverses = [None if u is None else u / scale for u in run.inverses]
+    return _Run(
+        run.counts,
+        run.times,
+        [u / scale for u in run.starts],
+        [u / scale for u in run.fresh],
+        [u / scale for u in run.carried],
+        inverses,
+        grads,
+    )
+
+
+def _time_rounding_field(exact: Callable, far: float, dt: float, seed: int) -> Callable:
+    """``exact`` with every evaluation's time off by up to float64's rounding of times near ``far`` (uniform, from
+    ``seed``): how a run started far from ``t = 0`` holds its stage times."""
+    g = generator(seed)
+    unit = th.EPS * (abs(far) + abs(dt))
+
+    def late(s, x):
+        return exact(s + unit * (2 * float(torch.rand((), generator=g, dtype=torch.float64)) - 1), x)
+
+    return late
+
+
+def _time_rounding(stepper: AbstractStepper, exact: Callable, t: float, y: Any, dt: float, far: float, seed: int):
+    """The reference step from ``y`` at ``t`` with its stage times rounded as near ``far``
+    (:func:`_time_rounding_field`): a far start's honest difference from the reference is this step's from the exact
+    one, times ``MODELLED_ROUNDING``."""
+    counted, _ = _field(_time_rounding_field(exact, far, dt, seed), "function")
+    with torch.no_grad():
+        return _fresh_step(stepper, counted, t, y, dt)
 
 
 def _dt_quotient(stepper, exact, y, t, dt: float, r: Tensor) -> tuple[float, float]:

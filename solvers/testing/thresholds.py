@@ -90,6 +90,10 @@ CONTEXT_SIZES = ((8, 8), (16, 32), (64, 64), (197, 192), (32, 768))
 width), over decades up to a DeiT-Tiny sequence and a GPT-2 width ..."""
 CONTEXT_LARGE_STATE = 2**17
 """... and now and then a state of at least this many entries (a Tiny Shakespeare batch has 262k)."""
+CONTEXT_SCALES = (2.0**-10, 2.0**10)
+"""The powers of two a context scales the state and the field by range between these (about 1e-3 to 1e3, beside the
+drawn magnitude), compared with the reference at the instance's own size: a scheme that clips, guards or switches path
+on the size of its state meets both sides."""
 UNRESOLVED = 0.1
 """A low-precision comparison whose allowance (the scheme's rounding units times the step's amplification, in the
 dtype's rounding unit) exceeds this relative size resolves nothing and is not made: bfloat16 on a composition of

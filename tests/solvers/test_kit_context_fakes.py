@@ -13,7 +13,7 @@ import torch
 import solvers
 from solvers import AbstractStepper, PhaseState
 from solvers.testing import CONTEXTS, REFERENCE, check_contexts, check_evals, check_reversible
-from solvers.testing.contexts import DTYPES, FIELDS, LAYOUTS, MODES, TIMES, AttentionFFN
+from solvers.testing.contexts import DTYPES, FIELDS, LAYOUTS, MODES, SCALES, TIMES, AttentionFFN
 
 
 class _Heun(AbstractStepper, abstract=True):
@@ -249,6 +249,76 @@ class RestartingAB2(AbstractStepper):
         return y + dt * ((1 + 0.5 * r) * f - 0.5 * r * previous), (f, float(dt))
 
 
+class EulerPastTheSchedule(_Heun):
+    """Heun that drops its corrector past t = 100 ("the schedule is flat there"): every evaluation at the right time,
+    so only a reference that does not share the far time tells."""
+
+    def wrong_here(self, field, t, y, dt):
+        return abs(float(t.detach() if isinstance(t, torch.Tensor) else t)) > 100
+
+
+class EulerBeforeZero(_Heun):
+    """Heun that drops its corrector at negative times ("no layer runs there")."""
+
+    def wrong_here(self, field, t, y, dt):
+        return float(t.detach() if isinstance(t, torch.Tensor) else t) < -10
+
+
+class OverflowGuard(_Heun):
+    """Heun with an "overflow guard": Euler once the state exceeds 100 in size."""
+
+    def wrong_here(self, field, t, y, dt):
+        return float(y.detach().abs().max()) > 100
+
+
+class UnderflowGuard(_Heun):
+    """Heun that skips the corrector on "negligible" states, below 0.01 in size."""
+
+    def wrong_here(self, field, t, y, dt):
+        return float(y.detach().abs().max()) < 1e-2
+
+
+class EulerOnEvalFields(_Heun):
+    """Heun with an "inference fast path": Euler when the field is a module in eval mode (a model generating)."""
+
+    def wrong_here(self, field, t, y, dt):
+        return isinstance(field, torch.nn.Module) and not field.training
+
+
+@pytest.mark.parametrize(
+    ("scheme", "context"),
+    [
+        (EulerPastTheSchedule, r"from t = 500 \(the reference from t = 0\.3\)"),
+        (EulerBeforeZero, r"from t = -64 \(the reference from t = 0\.3\)"),
+        (OverflowGuard, r"state and field scaled by 2\^10"),
+        (UnderflowGuard, r"state and field scaled by 2\^-10"),
+        (EulerOnEvalFields, r"an nn.Module field in eval mode"),
+    ],
+)
+def test_a_scheme_that_switches_on_the_time_the_size_or_the_fields_mode_is_rejected(scheme, context):
+    """The reference does not share what the scheme switches on: a far start is compared with the reference from the
+    instance's own start (the field shifted in time), a scaled state with the reference at its own size."""
+    with pytest.raises(AssertionError, match=context):
+        check_contexts(scheme, examples=0)
+    check_evals(scheme, examples=0)  # right where the other checks look: every evaluation at the right time
+
+
+def test_a_far_start_and_a_scale_leave_a_correct_step_where_it_was():
+    """The shifted and scaled runs of correct schemes agree with the reference: a scale by a power of two to the bit in
+    float64, a far start to what rounding its stage times moves it."""
+    y = torch.randn(2, 3, 4, dtype=torch.float64)
+
+    def field(t, x):
+        return math.cos(t) * x.roll(1, dims=-1) - x
+
+    for scheme in (solvers.RK4(), solvers.Heun(), solvers.BogackiShampine3()):
+        plain = scheme.step(field, 0.3, y, 0.4, scheme.init(field, 0.3, y))[0]
+        big = scheme.step(lambda t, x: 1024 * field(t, x / 1024), 0.3, 1024 * y, 0.4, None)[0]
+        assert torch.equal(big / 1024, plain)
+        late = scheme.step(lambda t, x: field(t - 499.7, x), 500.0, y, 0.4, None)[0]
+        assert torch.allclose(late, plain, rtol=0, atol=1e-12)
+
+
 def test_stage_times_clamped_far_from_zero_are_rejected():
     with pytest.raises(AssertionError, match=r"c = .* at dt"):
         check_evals(ClampedTimes)
@@ -278,6 +348,7 @@ def test_every_value_of_every_aspect_is_run_on_the_fixed_instance():
     assert {c.threads for c in CONTEXTS} == {1, 2}
     assert any(c.t0 is not None and abs(c.t0) >= 100 for c in CONTEXTS)
     assert any(c.size == "large" for c in CONTEXTS) and any(c.size == (32, 768) for c in CONTEXTS)
+    assert {c.scale for c in CONTEXTS} >= {1.0, *SCALES}
 
 
 def test_the_attention_field_couples_tokens_and_depends_on_time():
