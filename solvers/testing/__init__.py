@@ -50,6 +50,10 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
   step, inverse and carried step to rounding, in training the same gradient with respect to the state and (against
   difference quotients) a learnable ``dt``. Every value of every aspect runs first on a fixed instance
   (:data:`CONTEXTS`), then drawn ones.
+- :func:`check_tableau` (if the stepper states its coefficients, ``tableau``): its step is their step
+  (``tableau.step``) from the same state, to ``ONE_STEP_RTOL`` times the step's amplification of rounding, at any
+  drawn step size, start time, magnitude and size: the claims derived from coefficients hold only for a scheme that
+  runs them.
 - :func:`check_evals`: each step evaluates the field ``evals_per_step`` times (``- 1`` on a repeated field if
   ``fsal``; the first steps as ``startup_evals`` says), at abscissae ``c`` (times ``t + c dt``) that are the same at
   every ``dt``.
@@ -140,6 +144,7 @@ from .strategies import (
     problems,
     scaled_problems,
 )
+from .tableau import check_tableau, stated_tableau
 from .thresholds import ORDER_TOLERANCE
 
 __all__ = [
@@ -170,6 +175,8 @@ __all__ = [
     "StepperReport",
     "stepper_report",
     "check_symplectic",
+    "check_tableau",
+    "stated_tableau",
     "coupled_problem",
     "coupled_problems",
     "default_problems",
@@ -290,8 +297,10 @@ def _claims(stepper: AbstractStepper, dim: int | None, examples: int, fields: An
             return check_no_limit(stepper, default_problems(stepper, dim)[-1])
         return check_order(stepper, dim=dim, examples=max(th.ORDER_EXAMPLES, examples // 10))
 
-    claims: list[tuple[str, Any]] = [
-        ("protocol", lambda: check_protocol(stepper, dim, examples)),
+    claims: list[tuple[str, Any]] = [("protocol", lambda: check_protocol(stepper, dim, examples))]
+    if stated_tableau(stepper) is not None:
+        claims.append(("tableau", lambda: check_tableau(stepper, dim, examples)))
+    claims += [
         ("evaluations", evals),
         ("contexts", lambda: check_contexts(stepper, dim, examples, fields=fields)),
         ("precision", lambda: check_precision(stepper, dim, examples)),
@@ -326,6 +335,7 @@ def _check_stepper(
 _FIGURES = {
     "protocol": "gradient vs difference quotients (relative)",
     "evaluations": "evaluations a step",
+    "tableau": "largest defect against its coefficients' step (relative)",
     "contexts": "largest defect against the reference context (relative)",
     "precision": "largest float32 defect (rounding units)",
     "order": "slopes",

@@ -33,6 +33,7 @@ def test_a_correct_scheme_reports_every_claim_passed_with_its_figures():
     assert claims == [
         "declarations",
         "protocol",
+        "tableau",
         "evaluations",
         "contexts",
         "precision",
@@ -44,9 +45,10 @@ def test_a_correct_scheme_reports_every_claim_passed_with_its_figures():
     ]
     by = {r.claim: r for r in report.results}
     assert by["evaluations"].figure == "evaluations a step: 2"
+    assert by["tableau"].figure == "largest defect against its coefficients' step (relative): 0"
     assert by["order"].figure.startswith("slopes: [") and "2" in by["order"].figure
     text = str(report)
-    assert "VelocityVerlet (seed 5): 10 of 10 claims hold" in text and "FAIL" not in text
+    assert "VelocityVerlet (seed 5): 11 of 11 claims hold" in text and "FAIL" not in text
 
 
 def test_a_wrong_scheme_reports_every_failed_claim_and_runs_the_rest():
