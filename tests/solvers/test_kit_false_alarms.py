@@ -3,11 +3,14 @@ range), and correct schemes written here (Yoshida's sixth- and eighth-order comp
 variable-step Adams–Bashforth 2 with its start-up step), pass check_stepper whatever is drawn.
 
 The slow suite runs each once from a fixed seed. The full sweep (many seeds, and thorough runs) is this module run as
-a script: ``python tests/solvers/test_kit_false_alarms.py --runs 20 --thorough 3`` prints one line per run and exits 1
-if any correct scheme failed.
+a script: ``python tests/solvers/test_kit_false_alarms.py --runs 20 --thorough 3`` runs :func:`stepper_report` (every
+claim to its end) and prints one line per run with its seed and each claim's seconds (or every failed claim's
+message), prints every thread's stack when a run goes on past ``--stall`` seconds, and exits 1 if any correct scheme
+failed. Labels after the options sweep only those schemes.
 """
 
 import argparse
+import faulthandler
 import sys
 import time
 from typing import ClassVar
@@ -16,7 +19,7 @@ import pytest
 
 import solvers
 from solvers import AbstractStepper, ButcherTableau, Composition, RungeKutta, Splitting
-from solvers.testing import ORDER_TOLERANCE, check_order, check_stepper
+from solvers.testing import ORDER_TOLERANCE, check_order, check_stepper, stepper_report
 
 
 def _verlet_composition(weights):
@@ -115,19 +118,28 @@ def test_the_order_check_confirms_an_eighth_order_composition():
     assert all(abs(s - 8) <= ORDER_TOLERANCE for s in slopes)
 
 
-def _sweep(runs: int, thorough: int, only: list[str]) -> int:
+def _sweep(runs: int, thorough: int, only: list[str], stall: float) -> int:
+    """Run every chosen scheme ``runs`` times by default and ``thorough`` times at ``examples=200``, one line a run with
+    each claim's seconds; a run still going after ``stall`` seconds prints where it is (every thread's stack)."""
     failures = 0
     for label in only or sorted(SCHEMES):
         for examples, count in ((None, runs), (200, thorough)):
             for _ in range(count):
                 start = time.perf_counter()
+                faulthandler.dump_traceback_later(stall, repeat=True)
                 try:
-                    report = check_stepper(SCHEMES[label], **({} if examples is None else {"examples": examples}))
-                    verdict = f"ok (seed {report['seed']})"
-                except AssertionError as error:
-                    failures += 1
-                    verdict = "FALSE ALARM: " + str(error).replace("\n", " | ")
+                    report = stepper_report(SCHEMES[label], **({} if examples is None else {"examples": examples}))
+                finally:
+                    faulthandler.cancel_dump_traceback_later()
                 took = time.perf_counter() - start
+                claims = " ".join(f"{r.claim} {r.seconds:.0f}s" for r in report.results if r.seconds >= 1)
+                if report.passed:
+                    verdict = f"ok (seed {report.seed}; {claims})"
+                else:
+                    failures += 1
+                    verdict = f"FALSE ALARM (seed {report.seed}): " + " | ".join(
+                        f"{r.claim}: {r.message}".replace("\n", " | ") for r in report.failed
+                    )
                 print(f"{label} examples={examples or 'default'} {took:.1f}s {verdict}", flush=True)
     return failures
 
@@ -136,6 +148,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Run check_stepper repeatedly on every correct scheme.")
     parser.add_argument("--runs", type=int, default=20, help="default runs per scheme")
     parser.add_argument("--thorough", type=int, default=3, help="runs at examples=200 per scheme")
+    parser.add_argument("--stall", type=float, default=900, help="seconds after which a run prints its stack")
     parser.add_argument("only", nargs="*", help="labels to sweep (default: all)")
     args = parser.parse_args()
-    sys.exit(1 if _sweep(args.runs, args.thorough, args.only) else 0)
+    sys.exit(1 if _sweep(args.runs, args.thorough, args.only, args.stall) else 0)
