@@ -49,7 +49,11 @@ BEGIN, END = "<!-- begin: benchmarks -->", "<!-- end: benchmarks -->"
 GOALS = {
     "euler_vs_reference": ("<=", 1.03, "diffusion ViT time / hand-written pre-LN ViT time"),
     "light_vs_diffusion_time": ("<=", 1.05, "light_wave / diffusion train-step time"),
-    "full_vs_diffusion_time": ("<=", 1.5, "full_wave / diffusion train-step time"),
+    "full_vs_diffusion_time": (
+        "<=",
+        1.70,
+        "full_wave / diffusion train-step time (its FLOP floor at this size is 1.62: (40D + 4N) / (24D + 4N))",
+    ),
     "full_vs_diffusion_memory": ("<=", 1.5, "full_wave / diffusion train-step memory"),
     "reversible_memory_depth48_vs_depth6": ("<=", 1.3, "reversible preset memory, depth 48 / depth 6"),
     "integrate_vs_torchdiffeq": ("<=", 0.9, "solvers.integrate (rk4_38) / torchdiffeq.odeint(method='rk4') time"),
