@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import torch
 
 from .._base import AbstractStepper, PhaseState
-from .._coefficients import VALUES
+from .._coefficients import VALUES, coefficients_value
 from . import thresholds as th
 from ._common import _copy, _float64, _fresh_step, _instance, _name
 from ._drawn import check_drawn, reject
@@ -19,10 +20,37 @@ from .strategies import Instance, instances
 
 
 def stated_tableau(stepper: AbstractStepper) -> Any:
-    """The coefficients ``stepper`` states as a value (``tableau``: a :class:`~solvers.ButcherTableau`,
-    :class:`~solvers.NystromTableau` or :class:`~solvers.Splitting`, whose claims are derived from it), or ``None``."""
+    """The coefficients ``stepper`` states as a value, or ``None``: its ``tableau`` (a :class:`~solvers.ButcherTableau`,
+    :class:`~solvers.NystromTableau` or :class:`~solvers.Splitting`, whose claims are derived from it), else the
+    Runge–Kutta tableau its ``coefficients()`` gives at its current parameters (``A``, ``b`` and ``c`` as numbers: a
+    learnable Runge–Kutta family). A splitting given by ``coefficients()`` is left out: a learnable composition's (the
+    triple jump's) is its step for an autonomous field only."""
     tableau = getattr(stepper, "tableau", None)
-    return tableau if isinstance(tableau, VALUES) else None
+    if isinstance(tableau, VALUES):
+        return tableau
+    method = getattr(stepper, "coefficients", None)
+    if not callable(method):
+        return None
+    try:
+        given = method()
+    except (TypeError, ValueError):  # a method of another meaning, or one that needs arguments
+        return None
+    if not isinstance(given, Mapping) or set(given) - {"A", "b", "c"} or not {"A", "b"} <= set(given):
+        return None
+    numbers = [u for key in ("A", "b", "c") for u in _entries(given.get(key, ()))]
+    if not all(isinstance(u, (int, float)) and not isinstance(u, bool) for u in numbers):
+        return None  # tensors per channel: no one tableau
+    try:
+        return coefficients_value(A=given["A"], b=given["b"], c=given.get("c"))
+    except ValueError:
+        return None
+
+
+def _entries(value: Any) -> list[Any]:
+    """The entries of a coefficient vector or matrix given as nested lists or tuples."""
+    if isinstance(value, (list, tuple)):
+        return [u for item in value for u in _entries(item)]
+    return [value]
 
 
 class _Stated:
@@ -42,12 +70,14 @@ class _Stated:
 def check_tableau(
     stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None, examples: int = th.EXAMPLES
 ) -> float | None:
-    """Assert that a scheme stating its coefficients (``tableau``, see :func:`stated_tableau`) steps as they say: its
+    """Assert that a scheme stating its coefficients (``tableau``, or a Runge–Kutta tableau from ``coefficients()``;
+    see :func:`stated_tableau`) steps as they say, at its current (drawn, moved) parameters: its
     step from a fresh ``init`` is the tableau's own step from the same state (``tableau.step``), in float64, to
     ``ONE_STEP_RTOL`` times how much the step amplifies rounding (a step written out by hand rounds in another order).
-    Checked at fixed points (step sizes of 1 and -1, a far start time, a large state) and on ``examples`` drawn
-    instances: any step size up to 1.5 of either sign, start times up to ``T0_RANGE[1]``, magnitudes over six decades,
-    states of ``LARGE_STATE`` entries, up to four steps, each from where the scheme's last step left the state.
+    Checked at fixed points (step sizes of 1 and -1, a far start time, parameters moved, a large state) and on
+    ``examples`` drawn instances: any step size up to 1.5 of either sign, start times up to ``T0_RANGE[1]``, magnitudes
+    over six decades, states of ``LARGE_STATE`` entries, parameters moved, up to four steps, each from where the
+    scheme's last step left the state.
 
     Its claims (order, evaluations, first-same-as-last) are derived from the coefficients, so a scheme that states them
     and steps otherwise somewhere (a fast path for large states, a guard on the step size or on the size of its state,
@@ -101,7 +131,7 @@ def check_tableau(
     big = max(2, -(-th.LARGE_STATE // (width or 3)))
     fixed = [
         base,
-        replace(base, dt=-1.0, t0=500.0, magnitude=1e3),
+        replace(base, dt=-1.0, t0=500.0, magnitude=1e3, moved=1.0, moved_seed=3),
         replace(base, batch=big, tokens=0, dt=0.7, magnitude=1e-3),
     ]
     strategy = instances(pristine, width, max_steps=4)
