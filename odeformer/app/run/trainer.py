@@ -86,7 +86,8 @@ class Trainer:
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.device = choose_device(loop.device)
-        if self.world > 1 and not dist.is_initialized():
+        self.joined = self.world > 1 and not dist.is_initialized()  # the group this run creates, and tears down
+        if self.joined:
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         self.main = self.rank == 0
         torch.manual_seed(loop.seed)
@@ -473,7 +474,18 @@ class Trainer:
                 self.bar.close()
             if self.writer is not None:
                 self.writer.close()
-        return self._finish(status)
+        summary = self._finish(status)
+        self._leave()
+        return summary
+
+    def _leave(self) -> None:
+        """Leave the process group this run created: every rank waits here for the others (rank 0 evaluates the test
+        split and writes the summary alone), then tears it down. A rank that exited while another still held the
+        group aborted now and then in the teardown ("terminate called without an active exception")."""
+        if self.joined and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+            self.joined = False
 
     def _finish(self, status: str) -> dict[str, Any]:
         checksums = _rank_checksums(_unwrap(self.model), self.world, self.device)
