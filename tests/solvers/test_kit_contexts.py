@@ -110,6 +110,28 @@ def test_the_whole_thorough_kit_passes_far_reaching_compositions(name):
     check_stepper(getattr(solvers, name), examples=200)
 
 
+def test_a_round_trip_is_allowed_the_schemes_own_rounding_units_times_the_modelled_rounding(monkeypatch):
+    """The rounding model perturbs no sum of the scheme's own, so the multiplier of what it moves a round trip is the
+    scheme's rounding units (1333 for Yoshida's eighth-order composition), not a fixed 16. With REVERSIBLE_RTOL set to
+    0 the multiplier alone decides: these draws of the composition's honest round trips pass under the scheme's units
+    and fail under 16 (an examples=200 run failed so at 1.07e-12)."""
+    import sys
+    from pathlib import Path
+
+    from solvers.testing import check_reversible, geometry
+    from solvers.testing._drawn import seeded
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_kit_false_alarms import Yoshida8
+
+    monkeypatch.setattr(th, "REVERSIBLE_RTOL", 0.0)
+    with seeded(3):
+        check_reversible(Yoshida8, examples=20)
+    monkeypatch.setattr(geometry, "float32_allowance", lambda stepper: float(th.MODELLED_ROUNDING))
+    with seeded(3), pytest.raises(AssertionError, match="declares symmetric|declares reversible"):
+        check_reversible(Yoshida8, examples=20)
+
+
 def test_a_round_trip_is_judged_relative_to_the_magnitude_the_steps_reach():
     """A drawn point that blows the state up is redrawn; a judged one is relative to the largest state reached, so
     a scheme whose inverse is off by a fixed fraction of that is still rejected."""
