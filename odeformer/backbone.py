@@ -34,8 +34,9 @@ from solvers import PhaseState
 
 from .continuous import ContinuousBackbone, ContinuousSolver
 from .fields import AttentionField, FeedForward, JointIdentity, _forward_mode
+from .hooks import direct_calls
 from .joint import JointLayerNorm
-from .layer import JointDropout, Layer, StateMap, direct_calls
+from .layer import JointDropout, Layer, StateMap
 from .registry import Solver, as_solver
 
 SolverSchedule = str | Solver | Sequence[str | Solver] | Callable[[int], str | Solver]
@@ -155,7 +156,7 @@ class Backbone(nn.Module):
         blocks whose fields' weights were read on the cache's first pass (:meth:`Layer.bind_cache`), the same
         operations as the depth loop of :meth:`forward` without its per-layer module calls and lookups. ``None``
         (the loop runs instead) where those would not do the same: autograd or forward-mode AD on, a hook or training
-        mode on a module left out (:func:`~odeformer.layer.direct_calls`), substeps or an observer."""
+        mode on a module left out (:func:`~odeformer.hooks.direct_calls`), substeps or an observer."""
         if torch.is_grad_enabled() or _forward_mode() or self.substeps != 1 or self.observer is not None:
             return None
         binding = cache.bound.get(self)
@@ -177,7 +178,7 @@ class Backbone(nn.Module):
     def _bind(self, cache: Any) -> tuple[list[tuple], Callable[[Tensor], Tensor], Callable[[], bool]]:
         """Per layer: the layer, its bound block, whether it starts a running state, its block stepper's ``init``
         and ``step``, its ``t0`` and ``dt``; the final norm (a LayerNorm's weights bound); and the check that these
-        may stand for the modules they leave out (:func:`~odeformer.layer.direct_calls`)."""
+        may stand for the modules they leave out (:func:`~odeformer.hooks.direct_calls`)."""
         layers = self.layers
         if len(cache.layers) != len(layers):
             raise ValueError(f"the cache has {len(cache.layers)} layers, the backbone {len(layers)}.")

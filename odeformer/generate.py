@@ -36,7 +36,7 @@ each layer read their weights once into plain functions (:meth:`~odeformer.field
 :meth:`~odeformer.fields.FeedForward.bind`, :meth:`~odeformer.layer.Layer.bind_cache`), and every later pass steps
 the layers' schemes on those instead of calling the fields, their norms and projections as modules. They run the same
 operations in the same order, so the logits are those of the module path to the bit (tested under every scheme and
-layout). Before each pass a check gathered once per cache (:func:`~odeformer.layer.direct_calls`) sends the pass
+layout). Before each pass a check gathered once per cache (:func:`~odeformer.hooks.direct_calls`) sends the pass
 through the modules instead where that would differ: a hook on one of them or registered globally, a module in
 training mode, autograd or forward-mode AD on, a substep count or an observer on the backbone.
 

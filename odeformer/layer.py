@@ -11,12 +11,11 @@ call-time context (masks, a cache) that reaches the attention field. What a laye
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.modules import module as module_hooks
 
 from solvers import Block, Carry, Claims, Y
 
@@ -127,7 +126,7 @@ class Layer(nn.Module):
         :class:`~odeformer.generate.LayerCache`), each field's weights read once (a field's ``bind_cache(cache)``, an
         FFN's ``bind()``, where it offers one; else the field itself, bound to the cache as :meth:`block` binds it),
         and the modules whose calls those leave out: stepping on ``block`` is stepping on ``block({"cache":
-        cache})`` while the check :func:`direct_calls` makes of them holds."""
+        cache})`` while the check :func:`~odeformer.hooks.direct_calls` makes of them holds."""
         binder = getattr(self.attention, "bind_cache", None)
         attention, modules = binder(cache) if binder is not None else (_Bound(self.attention, {"cache": cache}), [])
         ffn = self.ffn
@@ -169,36 +168,6 @@ class Layer(nn.Module):
         for key in [key for key in state_dict if key.startswith(old)]:
             state_dict[prefix + "block_stepper." + key[len(old) :]] = state_dict.pop(key)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-
-_GLOBAL_HOOKS = (
-    module_hooks._global_forward_pre_hooks,
-    module_hooks._global_forward_hooks,
-    module_hooks._global_backward_pre_hooks,
-    module_hooks._global_backward_hooks,
-)
-
-
-def direct_calls(modules: Sequence[nn.Module]) -> Callable[[], bool]:
-    """A check, made before each pass that uses a bound field (:meth:`Layer.bind_cache`): whether calling each of
-    ``modules``' ``forward`` directly still does what calling the module does: no module hook on them or registered
-    globally, none in training mode, none compiled in place (``module.compile()``), no TorchScript trace running.
-    The modules' hook dictionaries are gathered here once (a module keeps its own for its life)."""
-    unique = tuple({id(m): m for m in modules}.values())
-    hooks = _GLOBAL_HOOKS + tuple(
-        d for m in unique for d in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, m._backward_pre_hooks)
-    )
-    tracing = torch._C._get_tracing_state
-
-    def check() -> bool:
-        if any(hooks) or tracing():
-            return False
-        for m in unique:
-            if m.training or m._compiled_call_impl is not None:
-                return False
-        return True
-
-    return check
 
 
 class _Bound:

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from ..backbone import Backbone, SolverSchedule, transformer
 from ..generate import generate
-from ..layer import direct_calls
+from ..hooks import direct_calls
 from ._common import Footprint, TaskModel, TaskSpec, check_tokens, register, transformer_footprint
 
 if TYPE_CHECKING:
