@@ -101,6 +101,7 @@ class Activation(NamedTuple):
     phi_into: Callable[..., Tensor]  # (z, out=None) -> φ(z), one kernel
     prime_times: Callable[..., Tensor]  # (g, z, out=None) -> g ⊙ φ'(z), one fused kernel where it is differentiable
     add_curvature: Callable[[Tensor, Tensor, Tensor, Tensor], None]  # (acc, g, z, scratch): acc += g ⊙ φ''(z)
+    grad: Callable[..., Tensor]  # (g, z, out=None) -> g ⊙ φ'(z) by the kernel autograd runs for φ (the same bits)
 
 
 def _backward_kernel(op, *args: Any, **options: Any) -> Callable[..., Tensor]:
@@ -122,6 +123,7 @@ ACTIVATIONS: dict[str, Activation] = {
         _out_of(torch._C._nn.gelu),
         _backward_kernel(torch.ops.aten.gelu_backward),
         _add_gelu_curvature,
+        _backward_kernel(torch.ops.aten.gelu_backward),
     ),
     "gelu_tanh": Activation(
         lambda z: F.gelu(z, approximate="tanh"),
@@ -130,6 +132,7 @@ ACTIVATIONS: dict[str, Activation] = {
         _out_of(torch._C._nn.gelu, approximate="tanh"),
         _backward_kernel(torch.ops.aten.gelu_backward, approximate="tanh"),
         _curvature_by(_gelu_tanh_second),
+        _backward_kernel(torch.ops.aten.gelu_backward, approximate="tanh"),
     ),
     "relu": Activation(
         F.relu,
@@ -138,6 +141,7 @@ ACTIVATIONS: dict[str, Activation] = {
         _out_of(partial(torch.clamp_min, min=0.0)),
         _backward_kernel(torch.ops.aten.threshold_backward, 0.0),
         _no_curvature,
+        _backward_kernel(torch.ops.aten.threshold_backward, 0.0),  # autograd passes φ(z), positive where z is
     ),
     "silu": Activation(
         F.silu,
@@ -146,6 +150,7 @@ ACTIVATIONS: dict[str, Activation] = {
         _out_of(torch._C._nn.silu),
         _times(_silu_prime),  # aten.silu_backward has no derivative: the dropout path could not train through it
         _curvature_by(_silu_second),
+        _backward_kernel(torch.ops.aten.silu_backward),
     ),
 }
 """Activation name -> :class:`Activation`. Only activations with exact derivatives here may carry a velocity

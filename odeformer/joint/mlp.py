@@ -14,8 +14,14 @@ from torch import Tensor, nn
 
 from solvers import AutocastState, transforms_active
 
+from ..hooks import plain_calls
 from .activations import Activation, activation
 from .double_backward import vjp_with_graph
+
+RECOMPUTE_FROM = 1 << 16
+"""The hidden layer's size (elements) from which :meth:`JointMLP.position` recomputes it in the backward pass instead
+of saving it: below it the saving is under 256 KB (float32) and the Python backward pass's overhead (about 0.1 ms a
+call on CPU) costs more than the memory is worth. Either way the values and gradients are the same bits."""
 
 
 class JointMLP(nn.Module):
@@ -44,6 +50,18 @@ class JointMLP(nn.Module):
         self.act = activation(self.activation_name)
 
     def position(self, x: Tensor) -> Tensor:
+        fc1, fc2 = self.fc1, self.fc2
+        if (
+            x.numel() // max(x.shape[-1], 1) * fc1.out_features >= RECOMPUTE_FROM
+            and torch.is_grad_enabled()
+            and (x.requires_grad or any(p is not None and p.requires_grad for p in _weights(fc1, fc2)))
+            and not (self.training and self.drop.p > 0)
+            and type(fc1) is nn.Linear
+            and type(fc2) is nn.Linear
+            and not transforms_active()
+            and plain_calls(fc1, fc2)
+        ):  # training at size: the hidden layer is recomputed in the backward pass instead of saved
+            return _RecomputedMLP.apply(x, *_weights(fc1, fc2), self.act)
         hidden = self.fc1(x)
         if hidden.requires_grad or transforms_active():
             hidden = self.act.phi(hidden)
@@ -80,6 +98,10 @@ class JointMLP(nn.Module):
         return x * keep, v * keep
 
 
+def _weights(fc1: nn.Linear, fc2: nn.Linear) -> tuple[Tensor | None, ...]:
+    return fc1.weight, fc1.bias, fc2.weight, fc2.bias
+
+
 def _plain_joint_mlp(
     xv: Tensor, weight1: Tensor, bias1: Tensor, weight2: Tensor, bias2: Tensor, act: Activation
 ) -> tuple[Tensor, Tensor]:
@@ -95,8 +117,10 @@ def _plain_joint_mlp(
 class _Workspace(threading.local):
     """Scratch buffers of the fused MLP and LayerNorm on CPU, kept from call to call (one set per thread).
 
-    The hidden pair and its gradient are ``(2M, H)`` buffers that live only within one forward or backward call, as
-    do the MLP's stacked output gradient and the LayerNorm backward pass's ``x̂``, ``u`` and ``a``. On
+    The hidden pair (``(2M, H)``, then the pre-activations' gradient in the backward pass), ``φ'(p_x)`` and
+    ``g_v ⊙ p_v`` (``(M, H)`` each) live only within one forward or backward call (the plain MLP's hidden layer and
+    its gradient take the first and the last), as do the MLP's stacked output gradient and the LayerNorm backward
+    pass's ``x̂``, ``u`` and ``a``. On
     CPU a fresh buffer of that size comes from the operating system as new pages on nearly every call; reusing one
     keeps it mapped and in cache, which is most of what separates the fused MLP from a plain MLP on the doubled batch
     (``joint_mlp_vs_doubled_mlp_time`` in ``docs/RESULTS.md``). The cost is holding the two largest buffers between
@@ -155,6 +179,57 @@ def _joint_mlp(xv: Tensor, weight1: Tensor, bias1: Tensor, weight2: Tensor, bias
     return out.view(xv.shape[:-1] + out.shape[-1:]).unbind(0), pre
 
 
+def _plain_mlp(x: Tensor, weight1: Tensor, bias1: Tensor, weight2: Tensor, bias2: Tensor, act: Activation) -> Tensor:
+    """:class:`_RecomputedMLP`'s map in ordinary differentiable operations: ``φ(x W₁ᵀ + b₁) W₂ᵀ + b₂``."""
+    return F.linear(act.phi(F.linear(x, weight1, bias1)), weight2, bias2)
+
+
+class _RecomputedMLP(torch.autograd.Function):
+    """``x -> φ(x W₁ᵀ + b₁) W₂ᵀ + b₂`` (the plain MLP of :meth:`JointMLP.position` while training), saving ``x`` and
+    the pre-activation ``p`` but not the hidden layer ``φ(p)``: the backward pass computes it again for ``W₂``'s
+    gradient. That is a quarter of the activations a pre-LN transformer layer saves (``4D`` of about ``16D`` per
+    token) for one pass of ``φ`` per layer and step. The forward value and every gradient are bit for bit those of
+    autograd through ``nn.Linear``, ``φ`` and ``nn.Linear`` (the same kernels on the same operands, ``φ``'s gradient by
+    the kernel autograd runs, :attr:`Activation.grad`); the hidden layer and its gradient are written into the kept
+    scratch buffers (:class:`_Workspace`), which on CPU also spares the page faults of two fresh hidden-size buffers.
+    Under ``create_graph=True`` the backward pass is autograd's through :func:`_plain_mlp`, so that double backward is
+    exact.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight1: Tensor, bias1: Tensor, weight2: Tensor, bias2: Tensor, act: Activation):
+        pre = F.linear(x, weight1, bias1)
+        hidden = act.phi_into(pre, out=_WORKSPACE.take("hidden", pre))
+        ctx.save_for_backward(x, pre, weight1, bias1, weight2, bias2)
+        ctx.act = act
+        ctx.autocast = AutocastState.capture(pre)
+        return F.linear(hidden, weight2, bias2)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        with ctx.autocast():  # under bf16 autocast the products mix dtypes, as in the forward pass
+            x, pre, weight1, bias1, weight2, bias2 = ctx.saved_tensors
+            if torch.is_grad_enabled():  # create_graph: a backward pass that can itself be differentiated
+                plain = partial(_plain_mlp, act=ctx.act)
+                return (*vjp_with_graph(plain, (x, weight1, bias1, weight2, bias2), grad), None)
+            # the products autograd's addmm backward makes for each nn.Linear: grad·W, gradᵀ·input, Σ grad
+            rows = pre.reshape(-1, pre.shape[-1])
+            hidden = ctx.act.phi_into(rows, out=_WORKSPACE.take("hidden", rows))
+            grads = grad.reshape(-1, grad.shape[-1])
+            grad_weight2 = grads.t().mm(hidden) if ctx.needs_input_grad[3] else None
+            grad_bias2 = grads.sum(0) if ctx.needs_input_grad[4] else None
+            grad_pre = _product_into(grads, weight2, _WORKSPACE.take("product", rows))
+            grad_pre = ctx.act.grad(grad_pre, rows, out=grad_pre)
+            return (
+                grad_pre.mm(weight1).view(x.shape) if ctx.needs_input_grad[0] else None,
+                grad_pre.t().mm(x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None,
+                grad_pre.sum(0) if ctx.needs_input_grad[2] else None,
+                grad_weight2,
+                grad_bias2,
+                None,
+            )
+
+
 class _JointMLP(torch.autograd.Function):
     """``xv = stack(x, v) -> (φ(p_x) W₂ᵀ + b₂, (φ'(p_x) ⊙ p_v) W₂ᵀ)``, ``p = stack(x W₁ᵀ + b₁, v W₁ᵀ)``, saving ``xv``
     and ``p`` (what autograd's two linear layers would save) and recomputing the hidden layer in the backward pass.
@@ -201,11 +276,12 @@ class _JointMLP(torch.autograd.Function):
         slope = act.prime_times(pre_x.new_ones(()).expand_as(pre_x), pre_x, out=_WORKSPACE.take("slope", pre_x))
         torch.mul(slope, pre_v, out=hidden[tokens:])  # φ'(p_x) once: it multiplies three tensors here
         grad_weight2 = grads.t() @ hidden
-        grad_pre = _product_into(grads, weight2, _WORKSPACE.take("grad_pre", pre))  # (2M, H): turned into p's in place
+        # (2M, H), turned into p's gradient in place, in the hidden pair's buffer (spent once W₂'s gradient has it)
+        grad_pre = _product_into(grads, weight2, hidden)
         g_x, g_v = grad_pre[:tokens], grad_pre[tokens:]
-        curved = torch.mul(g_v, pre_v, out=hidden[:tokens])  # g_v ⊙ p_v, for p_x's term g_v ⊙ p_v ⊙ φ''(p_x)
+        curved = torch.mul(g_v, pre_v, out=_WORKSPACE.take("product", pre_x))  # for p_x's term g_v ⊙ p_v ⊙ φ''(p_x)
         grad_pre.view(2, tokens, -1).mul_(slope)  # both halves by φ'(p_x), one kernel
-        act.add_curvature(g_x, curved, pre_x, hidden[tokens:])
+        act.add_curvature(g_x, curved, pre_x, slope)  # φ'(p_x) is spent: its buffer is the scratch
         rows = xv.reshape(pre.shape[0], -1)
         return (
             (grad_pre @ weight1).view(xv.shape),

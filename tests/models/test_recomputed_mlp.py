@@ -1,0 +1,179 @@
+"""The plain MLP while training (``JointMLP.position`` through ``_RecomputedMLP``): it saves the input and the
+pre-activation but not the hidden layer, and its value and every gradient are bit for bit autograd's through
+``nn.Linear``, ``φ`` and ``nn.Linear``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from odeformer.joint import mlp as mlp_module
+from odeformer.joint.activations import ACTIVATIONS
+from odeformer.joint.mlp import JointMLP
+
+
+@pytest.fixture(autouse=True)
+def _every_size(monkeypatch):
+    """These tests' layers are small: recompute at every size (the threshold has a test of its own)."""
+    monkeypatch.setattr(mlp_module, "RECOMPUTE_FROM", 0)
+
+
+def test_small_hidden_layers_are_saved_large_ones_recomputed(monkeypatch):
+    monkeypatch.setattr(mlp_module, "RECOMPUTE_FROM", 4 * 5 * 32)
+    mlp = JointMLP(8, 32)
+    at = torch.randn(4, 5, 8, requires_grad=True)
+    below = torch.randn(4, 4, 8, requires_grad=True)
+    assert mlp.position(at).grad_fn.name() == "_RecomputedMLPBackward"
+    assert mlp.position(below).grad_fn.name() != "_RecomputedMLPBackward"
+
+
+class _Patched:
+    """A context in which ``position`` takes the module path (what it did before the fused Function)."""
+
+    def __enter__(self):
+        self.saved = mlp_module.plain_calls
+        mlp_module.plain_calls = lambda *modules: False
+        return self
+
+    def __exit__(self, *exc):
+        mlp_module.plain_calls = self.saved
+
+
+def _value_and_grads(mlp, x, loss, module_path: bool):
+    wanted = [x] + [p for p in mlp.parameters() if p.requires_grad]
+    wanted = [t for t in wanted if t.requires_grad]
+    if module_path:
+        with _Patched():
+            out = mlp.position(x)
+    else:
+        out = mlp.position(x)
+    return out, torch.autograd.grad(loss(out), wanted)
+
+
+LOSSES = {"square": lambda out: out.square().sum(), "sum": lambda out: out.sum()}  # "sum": an expanded gradient
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("loss", sorted(LOSSES))
+def test_value_and_gradients_are_autograds_bit_for_bit(name, dtype, loss):
+    torch.manual_seed(0)
+    mlp = JointMLP(8, 32, name).to(dtype)
+    x = torch.randn(4, 5, 8, dtype=dtype, requires_grad=True)
+    fused_out, fused = _value_and_grads(mlp, x, LOSSES[loss], module_path=False)
+    assert fused_out.grad_fn.name() == "_RecomputedMLPBackward"
+    plain_out, plain = _value_and_grads(mlp, x, LOSSES[loss], module_path=True)
+    assert plain_out.grad_fn.name() != "_RecomputedMLPBackward"
+    assert torch.equal(fused_out, plain_out)
+    assert len(fused) == len(plain) == 5
+    for a, b in zip(fused, plain, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("frozen", ["input", "weights", "first_layer", "no_bias"])
+def test_partial_gradients_match(frozen):
+    torch.manual_seed(1)
+    mlp = JointMLP(6, 12, "gelu").double()
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=frozen != "input")
+    if frozen == "weights":
+        mlp.requires_grad_(False)
+    if frozen == "first_layer":
+        mlp.fc1.requires_grad_(False)
+    if frozen == "no_bias":
+        mlp.fc1 = torch.nn.Linear(6, 12, bias=False).double()
+        mlp.fc2 = torch.nn.Linear(12, 6, bias=False).double()
+    fused_out, fused = _value_and_grads(mlp, x, LOSSES["square"], module_path=False)
+    assert fused_out.grad_fn.name() == "_RecomputedMLPBackward"
+    _, plain = _value_and_grads(mlp, x, LOSSES["square"], module_path=True)
+    assert len(fused) == len(plain) > 0
+    for a, b in zip(fused, plain, strict=True):
+        assert torch.equal(a, b)
+
+
+def _saved_bytes(mlp, x, module_path: bool) -> int:
+    weights = {p.untyped_storage().data_ptr() for p in mlp.parameters()}
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights:  # activations, not the weights (or views of them)
+            storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        if module_path:
+            with _Patched():
+                mlp.position(x)
+        else:
+            mlp.position(x)
+    return sum(storages.values())
+
+
+def test_it_saves_no_hidden_layer():
+    torch.manual_seed(2)
+    mlp = JointMLP(16, 64)
+    x = torch.randn(8, 10, 16, requires_grad=True)
+    hidden = 8 * 10 * 64 * 4  # one float32 hidden-size tensor
+    plain, fused = _saved_bytes(mlp, x, module_path=True), _saved_bytes(mlp, x, module_path=False)
+    assert plain == x.numel() * 4 + 2 * hidden  # the input, the pre-activation, the hidden layer
+    assert fused == plain - hidden
+
+
+def test_bf16_autocast_matches_autograd():
+    torch.manual_seed(3)
+    mlp = JointMLP(8, 32)
+    x = torch.randn(4, 5, 8, requires_grad=True)
+
+    def run(module_path):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, grads = _value_and_grads(mlp, x, lambda o: o.float().square().sum(), module_path)
+        return out, grads
+
+    (fused_out, fused), (plain_out, plain) = run(False), run(True)
+    assert fused_out.dtype == torch.bfloat16 and torch.equal(fused_out, plain_out)
+    for a, b in zip(fused, plain, strict=True):
+        assert a.dtype == torch.float32 and torch.equal(a, b)
+
+
+def test_double_backward_is_the_plain_maps():
+    torch.manual_seed(4)
+    mlp = JointMLP(5, 9, "silu").double()
+    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+
+    def second(module_path):
+        params = list(mlp.parameters())
+        if module_path:
+            with _Patched():
+                out = mlp.position(x)
+        else:
+            out = mlp.position(x)
+        first = torch.autograd.grad(out.square().sum(), [x, *params], create_graph=True)
+        return torch.autograd.grad(sum(g.square().sum() for g in first), [x, *params])
+
+    for a, b in zip(second(False), second(True), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_hooks_dropout_and_transforms_take_the_module_path():
+    torch.manual_seed(5)
+    mlp = JointMLP(4, 8)
+    x = torch.randn(2, 4, requires_grad=True)
+    calls = []
+    handle = mlp.fc1.register_forward_hook(lambda module, args, out: calls.append(out.shape))
+    out = mlp.position(x)
+    handle.remove()
+    assert calls == [torch.Size([2, 8])] and out.grad_fn.name() != "_RecomputedMLPBackward"
+    assert mlp.position(x).grad_fn.name() == "_RecomputedMLPBackward"
+
+    dropping = JointMLP(4, 8, dropout=0.5).train()
+    assert dropping.position(x).grad_fn.name() != "_RecomputedMLPBackward"
+    assert dropping.eval().position(x).grad_fn.name() == "_RecomputedMLPBackward"
+
+    tangent = torch.randn_like(x)
+    value, jvp = torch.func.jvp(mlp.position, (x.detach(),), (tangent,))
+    reference = torch.autograd.functional.jvp(mlp.position, x.detach(), tangent)
+    torch.testing.assert_close(value, reference[0])
+    torch.testing.assert_close(jvp, reference[1])
+
+    with torch.no_grad():
+        assert mlp.position(x).grad_fn is None
