@@ -202,8 +202,10 @@ class AttentionField(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"AttentionField expects x of shape (B, N, {self.dim}), got {tuple(x.shape)}.")
         B, N, _ = x.shape
-        qkv = self.qkv(self.norm(x)).view(B, N, 3, self.heads, self.head_dim)
-        return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        q, k, v = self.qkv(self.norm(x)).view(B, N, 3, self.heads, self.head_dim).unbind(2)  # each (B, N, H, Dh)
+        # split before the heads' transpose: the backward pass stacks the three gradients straight into the
+        # projection's layout, one copy (a permute before the split made it stack, then copy twice)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def _mask(self, x: Tensor, attn_mask: Tensor | None) -> Tensor | None:
         N = x.shape[1]
