@@ -4,7 +4,8 @@
 
 Prints one JSON line. On CPU: the resident-set peak during three training steps, after a warm-up step that allocated
 the weights, gradients and optimiser state, minus the resident size before them (``/proc/self/clear_refs`` resets the
-peak, so this is the memory the steps themselves need: activations and workspace). On CUDA:
+peak, so this is the memory the steps themselves need: activations and workspace; the scratch buffers the fused MLP
+keeps between calls are given back first, so that the steps' peak counts them too). On CUDA:
 ``torch.cuda.max_memory_allocated`` likewise reset after the warm-up.
 """
 
@@ -37,6 +38,7 @@ def _reset_peak() -> bool:
 
 def measure(solver: str, depth: int, dim: int, batch: int, image: int, patch: int, device: str) -> dict:
     from benchmarks.run import build_model
+    from odeformer.joint import release_workspace
 
     torch.manual_seed(0)
     model = build_model(solver, depth, dim, image, patch).to(device)
@@ -51,6 +53,7 @@ def measure(solver: str, depth: int, dim: int, batch: int, image: int, patch: in
         optimiser.step()
 
     step()  # warm-up: weights, gradients, optimiser state, allocator pools
+    release_workspace()  # memory the model holds between steps is the steps' too
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
