@@ -177,3 +177,36 @@ def test_hooks_dropout_and_transforms_take_the_module_path():
 
     with torch.no_grad():
         assert mlp.position(x).grad_fn is None
+
+
+def test_results_do_not_depend_on_the_calls_between():
+    """The recomputed MLP and Full Wave's joint MLP take the same kept scratch buffers: a forward pass, other MLPs'
+    forward and backward passes (other shapes, another dtype), then the backward pass still gives autograd's bits."""
+    torch.manual_seed(6)
+    mlp = JointMLP(6, 20).double()
+    x = torch.randn(3, 7, 6, dtype=torch.float64, requires_grad=True)
+    out = mlp.position(x)
+    assert out.grad_fn.name() == "_RecomputedMLPBackward"
+    for dim, hidden, dtype in ((6, 20, torch.float64), (9, 40, torch.float64), (6, 20, torch.float32)):
+        other = JointMLP(dim, hidden).to(dtype)
+        a, b = other(torch.randn(5, 4, dim, dtype=dtype), torch.randn(5, 4, dim, dtype=dtype))
+        (a.sum() + b.sum()).backward()
+        other.position(torch.randn(2, 8, dim, dtype=dtype, requires_grad=True)).sum().backward()
+    fused = torch.autograd.grad(out.square().sum(), [x, *mlp.parameters()])
+    _, plain = _value_and_grads(mlp, x, LOSSES["square"], module_path=True)
+    for a, b in zip(fused, plain, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_full_waves_backward_keeps_four_hidden_sized_buffers():
+    """The joint MLP's backward pass: the hidden pair (2M × H, then the pre-activations' gradient), φ'(p_x) and
+    g_v ⊙ p_v (M × H each), and the stacked output gradient (2M × D); the recomputed MLP adds nothing to them."""
+    mlp_module.release_workspace()
+    tokens, dim, hidden = 5 * 7, 6, 24
+    joint = JointMLP(dim, hidden).double()
+    x = torch.randn(5, 7, dim, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(5, 7, dim, dtype=torch.float64, requires_grad=True)
+    a, b = joint(x, v)
+    (a.square().sum() + b.square().sum()).backward()
+    joint.position(x).square().sum().backward()
+    assert mlp_module.release_workspace() == 8 * (4 * tokens * hidden + 2 * tokens * dim)
