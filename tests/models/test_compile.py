@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import odeformer
+import odeformer.joint.mlp as recomputing
 
 FULLGRAPH = sorted(set(odeformer.solver_names("discrete")) - {"reversible"})
 
@@ -54,3 +55,36 @@ def test_inductor_compiled_equals_eager(solver):
     images = torch.randn(4, 1, 8, 8)
     compiled = torch.compile(model)
     torch.testing.assert_close(compiled(images), model(images), rtol=1e-4, atol=1e-4)
+
+
+def _graph_names(out: torch.Tensor) -> set[str]:
+    seen, names, stack = set(), set(), [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(node.name())
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+@pytest.mark.parametrize(
+    "solver,backend",
+    [("diffusion", "eager"), ("light_wave", "eager"), pytest.param("diffusion", "inductor", marks=pytest.mark.slow)],
+)
+def test_the_recomputed_mlp_compiles_and_matches_eager(solver, backend, monkeypatch):
+    """The FFN's recomputing Function (what training runs at size, forced here at a test's size) traces in one graph
+    and its compiled gradients are eager's."""
+    monkeypatch.setattr(recomputing, "RECOMPUTE_FROM", 0)
+    model = _model(solver)
+    images = torch.randn(2, 1, 8, 8)
+    reference = model(images)
+    assert "_RecomputedMLPBackward" in _graph_names(reference)
+    expected = torch.autograd.grad(reference.square().sum(), list(model.parameters()))
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
+    out = compiled(images)
+    grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
