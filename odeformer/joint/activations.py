@@ -101,7 +101,13 @@ class Activation(NamedTuple):
     phi_into: Callable[..., Tensor]  # (z, out=None) -> φ(z), one kernel
     prime_times: Callable[..., Tensor]  # (g, z, out=None) -> g ⊙ φ'(z), one fused kernel where it is differentiable
     add_curvature: Callable[[Tensor, Tensor, Tensor, Tensor], None]  # (acc, g, z, scratch): acc += g ⊙ φ''(z)
-    grad: Callable[..., Tensor]  # (g, z, out=None) -> g ⊙ φ'(z) by the kernel autograd runs for φ (the same bits)
+    grad: Callable[..., Tensor] | None = None  # (g, z, out=None) -> g ⊙ φ'(z) by the kernel autograd runs for φ
+    """``g ⊙ φ'(z)`` as autograd computes it for ``φ`` (the same bits), for the plain MLP's recomputing backward pass;
+    ``None``: :attr:`prime_times`."""
+
+    def grad_kernel(self) -> Callable[..., Tensor]:
+        """:attr:`grad`, or :attr:`prime_times` where an activation gives none."""
+        return self.prime_times if self.grad is None else self.grad
 
 
 def _backward_kernel(op, *args: Any, **options: Any) -> Callable[..., Tensor]:

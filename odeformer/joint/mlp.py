@@ -219,7 +219,7 @@ class _RecomputedMLP(torch.autograd.Function):
             grad_weight2 = grads.t().mm(hidden) if ctx.needs_input_grad[3] else None
             grad_bias2 = grads.sum(0) if ctx.needs_input_grad[4] else None
             grad_pre = _product_into(grads, weight2, _WORKSPACE.take("product", rows))
-            grad_pre = ctx.act.grad(grad_pre, rows, out=grad_pre)
+            grad_pre = ctx.act.grad_kernel()(grad_pre, rows, out=grad_pre)
             return (
                 grad_pre.mm(weight1).view(x.shape) if ctx.needs_input_grad[0] else None,
                 grad_pre.t().mm(x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None,

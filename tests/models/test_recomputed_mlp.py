@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from odeformer.joint import mlp as mlp_module
-from odeformer.joint.activations import ACTIVATIONS
+from odeformer.joint.activations import ACTIVATIONS, Activation
 from odeformer.joint.mlp import JointMLP
 
 
@@ -210,3 +210,19 @@ def test_full_waves_backward_keeps_four_hidden_sized_buffers():
     (a.square().sum() + b.square().sum()).backward()
     joint.position(x).square().sum().backward()
     assert mlp_module.release_workspace() == 8 * (4 * tokens * hidden + 2 * tokens * dim)
+
+
+def test_an_activation_without_autograds_kernel_uses_its_prime_times():
+    """An :class:`Activation` built with the six fields it had before ``grad`` recomputes through ``prime_times``."""
+    gelu = ACTIVATIONS["gelu"]
+    six = Activation(*gelu[:6])
+    assert six.grad is None and six.grad_kernel() is six.prime_times
+    torch.manual_seed(7)
+    mlp = JointMLP(8, 32).double()
+    mlp.act = six
+    x = torch.randn(4, 5, 8, dtype=torch.float64, requires_grad=True)
+    fused_out, fused = _value_and_grads(mlp, x, LOSSES["square"], module_path=False)
+    assert fused_out.grad_fn.name() == "_RecomputedMLPBackward"
+    _, plain = _value_and_grads(mlp, x, LOSSES["square"], module_path=True)
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-14, atol=1e-14)  # gelu_backward both: the same kernel here
