@@ -226,3 +226,21 @@ def test_an_activation_without_autograds_kernel_uses_its_prime_times():
     _, plain = _value_and_grads(mlp, x, LOSSES["square"], module_path=True)
     for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-14, atol=1e-14)  # gelu_backward both: the same kernel here
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided", "matrix", "transposed_matrix"])
+def test_inputs_of_any_layout_get_autograds_bits(layout):
+    torch.manual_seed(8)
+    mlp = JointMLP(8, 32)
+    x = {
+        "transposed": lambda: torch.randn(5, 4, 8).transpose(0, 1),
+        "strided": lambda: torch.randn(4, 5, 16)[..., ::2],
+        "matrix": lambda: torch.randn(3, 8),
+        "transposed_matrix": lambda: torch.randn(8, 20).t(),
+    }[layout]().requires_grad_()
+    fused_out, fused = _value_and_grads(mlp, x, LOSSES["square"], module_path=False)
+    assert fused_out.grad_fn.name() == "_RecomputedMLPBackward"
+    plain_out, plain = _value_and_grads(mlp, x, LOSSES["square"], module_path=True)
+    assert torch.equal(fused_out, plain_out)
+    for a, b in zip(fused, plain, strict=True):
+        assert torch.equal(a, b)
