@@ -244,3 +244,19 @@ def test_inputs_of_any_layout_get_autograds_bits(layout):
     assert torch.equal(fused_out, plain_out)
     for a, b in zip(fused, plain, strict=True):
         assert torch.equal(a, b)
+
+
+def test_parametrized_or_hooked_weights_take_the_module_path():
+    """A parametrization (its class is no longer ``nn.Linear``) or a pre-hook (old-style spectral norm) recomputes the
+    weight at each call: the fused Function, which reads ``weight`` once, steps aside for the module."""
+    torch.manual_seed(9)
+    x = torch.randn(3, 8, requires_grad=True)
+    parametrized = JointMLP(8, 16)
+    torch.nn.utils.parametrizations.weight_norm(parametrized.fc1)
+    out = parametrized.position(x)
+    assert out.grad_fn.name() != "_RecomputedMLPBackward"
+    out.sum().backward()
+    assert parametrized.fc1.parametrizations.weight.original0.grad is not None
+    hooked = JointMLP(8, 16)
+    torch.nn.utils.spectral_norm(hooked.fc2)
+    assert hooked.position(x).grad_fn.name() != "_RecomputedMLPBackward"
