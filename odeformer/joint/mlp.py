@@ -27,7 +27,9 @@ call on CPU) costs more than the memory is worth. Either way the values and grad
 class JointMLP(nn.Module):
     """Two-layer MLP ``φ(x W₁ᵀ + b₁) W₂ᵀ + b₂`` with the exact velocity ``(φ'(x W₁ᵀ + b₁) ⊙ v W₁ᵀ) W₂ᵀ``.
 
-    :meth:`position` is the plain MLP. State and velocity share each matrix product (stacked on the batch axis).
+    :meth:`position` is the plain MLP; while training (hidden layers of :data:`RECOMPUTE_FROM` elements or more) it
+    saves its input and pre-activation and recomputes the hidden layer in the backward pass (:class:`_RecomputedMLP`).
+    State and velocity share each matrix product (stacked on the batch axis).
     """
 
     def __init__(self, dim: int, hidden: int, activation_name: str = "gelu", dropout: float = 0.0):
