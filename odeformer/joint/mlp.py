@@ -122,13 +122,12 @@ class _Workspace(threading.local):
     The hidden pair (``(2M, H)``, then the pre-activations' gradient in the backward pass), ``φ'(p_x)`` and
     ``g_v ⊙ p_v`` (``(M, H)`` each) live only within one forward or backward call (the plain MLP's hidden layer and
     its gradient take the first and the last), as do the MLP's stacked output gradient and the LayerNorm backward
-    pass's ``x̂``, ``u`` and ``a``. On
-    CPU a fresh buffer of that size comes from the operating system as new pages on nearly every call; reusing one
-    keeps it mapped and in cache, which is most of what separates the fused MLP from a plain MLP on the doubled batch
-    (``joint_mlp_vs_doubled_mlp_time`` in ``docs/RESULTS.md``). The cost is holding the two largest buffers between
-    steps (:func:`release_workspace` frees them). CUDA's caching allocator already reuses memory and a compiled graph
-    plans its own, so there (and under ``torch.compile``) buffers are allocated. Nothing returned or saved for backward
-    is a view of these buffers.
+    pass's ``x̂``, ``u`` and ``a``. On CPU a fresh buffer of that size comes from the operating system as new pages on
+    nearly every call; reusing one keeps it mapped and in cache, which is most of what separates the fused MLP from a
+    plain MLP on the doubled batch (``joint_mlp_vs_doubled_mlp_time`` in ``docs/RESULTS.md``). The cost is holding
+    the buffers between steps (:func:`release_workspace` frees them). CUDA's caching allocator already reuses memory
+    and a compiled graph plans its own, so there (and under ``torch.compile``) buffers are allocated. Nothing returned
+    or saved for backward is a view of these buffers.
     """
 
     def __init__(self):
