@@ -4,6 +4,8 @@ pre-activation but not the hidden layer, and its value and every gradient are bi
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -117,6 +119,28 @@ def test_it_saves_no_hidden_layer():
     plain, fused = _saved_bytes(mlp, x, module_path=True), _saved_bytes(mlp, x, module_path=False)
     assert plain == x.numel() * 4 + 2 * hidden  # the input, the pre-activation, the hidden layer
     assert fused == plain - hidden
+
+
+def _retained_bytes(mlp, x, module_path: bool) -> int:
+    """CPU memory a forward call leaves allocated (the output and whatever the graph keeps, a Function's own
+    attributes included), from the profiler's allocation records; the scratch buffer exists before."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with _Patched() if module_path else contextlib.nullcontext():
+        mlp.position(x)  # the kept scratch buffer is allocated here, not below
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            out = mlp.position(x)
+    del out
+    return sum(event.self_cpu_memory_usage for event in prof.key_averages())
+
+
+def test_the_graph_holds_no_hidden_layer_in_any_form():
+    torch.manual_seed(2)
+    mlp = JointMLP(16, 64)
+    x = torch.randn(8, 10, 16, requires_grad=True)
+    hidden, out = 8 * 10 * 64 * 4, 8 * 10 * 16 * 4
+    assert _retained_bytes(mlp, x, module_path=True) == out + 2 * hidden  # the pre-activation and φ of it
+    assert _retained_bytes(mlp, x, module_path=False) == out + hidden  # the pre-activation only
 
 
 def test_bf16_autocast_matches_autograd():
@@ -260,3 +284,25 @@ def test_parametrized_or_hooked_weights_take_the_module_path():
     hooked = JointMLP(8, 16)
     torch.nn.utils.spectral_norm(hooked.fc2)
     assert hooked.position(x).grad_fn.name() != "_RecomputedMLPBackward"
+
+
+def test_a_retained_graph_gives_the_same_gradients_twice_and_an_edited_input_is_refused():
+    """The backward pass reads only what the forward saved (the scratch buffers are written again each time), so a
+    retained graph differentiates again to the same bits; an input changed in place after the forward pass is caught
+    by autograd's version check, as on the module path."""
+    torch.manual_seed(10)
+    mlp = JointMLP(8, 32)
+    x = torch.randn(4, 5, 8, requires_grad=True)
+    out = mlp.position(x)
+    assert out.grad_fn.name() == "_RecomputedMLPBackward"
+    first = torch.autograd.grad(out.square().sum(), [x, *mlp.parameters()], retain_graph=True)
+    mlp.position(torch.randn(6, 3, 8, requires_grad=True)).sum().backward()  # another call takes the buffers between
+    second = torch.autograd.grad(out.square().sum(), [x, *mlp.parameters()])
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+    y = torch.randn(4, 5, 8).requires_grad_()
+    h = y * 1.0
+    out = mlp.position(h)
+    h.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
