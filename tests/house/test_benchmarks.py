@@ -581,3 +581,30 @@ def test_the_memory_probe_counts_the_scratch_buffers_the_model_keeps(monkeypatch
     result = probe.measure("full_wave", 1, 8, 4, 8, 4, "cpu")
     assert seen["VmRSS"] == 0 and len(mlp._WORKSPACE.buffers) > 0  # empty at the base, filled again by the steps
     assert result["peak_mb"] >= 0
+
+
+def test_profile_models_matches_operators_by_name_or_by_a_starred_substring():
+    from benchmarks.profile_models import matches
+
+    assert matches("gelu", "aten::gelu") and not matches("gelu", "aten::gelu_backward")
+    assert matches("mm", "aten::mm") and not matches("mm", "aten::addmm")
+    assert matches("scaled_dot_product*", "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+    assert not matches("copy_", "aten::_to_copy")
+
+
+@pytest.mark.slow  # builds three models, the Hugging Face one among them
+def test_profile_models_reports_saved_activations_and_operations(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile_models", "--tiny", "--steps", "1", "--models", "diffusion", "hf"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[2:]}
+    assert set(rows) == {"diffusion", "hf"}
+    header = done.stdout.splitlines()[1].split()
+    assert header[:2] == ["model", "saved"] and header[-2:] == ["total", "wall"]
+    for values in rows.values():
+        assert len(values) == len(header) - 2 and all(float(v) >= 0 for v in values) and float(values[0]) > 0

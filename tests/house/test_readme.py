@@ -49,6 +49,8 @@ def _tiny(command: str, tmp: Path, index: int) -> list[list[str]] | str:
         return (
             "benchmarks.run --smoke runs in tests/house/test_benchmarks.py (slow); the Makefile target is checked below"
         )
+    if words[:3] == ["python", "-m", "benchmarks.profile_models"]:
+        return "tests/house/test_benchmarks.py runs it with --tiny (slow)"
     if words[0] == "bash" and "gpu_check.sh" in command:
         return "needs a CUDA device (benchmarks/gpu_check.sh exits early without one)"
     if words[:3] == ["python", "-m", "benchmarks.gpu"]:
