@@ -54,8 +54,8 @@ class JointMLP(nn.Module):
     def position(self, x: Tensor) -> Tensor:
         fc1, fc2 = self.fc1, self.fc2
         if (
-            x.numel() // max(x.shape[-1], 1) * fc1.out_features >= RECOMPUTE_FROM
-            and torch.is_grad_enabled()
+            torch.is_grad_enabled()  # first: inference (a generated token's pass) asks nothing more
+            and x.numel() // max(x.shape[-1], 1) * fc1.out_features >= RECOMPUTE_FROM
             and (x.requires_grad or any(p is not None and p.requires_grad for p in _weights(fc1, fc2)))
             and not (self.training and self.drop.p > 0)
             and type(fc1) is nn.Linear
