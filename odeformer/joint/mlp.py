@@ -217,18 +217,42 @@ class _RecomputedMLP(torch.autograd.Function):
             rows = pre.reshape(-1, pre.shape[-1])
             hidden = ctx.act.phi_into(rows, out=_WORKSPACE.take("hidden", rows))
             grads = grad.reshape(-1, grad.shape[-1])
-            grad_weight2 = grads.t().mm(hidden) if ctx.needs_input_grad[3] else None
+            grad_weight2 = _weight_grad(grads, hidden, weight2) if ctx.needs_input_grad[3] else None
             grad_bias2 = grads.sum(0) if ctx.needs_input_grad[4] else None
             grad_pre = _product_into(grads, weight2, _WORKSPACE.take("product", rows))
             grad_pre = ctx.act.grad_kernel()(grad_pre, rows, out=grad_pre)
+            inputs = x.reshape(-1, x.shape[-1])  # the matrix the first product saw (a view where it can be one)
             return (
-                grad_pre.mm(weight1).view(x.shape) if ctx.needs_input_grad[0] else None,
-                grad_pre.t().mm(x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None,
+                _input_grad(grad_pre, inputs, weight1).reshape(x.shape) if ctx.needs_input_grad[0] else None,
+                _weight_grad(grad_pre, inputs, weight1) if ctx.needs_input_grad[1] else None,
                 grad_pre.sum(0) if ctx.needs_input_grad[2] else None,
                 grad_weight2,
                 grad_bias2,
                 None,
             )
+
+
+def _column_major(matrix: Tensor) -> bool:
+    """Whether a matrix is stored column by column (a transposed contiguous one): autograd's matrix-product backward
+    then computes the gradient in that layout, and the BLAS kernel it calls depends on the layout."""
+    return matrix.stride(0) == 1 and matrix.stride(1) == matrix.shape[0]
+
+
+def _input_grad(grad: Tensor, inputs: Tensor, weight: Tensor) -> Tensor:
+    """The gradient of ``inputs`` in ``inputs @ weight.t()``, by the product autograd's backward of ``mm`` makes for
+    that layout (a column-major input's gradient is computed transposed): the same call on the same operands, so the
+    same bits on any CPU's BLAS."""
+    if _column_major(inputs):
+        return weight.t().mm(grad.t()).t()
+    return grad.mm(weight)
+
+
+def _weight_grad(grad: Tensor, inputs: Tensor, weight: Tensor) -> Tensor:
+    """The gradient of ``weight`` in ``inputs @ weight.t()``, as autograd's backward of ``mm`` computes it for the
+    transposed weight's layout (column-major when the weight is contiguous)."""
+    if _column_major(weight.t()):
+        return grad.t().mm(inputs)
+    return inputs.t().mm(grad).t()
 
 
 class _JointMLP(torch.autograd.Function):

@@ -252,15 +252,26 @@ def test_an_activation_without_autograds_kernel_uses_its_prime_times():
         torch.testing.assert_close(a, b, rtol=1e-14, atol=1e-14)  # gelu_backward both: the same kernel here
 
 
-@pytest.mark.parametrize("layout", ["transposed", "strided", "matrix", "transposed_matrix"])
+LAYOUTS = ["transposed", "strided", "matrix", "transposed_matrix", "column_major_batch", "transposed_weights"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_inputs_of_any_layout_get_autograds_bits(layout):
+    """Bits equal by construction, on any CPU: the backward pass makes the products autograd's ``mm`` backward makes,
+    in the layouts it picks (a column-major input's gradient, and a non-contiguous weight's, computed transposed;
+    the BLAS kernel, and so the last bits, depend on that layout)."""
     torch.manual_seed(8)
     mlp = JointMLP(8, 32)
+    if layout == "transposed_weights":  # stored column by column: autograd computes their gradients transposed
+        mlp.fc1.weight = torch.nn.Parameter(mlp.fc1.weight.detach().t().contiguous().t())
+        mlp.fc2.weight = torch.nn.Parameter(mlp.fc2.weight.detach().t().contiguous().t())
     x = {
         "transposed": lambda: torch.randn(5, 4, 8).transpose(0, 1),
         "strided": lambda: torch.randn(4, 5, 16)[..., ::2],
         "matrix": lambda: torch.randn(3, 8),
         "transposed_matrix": lambda: torch.randn(8, 20).t(),
+        "column_major_batch": lambda: torch.randn(1, 8, 20).transpose(1, 2),  # folds to a column-major matrix view
+        "transposed_weights": lambda: torch.randn(4, 5, 8),
     }[layout]().requires_grad_()
     fused_out, fused = _value_and_grads(mlp, x, LOSSES["square"], module_path=False)
     assert fused_out.grad_fn.name() == "_RecomputedMLPBackward"
