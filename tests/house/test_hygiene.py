@@ -245,3 +245,45 @@ def test_tests_are_grouped_by_area():
     assert [a for a in areas if f"`{a}/`" not in readme] == [], "an area missing from tests/README.md"
     names = [p.name for p in tests.glob("*/test_*.py")]
     assert len(names) == len(set(names)), "two test modules share a name"
+
+
+CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time"}
+
+
+def _clock_asserts(source: str) -> list[int]:
+    """Lines of ``assert`` statements that read a clock: a call of ``time.<clock>()`` in the assertion, or a name
+    assigned from an expression that calls one (``start = time.perf_counter()``, ``took = time.time() - start``)."""
+
+    def reads_clock(node: ast.AST, timed: set[str]) -> bool:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in CLOCKS:
+                if isinstance(sub.func.value, ast.Name) and sub.func.value.id == "time":
+                    return True
+            if isinstance(sub, ast.Name) and sub.id in timed:
+                return True
+        return False
+
+    tree = ast.parse(source)
+    timed: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and reads_clock(node.value, set()):
+            timed.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    timed.discard("deadline")  # a wait's bound (poll until a file appears): it fails nothing by itself
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assert) and reads_clock(node.test, timed)]
+
+
+def test_no_test_asserts_on_time():
+    """No test depends on speed (a loaded machine runs anything slower): speed is shown by benchmarks, and a test
+    shows what a time limit stood for (refused before allocating, no extra work) by counting."""
+    found = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if (lines := _clock_asserts(path.read_text()))
+    }
+    assert found == {}, f"tests asserting on a clock: {found}"
+
+
+def test_the_check_finds_an_assert_on_time():
+    assert _clock_asserts("import time\nstart = time.perf_counter()\nassert time.perf_counter() - start < 30\n") == [3]
+    assert _clock_asserts("import time\ntook = time.time() - 0\nassert took < 1\n") == [3]
+    assert _clock_asserts("import time\nstart = time.monotonic()\nprint(time.monotonic() - start)\n") == []
