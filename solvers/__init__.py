@@ -4,7 +4,8 @@
 ``@register_stepper("name")``, and a taken name is refused): the hand-written schemes, the named tableaux and
 splittings (each a file holding its coefficients; ``TABLEAUX`` lists them) and the learnable families. A stepper's
 claims are a value, ``stepper.claims()`` (a ``Claims`` record); coefficients with no name are a ``Tableau``.
-``iterate`` is the one loop over depth (``integrate`` and ``trajectory`` keep its last or every state;
+``run_steps`` is the one loop over depth (``iterate`` checks its arguments and runs it; ``integrate`` and
+``trajectory`` keep its last or every state;
 ``integrate_reversible`` rebuilds states in the backward pass instead of storing them, and the ``checkpointed`` hook
 recomputes them). ``Split`` and ``Whole`` make a layer of two sublayers one step of a block stepper over a ``Block``
 of fields. The long explanation of the interface is in
@@ -19,6 +20,7 @@ from ._base import (
     Carry,
     Claims,
     Field,
+    Hook,
     PhaseState,
     StepSize,
     Time,
@@ -27,6 +29,7 @@ from ._base import (
     integrate,
     iterate,
     register,
+    run_steps,
     sigmoid_gate,
     trajectory,
     transforms_active,
@@ -90,6 +93,7 @@ __all__ = [
     "Field",
     "ForestRuth",
     "Heun",
+    "Hook",
     "Kutta3",
     "Leapfrog",
     "LightWave",
@@ -126,6 +130,7 @@ __all__ = [
     "recomputed",
     "register",
     "register_stepper",
+    "run_steps",
     "sigmoid_gate",
     "stepper_table",
     "tableau",
