@@ -151,8 +151,8 @@ class Backbone(nn.Module):
 
     def _steps(self, x: Tensor, fields: list, hook: solvers.Hook | None = None, record: list | None = None) -> Any:
         """The depth loop: :func:`solvers.run_steps` over the layers' block steppers, fields and steps (each checked
-        when its layer was built) from the first layer's time (``x`` as the first layer takes it, :func:`solvers.y_for`); the last state, and every state in
-        ``record`` (the input first) if it is a list."""
+        when its layer was built) from the first layer's time (``x`` as the first layer takes it,
+        :func:`solvers.y_for`); the last state, and every state in ``record`` (the input first) if it is a list."""
         steppers = [layer.block_stepper for layer in self.layers]
         dts = [layer.dt for layer in self.layers]
         states = solvers.run_steps(steppers, fields, solvers.y_for(steppers[0], x), dts, self.layers[0].t0, hook)

@@ -10,6 +10,7 @@ layer's own ``dt``. What a layer is built from is a :class:`~odeformer.registry.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,15 @@ from solvers import Block, Claims, Y
 
 if TYPE_CHECKING:
     from .registry import Solver
+
+
+def check_step(value: Any, label: str = "dt") -> float:
+    """A layer's step as a float, or a one-line error: it must be a positive, finite number (in float32 too)."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{label} must be positive and finite, got {value!r}.")
+    if not math.isfinite(torch.tensor(float(value), dtype=torch.float32).item()):
+        raise ValueError(f"{label} must be positive and finite in float32 (at most about 3.4e38), got {value!r}.")
+    return float(value)
 
 
 class StateMap(nn.Module):
@@ -90,8 +100,6 @@ class Layer(nn.Module):
         t0: float = 0.0,
     ):
         super().__init__()
-        from .registry import check_step
-
         self.solver = solver
         self.dt = solver.dt if dt is None else check_step(dt)
         self.t0 = float(t0)

@@ -57,7 +57,15 @@ from ._pefrl import PEFRL
 from ._position_verlet import PositionVerlet
 from ._ralston import Ralston
 from ._recompute import checkpointed, recomputed
-from ._registry import STEPPERS, register_stepper, stepper_table
+from ._registry import (
+    STEPPERS,
+    Variant,
+    check_options,
+    make_stepper,
+    register_stepper,
+    stepper_parameters,
+    stepper_table,
+)
 from ._reversible import AutocastState, integrate_reversible
 from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
@@ -119,19 +127,23 @@ __all__ = [
     "TripleJump",
     "TwoStageRK",
     "VelocityMix",
+    "Variant",
     "VelocityVerlet",
     "Whole",
     "Yoshida4",
     "axpy",
+    "check_options",
     "checkpointed",
     "integrate",
     "integrate_reversible",
     "iterate",
+    "make_stepper",
     "recomputed",
     "register",
     "register_stepper",
     "run_steps",
     "sigmoid_gate",
+    "stepper_parameters",
     "stepper_table",
     "tableau",
     "trajectory",
@@ -139,6 +151,8 @@ __all__ = [
     "y_for",
 ]
 
+
+from . import _variants  # noqa: E402, F401  (the variant rows join STEPPERS after every scheme)
 
 _RENAMED = {"adapt": "y_for", "transformed": "transforms_active"}
 """Old names of this package's functions, each resolved to its new one with a warning."""

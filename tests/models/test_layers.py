@@ -8,14 +8,14 @@ import torch.nn.functional as F
 
 import odeformer
 import solvers
-from odeformer import SOLVERS, Layer, ViT
+from odeformer import Layer, ViT
 from odeformer.fields import FeedForward
 from solvers import Block, Euler, Heun, PhaseState, SemiImplicitEuler, Split, Whole
 
 CHAIN_RULE = sorted(
     name
-    for name, p in SOLVERS.items()
-    if isinstance(p, odeformer.Solver) and p.stepper.second_order and p.block_stepper is Split and p.ffn is None
+    for name, p in ((name, odeformer.as_solver(name)) for name in odeformer.solver_names("discrete"))
+    if p.stepper.second_order and p.block_stepper is Split and p.ffn is None
 )
 
 
@@ -157,7 +157,7 @@ def test_tangent_lift_of_any_rk_scheme_is_the_jacobian_of_its_map():
     torch.testing.assert_close(y1.v, jv, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("solver", sorted(set(odeformer.solver_names("discrete")) - set(SOLVERS)))
+@pytest.mark.parametrize("solver", sorted(solvers.STEPPERS))
 def test_every_registered_scheme_trains_as_a_solver(solver):
     model = ViT(depth=2, dim=16, heads=2, solver=solver)
     model(torch.randn(2, 1, 8, 8)).square().sum().backward()

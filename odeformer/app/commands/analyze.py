@@ -107,8 +107,9 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _stepper_of(chosen: Any, label: str) -> Any:
+    from solvers import make_stepper
+
     from ...continuous import ContinuousSolver
-    from ...registry import make_stepper
 
     if isinstance(chosen, ContinuousSolver):
         raise ValueError(
@@ -147,5 +148,3 @@ def _run(run_dir: Path, args: argparse.Namespace) -> int:
         write_json(args.json, numbers)
     print(f"wrote {out / 'report.md'}")
     return 0
-
-
