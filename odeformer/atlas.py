@@ -22,10 +22,12 @@ after as many vectors as the state has distinct modes, and everything computed o
 On a linear field (fixed row-stochastic attention, no FFN) the prediction equals the measurement to rounding; on a
 trained layer the difference is what the FFN, the norms and the field's nonlinearity do.
 
-**Refinement** (:func:`refinement`). Each layer's step split into ``k`` steps of ``dt/k`` with that layer's weights,
-the piecewise-constant-in-depth ODE the network discretises: the relative change of the logits and of the last hidden
-state against the finest ``k``, and the observed order of convergence (the slope of the change against ``k``). A
-network that is a consistent discretisation changes little and converges at its scheme's order.
+**Refinement** (:func:`refinement`). Each layer's step split into ``k`` steps of ``dt/k`` with that layer's weights
+(at each step's own time for a model whose weights are a function of time), or, for ``k = 1/m``, every ``m``-th
+layer stepping over ``m dt``: the ODE the network discretises at other resolutions. The relative change of the
+logits and of the last hidden state against the finest ``k``, and the observed order of convergence (the slope of
+the change against ``k``). A network that is a consistent discretisation changes little and converges at its
+scheme's order.
 """
 
 from __future__ import annotations
@@ -60,17 +62,37 @@ def observing(backbone: nn.Module, observer: Callable[[int, nn.Module, Any, dict
         backbone.observer = before
 
 
+def check_resolution(k: Any, depth: int) -> float:
+    """``k`` as a resolution of a ``depth``-layer model's steps, or a one-line error: a whole number ``k >= 1``
+    (each step taken as ``k`` steps of ``dt / k``), or ``1/m`` (``0.5``, ``0.25``, ...) with ``m`` dividing the depth
+    (every ``m``-th layer, stepping over the ``m`` layers' span)."""
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not (math.isfinite(k) and k > 0):
+        raise ValueError(f"a resolution is a positive number of steps per layer step, got {k!r}.")
+    if k >= 1:
+        if k != int(k):
+            raise ValueError(f"a resolution k >= 1 is a whole number of steps per layer step, got {k!r}.")
+        return int(k)
+    m = round(1 / k)
+    if abs(1 / m - k) > 1e-12 or depth % m:
+        raise ValueError(
+            f"a resolution k < 1 coarsens to every m-th layer: k = 1/m with m dividing the depth ({depth}), got {k!r}."
+        )
+    return 1 / m
+
+
 @contextlib.contextmanager
-def refined(backbone: nn.Module, parts: int) -> Iterator[None]:
-    """Within the block, every layer's step is taken as ``parts`` steps of ``dt / parts`` with its weights."""
-    if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
-        raise ValueError(f"a layer's step is split into a positive whole number of parts, got {parts!r}.")
-    before = backbone.substeps
-    backbone.substeps = parts
+def resampled(backbone: nn.Module, k: float) -> Iterator[None]:
+    """Within the block, the model takes ``k`` steps per layer step (:func:`check_resolution`): ``k > 1`` refines
+    each layer's step into ``k`` steps of ``dt / k`` with its weights; ``k = 1/m`` coarsens to every ``m``-th
+    layer's step of ``m dt`` (a model whose weights are a function of time, ``model.knots``, evaluates its fields at
+    every step's own time)."""
+    k = check_resolution(k, len(backbone.layers))
+    before = backbone.resolution
+    backbone.resolution = k
     try:
         yield
     finally:
-        backbone.substeps = before
+        backbone.resolution = before
 
 
 def _backbone(model: nn.Module) -> nn.Module:
@@ -347,24 +369,24 @@ def _features(model: nn.Module, inputs: Sequence[Any]) -> tuple[Tensor, Tensor]:
 def refinement(
     model: nn.Module,
     inputs: Sequence[Any],
-    parts: Sequence[int] = (2, 4, 8),
+    parts: Sequence[float] = (2, 4, 8),
     metric: Callable[[Tensor], float] | None = None,
 ) -> dict[str, Any]:
-    """The model with each layer's step split into ``k`` steps of ``dt/k`` (``k = 1`` and each of ``parts``): per
+    """The model at ``k`` steps per layer step (``k = 1`` and each of ``parts``; :func:`resampled`): per
     ``k``, the relative change of the logits and of the last hidden state against the finest ``k``, and ``metric``
     of the logits if given; and ``observed_order``: the least-squares slope of ``log ‖L_k − L_k'‖`` against
     ``log(1/k)`` over consecutive ``k < k'`` (Richardson's estimate: with ``k`` doubling, each difference is ``2^p``
     times the next for a method of order ``p``, with no bias from a reference), or ``None`` with fewer than two
     differences or a zero one."""
-    ks = sorted({1, *parts})
-    if len(ks) < 2:
-        raise ValueError("refinement needs at least one k > 1 to compare with.")
     backbone = _backbone(model)
+    ks = sorted({1, *(check_resolution(k, len(backbone.layers)) for k in parts)})
+    if len(ks) < 2:
+        raise ValueError("refinement needs at least one k other than 1 to compare with.")
     model = model.eval()
     found = {}
     with torch.no_grad():
         for k in ks:
-            with refined(backbone, k):
+            with resampled(backbone, k):
                 found[k] = _features(model, inputs)
     fine_logits, fine_hidden = found[ks[-1]]
     rows = []

@@ -38,7 +38,9 @@ from .continuous import ContinuousBackbone, ContinuousSolver
 from .fields import AttentionField, FeedForward, JointIdentity, _forward_mode
 from .hooks import direct_calls
 from .joint import JointLayerNorm
+from .knots import KnotField, knot_uses
 from .layer import JointDropout, Layer, StateMap
+from .parameterization import Parameterization, require_limit, scheme_roles
 from .registry import Solver, as_solver
 
 SolverSchedule = str | Solver | Sequence[str | Solver] | Callable[[int], str | Solver]
@@ -76,14 +78,21 @@ class Backbone(nn.Module):
     the others by inverting the layers.
     """
 
-    def __init__(self, layers: Sequence[Layer], norm: nn.Module | None = None, checkpoint: bool = False):
+    def __init__(
+        self,
+        layers: Sequence[Layer],
+        norm: nn.Module | None = None,
+        checkpoint: bool = False,
+        parameterization: Parameterization | None = None,
+    ):
         super().__init__()
         if not layers or not all(isinstance(layer, Layer) for layer in layers):
             raise ValueError("a Backbone needs at least one layer, each an odeformer.layer.Layer.")
         self.layers = nn.ModuleList(layers)
         self.norm = nn.Identity() if norm is None else norm
         self.checkpoint = checkpoint
-        self.substeps = 1  # > 1: each layer's step taken as that many steps of dt / substeps (odeformer.atlas.refined)
+        self.parameterization = parameterization or Parameterization("standard", len(layers))
+        self.resolution: float = 1  # steps per layer step: k > 1 refines, 1/m coarsens (odeformer.atlas.resampled)
         self.observer: Callable[[int, Layer, Any, Any], None] | None = None  # sees each layer's input (the atlas)
         memory = {layer.solver.memory for layer in layers}
         if len(memory) > 1:
@@ -116,6 +125,40 @@ class Backbone(nn.Module):
         """Whether any layer carries a velocity."""
         return any(layer.second_order for layer in self.layers)
 
+    def roles(self) -> dict[str, tuple[str, float]]:
+        """``{parameter name: (role, uses)}`` for every parameter of the backbone (its own names, as in
+        ``named_parameters``): the role :mod:`odeformer.parameterization` gives it and how many steps it acts in. A
+        field's matrices are ``hidden``, its LayerNorms' gains and biases ``field_norm``, its other vectors
+        ``hidden_bias``, acting in 1 step (a layer's own), in every step its layers share it in (tied), or, for a
+        knot, the sum of its interpolation weights over the layers' start times; a stepper's parameters are
+        ``scheme`` or ``discretisation`` (:func:`~odeformer.parameterization.scheme_roles`); the final norm and a
+        post-norm map are ``outer_norm``."""
+        found: dict[str, tuple[str, float]] = {}
+        steps: dict[int, float] = {}  # id(field module) -> how many steps it acts in
+        times = [layer.t0 for layer in self.layers]
+        for layer in self.layers:
+            for field in (layer.attention, layer.ffn):
+                if isinstance(field, KnotField):
+                    for knot, uses in zip(field.knots, knot_uses(field, times)):
+                        steps[id(knot)] = uses
+                elif field is not None:
+                    steps[id(field)] = steps.get(id(field), 0.0) + 1.0
+        modules = dict(self.named_modules())
+        for prefix, module in modules.items():
+            if id(module) not in steps:
+                continue
+            for sub, inner in module.named_modules(prefix=prefix):
+                normed = isinstance(inner, (nn.LayerNorm, JointLayerNorm))
+                for name, p in inner.named_parameters(prefix=sub, recurse=False):
+                    role = "field_norm" if normed else ("hidden" if p.dim() >= 2 else "hidden_bias")
+                    found.setdefault(name, (role, steps[id(module)]))
+        for i, layer in enumerate(self.layers):
+            for name, role in scheme_roles(layer.stepper).items():
+                found[f"layers.{i}.block_stepper.stepper.{name}"] = (role, 1.0)
+        for name, _ in self.named_parameters():
+            found.setdefault(name, ("outer_norm", 1.0))  # the final norm, a post-norm map, an FFN sub-step's own
+        return found
+
     def forward(self, x: Tensor, record: list | None = None, cache: Any = None, **context: Any) -> Tensor:
         """Features ``(B, N, D)``. ``context`` (e.g. ``attn_mask``) goes to every attention field. If ``record`` is a
         list, the state after every layer is appended to it (the input first): a Tensor, or a ``PhaseState`` for
@@ -134,12 +177,14 @@ class Backbone(nn.Module):
             cache.begin(x.shape[1])
             contexts = [{**context, "cache": c} for c in cache.layers]
         fields = [layer.block(c) for layer, c in zip(layers, contexts)]
-        plain = self.substeps == 1 and self.observer is None
+        plain = self.resolution == 1 and self.observer is None
         if self.reversible and plain and record is None and cache is None and torch.is_grad_enabled():
             y = self._rebuilding(x, fields)
         else:
-            if not plain:
+            if self.observer is not None:
                 hook = self._observed(contexts)
+            elif self.resolution != 1:
+                hook = None
             elif self.checkpoint and torch.is_grad_enabled() and cache is None:
                 hook = solvers.checkpointed([layers])
             else:
@@ -152,9 +197,9 @@ class Backbone(nn.Module):
     def _steps(self, x: Tensor, fields: list, hook: solvers.Hook | None = None, record: list | None = None) -> Any:
         """The depth loop: :func:`solvers.run_steps` over the layers' block steppers, fields and steps (each checked
         when its layer was built) from the first layer's time (``x`` as the first layer takes it,
-        :func:`solvers.y_for`); the last state, and every state in ``record`` (the input first) if it is a list."""
-        steppers = [layer.block_stepper for layer in self.layers]
-        dts = [layer.dt for layer in self.layers]
+        :func:`solvers.y_for`), at the backbone's :attr:`resolution` (:meth:`schedule`); the last state, and every
+        step's state in ``record`` (the input first) if it is a list."""
+        _, steppers, fields, dts = self.schedule(fields)
         states = solvers.run_steps(steppers, fields, solvers.y_for(steppers[0], x), dts, self.layers[0].t0, hook)
         if record is None:
             return deque(states, maxlen=1)[0]  # keeps only the last state alive
@@ -162,13 +207,30 @@ class Backbone(nn.Module):
         record.extend(states)
         return record[-1]
 
+    def schedule(self, fields: list) -> tuple[list[int], list, list, list[float]]:
+        """``(origins, steppers, fields, dts)``, one entry per step at the backbone's :attr:`resolution` ``k``: the
+        layer each step comes from, its block stepper, its block (from ``fields``, one per layer) and its size. ``k =
+        1``: the layers as built; a whole ``k > 1``: each layer's step as ``k`` steps of ``dt / k`` with its weights
+        (and a weight-as-time model's fields at each step's own time); ``k = 1/m``: every ``m``-th layer, stepping
+        over the ``m`` layers' span (``m`` must divide the depth)."""
+        layers, k = self.layers, self.resolution
+        if k >= 1:
+            parts = int(k)
+            origins = [i for i in range(len(layers)) for _ in range(parts)]
+            dts = [layers[i].dt / parts for i in origins]
+        else:
+            m = round(1 / k)
+            origins = list(range(0, len(layers), m))
+            dts = [sum(layer.dt for layer in layers[i : i + m]) for i in origins]
+        return origins, [layers[i].block_stepper for i in origins], [fields[i] for i in origins], dts
+
     def _bound_pass(self, x: Tensor, cache: Any) -> Tensor | None:
         """A pass with a binding cache (``new_cache(..., bind=True)``, what ``generate`` makes): the layers step on
         blocks whose fields' weights were read on the cache's first pass (:meth:`Layer.bind_cache`), the depth loop
         of :meth:`forward` without its per-layer module calls. ``None`` (the module calls run instead) where those
         would not do the same: autograd or forward-mode AD on, a hook or training mode on a module left out
-        (:func:`~odeformer.hooks.direct_calls`), substeps or an observer."""
-        if torch.is_grad_enabled() or _forward_mode() or self.substeps != 1 or self.observer is not None:
+        (:func:`~odeformer.hooks.direct_calls`), another resolution or an observer."""
+        if torch.is_grad_enabled() or _forward_mode() or self.resolution != 1 or self.observer is not None:
             return None
         binding = cache.bound.get(self)
         if binding is None:
@@ -201,20 +263,16 @@ class Backbone(nn.Module):
         return blocks, norm, direct_calls(modules)
 
     def _observed(self, contexts: list[dict[str, Any]]) -> solvers.Hook:
-        """The hook that takes each layer's step as the observer sees it (its input, its context) and as
-        ``substeps`` steps of ``dt / substeps`` (with the layer's weights, from the layer's time)."""
-        layers, parts, index = self.layers, self.substeps, iter(range(len(self.layers)))
+        """The hook that shows the observer each layer's input and context, at the first of that layer's steps."""
+        origins = self.schedule(contexts)[0]
+        index = iter(range(len(origins)))
 
         def hook(stepper: Any, field: Any, t: Any, y: Any, dt: Any, state: Any) -> tuple[Any, Any]:
-            i = next(index)
-            if self.observer is not None:
-                self.observer(i, layers[i], y, contexts[i])
-            if parts == 1:
-                return stepper.step(field, t, y, dt, state)
-            h = dt / parts
-            for part in range(parts):
-                y, state = stepper.step(field, t + part * h, y, h, state)
-            return y, state
+            j = next(index)
+            i = origins[j]
+            if j == 0 or origins[j - 1] != i:
+                self.observer(i, self.layers[i], y, contexts[i])
+            return stepper.step(field, t, y, dt, state)
 
         return hook
 
@@ -332,6 +390,9 @@ def transformer(
     norm_eps: float | None = None,
     qkv_bias: bool = True,
     mlp_hidden: int | None = None,
+    parameterization: str = "standard",
+    time: float | None = None,
+    knots: int | None = None,
     *,
     form: str | None = None,
     fields: Fields | None = None,
@@ -353,6 +414,13 @@ def transformer(
     ``form=None`` each solver's attention form; ``tie_weights=True`` builds
     the fields once and shares them across depth, and each map once per role (after the attention, after the FFN),
     so each layer has the maps it has untied; ``checkpoint`` as in :class:`Backbone`.
+
+    ``parameterization="ode"`` makes the layers steps of one flow over depth-time ``[0, time]``: each takes ``dt =
+    time / depth`` (``time=None``: :data:`DEFAULT_SPAN` of the solvers' default steps), and the optimiser settings
+    follow :mod:`odeformer.parameterization` (:meth:`Backbone.roles`); a layer with no small-step limit (order 0) is
+    refused. ``knots=K`` makes each field's weights a piecewise-linear function of depth-time given at ``K`` knots
+    (:class:`~odeformer.knots.KnotField`, shared by every layer): ``K = 1`` is a weight-tied model, ``K = depth``
+    has a knot at every layer's start.
     """
     if isinstance(solver, str) and isinstance(as_solver(solver), ContinuousSolver):
         solver = as_solver(solver)  # a continuous-depth solver by its name
@@ -371,19 +439,30 @@ def transformer(
                 "norm='post' applies a LayerNorm after each layer's sublayers; continuous solvers have none."
             )
     if isinstance(solver, ContinuousSolver):
+        if parameterization != "standard" or time is not None or knots is not None:
+            raise ValueError(
+                f"a continuous-depth solver is already one flow over [0, T] (solver.T={solver.T:g}); "
+                "parameterization, time and knots apply to models of discrete layers."
+            )
         return ContinuousBackbone(depth, dim, solver, fields.attention, fields.ffn, form=form)
     specs = schedule(solver, depth)
-    if tie_weights and len({p.form if form is None else form for p in specs}) > 1:
+    if (tie_weights or knots is not None) and len({p.form if form is None else form for p in specs}) > 1:
         raise ValueError(
-            "tie_weights shares one attention field, whose form is fixed, but the schedule mixes the residual "
-            "and laplacian forms; give every layer one form: odeformer.solver(name, form='laplacian') in the "
-            "schedule."
+            "tie_weights and knots share one attention field, whose form is fixed, but the schedule mixes the "
+            "residual and laplacian forms; give every layer one form: odeformer.solver(name, form='laplacian') in "
+            "the schedule."
         )
+    rules = _rules(parameterization, time, depth, dt, specs)
+    if rules.kind == "ode":
+        dt = rules.dt
+    shared_fields = _knot_fields(knots, depth, dt, specs, form, fields, tie_weights) if knots is not None else None
     layers: list[Layer] = []
     shared: dict[str, nn.Module] = {}  # tied: one map per role, built where a layer first needs it
     t = 0.0  # each layer's start time: the steps before it
     for p in specs:
-        if tie_weights and layers:  # one set of fields for every layer, each with its own stepper
+        if shared_fields is not None:  # one field per sublayer, its weights a function of time
+            attention, ffn = shared_fields
+        elif tie_weights and layers:  # one set of fields for every layer, each with its own stepper
             attention, ffn = layers[0].attention, layers[0].ffn
         else:
             attention = fields.attention(p.form if form is None else form)
@@ -391,8 +470,53 @@ def transformer(
         maps = _maps(p, ffn is not None, fields.maps, shared if tie_weights else None)
         layers.append(Layer(p, dim, attention, ffn, *maps, dt=dt, t0=t))  # the model's dt, else the solver's
         t += layers[-1].dt
+        if rules.kind == "ode":
+            require_limit(rules, layers[-1].claims().order, p.name or p.stepper.__name__)
     norm_layer = nn.LayerNorm(dim, eps=fields.norm_eps) if fields.final_norm else None
-    return Backbone(layers, norm_layer, checkpoint=checkpoint)
+    return Backbone(layers, norm_layer, checkpoint=checkpoint, parameterization=rules)
+
+
+DEFAULT_SPAN = 4
+"""``parameterization="ode"`` with no ``time``: the flow covers this many of the solvers' default steps (``T = 2`` for
+Full Wave's ½, ``4`` for diffusion's 1), the span of the experiments' four standard layers, whatever the depth."""
+
+
+def _rules(kind: str, time: float | None, depth: int, dt: float | None, specs: list[Solver]) -> Parameterization:
+    """The model's :class:`~odeformer.parameterization.Parameterization`, or a one-line error: ``dt`` and ``ode`` (whose
+    step is ``time / depth``), ``time`` under ``standard``."""
+    if kind == "ode":
+        if dt is not None:
+            raise ValueError(
+                f"under parameterization=ode every layer's step is time / depth; leave dt ({dt!r}) unset and give "
+                "time (the depth-time the layers cover) instead."
+            )
+        if time is None:
+            time = DEFAULT_SPAN * sum(p.dt for p in specs) / depth
+    return Parameterization(kind, depth, time)
+
+
+def _knot_fields(
+    knots: Any, depth: int, dt: float | None, specs: list[Solver], form: str | None, fields: Fields, tied: bool
+) -> tuple[KnotField, KnotField | None]:
+    """The attention and FFN fields of a model whose weights are functions of time, given at ``knots`` knots over
+    the layers' span (built knot by knot, attention then FFN, as untied layers are: ``knots = depth`` starts from
+    the untied model's weights)."""
+    if isinstance(knots, bool) or not isinstance(knots, int) or not 1 <= knots <= depth:
+        raise ValueError(f"knots must be a whole number from 1 to depth ({depth}), got {knots!r}.")
+    if tied:
+        raise ValueError("knots make the weights a function of time; tie_weights makes them constant: choose one.")
+    if fields.maps is not None:
+        raise ValueError(
+            "knots make the fields functions of time, but a map after each sublayer (norm='post') has no time; use "
+            "norm='pre' with knots."
+        )
+    span = sum(p.dt if dt is None else dt for p in specs)
+    attention, ffn = [], []
+    for _ in range(knots):
+        attention.append(fields.attention(specs[0].form if form is None else form))
+        if fields.ffn is not None:
+            ffn.append(fields.ffn())
+    return KnotField(attention, span), (KnotField(ffn, span) if ffn else None)
 
 
 _STANDARD_OPTIONS = ("mask", "impl", "mlp_ratio", "activation", "ln_mode", "dropout", "norm", "norm_eps", "qkv_bias",

@@ -65,7 +65,8 @@ class Block(NamedTuple):
     ``attention(t, x)`` is the field of the layer's stepper (an acceleration for a second-order one); ``ffn(t, x)``
     a second field or ``None``. ``after_attention`` / ``after_ffn`` map the state after that sublayer (``None``: no
     map); a map is ``g(x) -> x`` with, for second-order states, ``g.joint(x, v) -> (g(x), J_g(x) v)`` (else
-    ``torch.func.jvp`` is used). A field may offer ``joint(x, v) -> (f(x), J_f(x) v)`` the same way.
+    ``torch.func.jvp`` is used). A field may offer ``joint(x, v) -> (f(x), J_f(x) v)`` the same way, or, if it
+    depends on time, ``joint_at(t, x, v)``.
     """
 
     attention: Field
@@ -99,7 +100,11 @@ def apply_map(g: Callable[[Tensor], Tensor] | None, y: Y) -> Y:
 
 
 def _field_tangent(field: Field, t: Any, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """``(f(t, x), J_f(t, x) v)`` for a field (an autonomous one may offer ``joint(x, v)``)."""
+    """``(f(t, x), J_f(t, x) v)`` for a field: by its ``joint_at(t, x, v)`` (a time-dependent field's chain rule),
+    an autonomous one's ``joint(x, v)``, else forward-mode AD."""
+    timed = getattr(field, "joint_at", None)
+    if timed is not None:
+        return timed(t, x, v)
     return _joint(field, lambda z: field(t, z), x, v)
 
 

@@ -78,7 +78,7 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
     data, net, info = builder.build(OmegaConf.to_container(cfg, resolve=True))
     if discrete:
         assert len(net.backbone.layers) == 2 and info["solver"] == solver
-        assert type(net.backbone.layers[0].stepper) is odeformer.as_solver(solver).stepper  # the class it was constructed as
+        assert type(net.backbone.layers[0].stepper) is odeformer.as_solver(solver).stepper  # as constructed
     else:  # a continuous solver: one weight-tied block, recorded at depth + 1 times
         assert isinstance(net.backbone, ContinuousBackbone) and net.backbone.solver.name == solver
         assert len(net.trajectory(*_inputs(data))) == 3 and net.solver_stats()["nfe"] > 0

@@ -163,6 +163,8 @@ def test_one_spelling_per_scheme():
     for name in solvers.TABLEAUX:
         with pytest.raises(ValueError, match=f"a named scheme is picked by its name: solver={name}"):
             odeformer.solver("tableau", options={"name": name})
+
+
 def _app_import_graph(root):
     """``{module: {modules it imports}}`` among the modules of ``odeformer/app`` (dotted names, a package by its own
     name): every import, absolute or relative, at the top of a module or inside a function."""

@@ -134,7 +134,7 @@ def test_refinement_converges_at_the_schemes_order_on_a_smooth_model(solver, ord
     assert abs(found["observed_order"] - order) < 0.3, found
     changes = [row["logit_change"] for row in found["refinement"]]
     assert changes == sorted(changes, reverse=True) and changes[-1] == 0.0
-    assert model.backbone.substeps == 1  # restored
+    assert model.backbone.resolution == 1  # restored
 
 
 def test_the_atlas_refuses_a_continuous_model():

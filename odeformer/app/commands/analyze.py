@@ -45,7 +45,9 @@ def parser() -> argparse.ArgumentParser:
     )
     made.add_argument("--out", type=Path, default=None, help="folder of report.md and its figures")
     made.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the numbers as JSON")
-    made.add_argument("--refine", type=int, nargs="+", default=None, metavar="K", help="a run: split steps by K")
+    made.add_argument(
+        "--refine", type=float, nargs="+", default=None, metavar="K", help="a run: K steps per layer step (0.5: half)"
+    )
     made.add_argument("--batch", type=int, default=16, help="a run: validation items for the atlas (default 16)")
     made.add_argument("--eigenvalues", type=int, default=16, help="a run: leading eigenvalues per layer")
     made.add_argument("--checkpoint", default="best.pt", help="a run: the checkpoint file (default best.pt)")
@@ -78,8 +80,22 @@ def _errors() -> tuple[type[BaseException], ...]:
 def _check(args: argparse.Namespace) -> None:
     if args.batch < 1 or args.eigenvalues < 1:
         raise ValueError(f"--batch and --eigenvalues must be positive, got {args.batch} and {args.eigenvalues}.")
-    if args.refine is not None and any(k < 2 for k in args.refine):
-        raise ValueError(f"--refine takes whole numbers of at least 2 (steps per layer step), got {args.refine}.")
+    if args.refine is not None and not all(_resolution(k) for k in args.refine):
+        raise ValueError(
+            f"--refine takes steps per layer step: whole numbers from 2 to {MAX_REFINE} (finer), or 1/m such as 0.5 "
+            f"(coarser: every m-th layer), got {' '.join(f'{k:g}' for k in args.refine)}."
+        )
+
+
+MAX_REFINE = 64
+"""The finest ``--refine``: 64 steps per layer step (the model's cost grows with it)."""
+
+
+def _resolution(k: float) -> bool:
+    """Whether ``k`` can be a resolution of some model: a whole number from 2 to :data:`MAX_REFINE`, or ``1/m``."""
+    if not (k > 0 and k <= MAX_REFINE):
+        return False
+    return k == int(k) and k >= 2 if k >= 1 else abs(1 / round(1 / k) - k) <= 1e-12
 
 
 def _main(args: argparse.Namespace) -> int:

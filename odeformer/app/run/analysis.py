@@ -46,7 +46,7 @@ def analyse_run(
         eval_batches = int((config.get("train") or {}).get("eval_batches") or 0)
         objective = make_objective(data, model, batch_size, 0, torch.device("cpu"))
         for row in found["refinement"]:
-            with atlas.refined(model.backbone, row["k"]), torch.no_grad():
+            with atlas.resampled(model.backbone, row["k"]), torch.no_grad():
                 measured = objective.evaluate(model, "val", eval_batches)
             row["metric"] = measured.get(objective.metric)
         numbers |= found | {"metric": objective.metric}

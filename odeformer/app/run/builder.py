@@ -152,7 +152,7 @@ def build(
         "model": spec.name,
         "data": data_node["name"],
         "depth": model_node["depth"],
-        "dt": chosen.T / model_node["depth"] if hasattr(chosen, "T") else (chosen.dt if step is None else step),
+        "dt": _step(model, chosen, model_node["depth"], step),
         "config": config,
     }
     if getattr(chosen, "block_stepper", None) is not None and chosen.block_stepper.__name__ == "Split":
@@ -160,6 +160,14 @@ def build(
     if getattr(chosen, "scheme", None):  # a scheme made from coefficients: they and its derived claims
         record["scheme"] = chosen.scheme
     return data, model, record
+
+
+def _step(model: nn.Module, chosen: Any, depth: int, given: float | None) -> float:
+    """The step the model's layers take (``T / depth`` under ``parameterization=ode`` and for a continuous solver)."""
+    layers = getattr(getattr(model, "backbone", None), "layers", None)
+    if layers:
+        return layers[0].dt
+    return chosen.T / depth if hasattr(chosen, "T") else (chosen.dt if given is None else given)
 
 
 def load_run(

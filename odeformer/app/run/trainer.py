@@ -178,7 +178,8 @@ class Trainer:
         self.step, self.wall = payload["step"], payload["wall"]
         self.saved_step = self.step
         self.best_val, self.best_step = payload["best_val"], payload["best_step"]
-        if any(base != self.loop.lr for base in self.scheduler.base_lrs):
+        scales = [group.get("lr_scale", 1.0) for group in self.optimizer.param_groups]
+        if any(base != self.loop.lr * scale for base, scale in zip(self.scheduler.base_lrs, scales)):
             self._rescale_lr()
         self._restore_best(payload)
 
@@ -205,10 +206,11 @@ class Trainer:
         """A resume after a divergence with another ``train.lr``: the schedule continues from the restored step,
         scaled to the new peak (the optimiser's moments are kept)."""
         lr = self.loop.lr
-        self.scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
+        groups = self.optimizer.param_groups
+        self.scheduler.base_lrs = [lr * group.get("lr_scale", 1.0) for group in groups]
         factor = self._lr_factor(self.scheduler.last_epoch)
-        for group in self.optimizer.param_groups:
-            group["initial_lr"], group["lr"] = lr, lr * factor
+        for group, base in zip(groups, self.scheduler.base_lrs):  # each group keeps its share of the rate
+            group["initial_lr"], group["lr"] = base, base * factor
         self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
     def _restore_best(self, payload: dict[str, Any]) -> None:
