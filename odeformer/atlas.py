@@ -32,6 +32,7 @@ scheme's order.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from solvers import AbstractStepper, PhaseState
+from solvers import y_for as solvers_y_for
 
 from .diagnostics import dirichlet_energy
 
@@ -93,6 +95,48 @@ def resampled(backbone: nn.Module, k: float) -> Iterator[None]:
         yield
     finally:
         backbone.resolution = before
+
+
+@contextlib.contextmanager
+def solved(backbone: nn.Module, method: str = "dopri5", rtol: float = 1e-7, atol: float = 1e-9) -> Iterator[dict]:
+    """Within the block, the backbone runs the ODE its layers discretise instead of stepping them: each layer's
+    block stepper's limit field (:meth:`solvers.AbstractStepper.limit_field`, the FFN and a scheme's own limit
+    included) on its span of depth-time, integrated by torchdiffeq's adaptive ``method`` to ``rtol``/``atol`` over
+    the layers' whole span, on the trained weights (at each evaluation's own time for a model whose weights are a
+    function of time, ``model.knots``). Yields ``{"evaluations": n}``, the limit fields' evaluations of the passes
+    made within the block."""
+    import torchdiffeq
+
+    layers = list(backbone.layers)
+    if len({layer.second_order for layer in layers}) > 1:
+        raise ValueError(
+            "the limit flow of a schedule switching between first- and second-order layers is not one ODE."
+        )
+    starts = [layer.t0 for layer in layers]
+    end = layers[-1].t0 + layers[-1].dt
+    counted = {"evaluations": 0}
+
+    def integrate(_, x: Tensor, fields: list) -> Any:
+        limits = [layer.block_stepper.limit_field(block) for layer, block in zip(layers, fields)]
+        y0 = solvers_y_for(layers[0].block_stepper, x)
+        second = isinstance(y0, PhaseState)
+
+        def f(t: Tensor, y: Any) -> Any:
+            counted["evaluations"] += 1
+            i = max(bisect.bisect_right(starts, float(t)) - 1, 0)
+            out = limits[i](t, PhaseState(*y) if second else y)
+            return tuple(out) if second else out
+
+        times = torch.tensor([starts[0], end], dtype=x.dtype, device=x.device)
+        found = torchdiffeq.odeint(f, tuple(y0) if second else y0, times, method=method, rtol=rtol, atol=atol)
+        return PhaseState(found[0][-1], found[1][-1]) if second else found[-1]
+
+    before = backbone.integrator
+    backbone.integrator = integrate
+    try:
+        yield counted
+    finally:
+        backbone.integrator = before
 
 
 def _backbone(model: nn.Module) -> nn.Module:
@@ -371,23 +415,30 @@ def refinement(
     inputs: Sequence[Any],
     parts: Sequence[float] = (2, 4, 8),
     metric: Callable[[Tensor], float] | None = None,
+    limit: str | None = None,
 ) -> dict[str, Any]:
     """The model at ``k`` steps per layer step (``k = 1`` and each of ``parts``; :func:`resampled`): per
     ``k``, the relative change of the logits and of the last hidden state against the finest ``k``, and ``metric``
     of the logits if given; and ``observed_order``: the least-squares slope of ``log ‖L_k − L_k'‖`` against
     ``log(1/k)`` over consecutive ``k < k'`` (Richardson's estimate: with ``k`` doubling, each difference is ``2^p``
     times the next for a method of order ``p``, with no bias from a reference), or ``None`` with fewer than two
-    differences or a zero one."""
+    differences or a zero one. ``limit`` (a torchdiffeq method, e.g. ``"dopri5"``) also solves the ODE the layers
+    discretise (:func:`solved`): each row's ``limit_change`` is then its logits' distance from that solution, and
+    ``limit`` holds the solution's ``metric``, its distance from the finest ``k`` and its field evaluations."""
     backbone = _backbone(model)
     ks = sorted({1, *(check_resolution(k, len(backbone.layers)) for k in parts)})
     if len(ks) < 2:
         raise ValueError("refinement needs at least one k other than 1 to compare with.")
     model = model.eval()
     found = {}
+    solution = None
     with torch.no_grad():
         for k in ks:
             with resampled(backbone, k):
                 found[k] = _features(model, inputs)
+        if limit is not None:
+            with solved(backbone, method=limit) as counted:
+                solution = _features(model, inputs)[0]
     fine_logits, fine_hidden = found[ks[-1]]
     rows = []
     for k in ks:
@@ -399,6 +450,8 @@ def refinement(
         }
         if metric is not None:
             row["metric"] = float(metric(logits))
+        if solution is not None:
+            row["limit_change"] = float((logits - solution).norm() / solution.norm())
         rows.append(row)
     steps = [(a, float((found[a][0] - found[b][0]).norm() / fine_logits.norm())) for a, b in zip(ks, ks[1:])]
     order = None
@@ -407,4 +460,40 @@ def refinement(
         ys = [math.log(change) for _, change in steps]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         order = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
-    return {"refinement": rows, "observed_order": order}
+    out: dict[str, Any] = {"refinement": rows, "observed_order": order}
+    if solution is not None:
+        out["limit"] = {
+            "method": limit,
+            "evaluations": counted["evaluations"],
+            "logit_change": float((fine_logits - solution).norm() / solution.norm()),
+            **({"metric": float(metric(solution))} if metric is not None else {}),
+        }
+    return out
+
+
+def verdict(found: dict[str, Any], order: int, metric: str = "metric") -> str:
+    """What a refinement says, in words: whether the trained model behaves as an ODE (its outputs converge as its
+    steps shrink, at its layers' ``order`` or better; at least ``min(order, 2) - 0.5`` counts, the bound a kink in
+    piecewise-linear weights or float32 rounding leaves), its observed order, and how far its ``metric`` moves across
+    the resolutions measured."""
+    observed = found.get("observed_order")
+    rows = found["refinement"]
+    values = [row[metric] for row in rows if row.get(metric) is not None]
+    spread = (
+        f" Its {metric} ranges over {max(values) - min(values):.3f} across k = {rows[0]['k']:g} to {rows[-1]['k']:g}."
+        if values
+        else ""
+    )
+    if order < 1:
+        return f"Its layers have no small-step limit (order 0): it discretises no ODE.{spread}"
+    if observed is None:
+        return f"Its outputs do not change with k (or a difference is zero): no order can be read.{spread}"
+    if observed >= min(order, 2) - 0.5:
+        return (
+            f"It behaves as an ODE: refined, its logits converge at observed order {observed:.2f} (its layers' order "
+            f"is {order}).{spread}"
+        )
+    return (
+        f"It does not behave as an ODE yet: its logits converge at observed order {observed:.2f}, below its layers' "
+        f"order {order} (the trained fields are too stiff for its step, or it depends on its discretisation).{spread}"
+    )

@@ -93,6 +93,9 @@ class Backbone(nn.Module):
         self.checkpoint = checkpoint
         self.parameterization = parameterization or Parameterization("standard", len(layers))
         self.resolution: float = 1  # steps per layer step: k > 1 refines, 1/m coarsens (odeformer.atlas.resampled)
+        self.integrator: Callable[[Backbone, Tensor, list], Any] | None = (
+            None  # the limit flow (odeformer.atlas.solved)
+        )
         self.observer: Callable[[int, Layer, Any, Any], None] | None = None  # sees each layer's input (the atlas)
         memory = {layer.solver.memory for layer in layers}
         if len(memory) > 1:
@@ -178,7 +181,11 @@ class Backbone(nn.Module):
             contexts = [{**context, "cache": c} for c in cache.layers]
         fields = [layer.block(c) for layer, c in zip(layers, contexts)]
         plain = self.resolution == 1 and self.observer is None
-        if self.reversible and plain and record is None and cache is None and torch.is_grad_enabled():
+        if self.integrator is not None:  # the ODE the layers discretise, by an adaptive solver (an analysis's)
+            y = self.integrator(self, x, fields)
+            if record is not None:
+                record.extend([x, y])
+        elif self.reversible and plain and record is None and cache is None and torch.is_grad_enabled():
             y = self._rebuilding(x, fields)
         else:
             if self.observer is not None:
@@ -230,7 +237,7 @@ class Backbone(nn.Module):
         of :meth:`forward` without its per-layer module calls. ``None`` (the module calls run instead) where those
         would not do the same: autograd or forward-mode AD on, a hook or training mode on a module left out
         (:func:`~odeformer.hooks.direct_calls`), another resolution or an observer."""
-        if torch.is_grad_enabled() or _forward_mode() or self.resolution != 1 or self.observer is not None:
+        if torch.is_grad_enabled() or _forward_mode() or self.resolution != 1 or self.observer or self.integrator:
             return None
         binding = cache.bound.get(self)
         if binding is None:

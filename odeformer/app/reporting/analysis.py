@@ -244,12 +244,21 @@ def run_markdown(numbers: dict[str, Any], model: Any, out: Path, title: str | No
             f"{entry['predicted_contraction']:.4f} | {entry['measured_contraction']:.4f} |"
         )
     if "refinement" in numbers:
-        lines += ["", f"| k | logit change | last-state change | {numbers['metric']} |", "|---|---|---|---|"]
+        limit = numbers.get("limit")
+        lines += ["", "| k | logit change | last-state change | distance from the ODE's solution | "
+                  f"{numbers['metric']} |", "|---|---|---|---|---|"]  # fmt: skip
         for row in numbers["refinement"]:
             metric = "–" if row.get("metric") is None else f"{row['metric']:.4f}"
-            lines.append(f"| {row['k']} | {row['logit_change']:.3g} | {row['hidden_change']:.3g} | {metric} |")
+            distance = "–" if row.get("limit_change") is None else f"{row['limit_change']:.3g}"
+            lines.append(
+                f"| {row['k']:g} | {row['logit_change']:.3g} | {row['hidden_change']:.3g} | {distance} | {metric} |"
+            )
+        if limit is not None:
+            metric = "–" if limit.get("metric") is None else f"{limit['metric']:.4f}"
+            solver = f"ODE ({limit['method']}, {limit['evaluations']} evaluations)"
+            lines.append(f"| {solver} | {limit['logit_change']:.3g} | – | 0 | {metric} |")
         order = numbers.get("observed_order")
-        lines += ["", f"Observed order: {'–' if order is None else f'{order:.2f}'}."]
+        lines += ["", f"Observed order: {'–' if order is None else f'{order:.2f}'}.", "", numbers["verdict"]]
     lines += ["", *(f"![{f[:-4]}]({f})" for f in figures), ""]
     text = "\n".join(lines)
     (out / "report.md").write_text(text)

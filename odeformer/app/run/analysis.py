@@ -14,6 +14,9 @@ from ...tasks import task_of
 from .builder import load_run
 from .objectives import make_objective
 
+LIMIT_METHOD = "dopri5"
+"""The adaptive method that solves a trained run's ODE for the refinement's reference (torchdiffeq's)."""
+
 
 def analyse_run(
     run_dir: Path,
@@ -40,7 +43,8 @@ def analyse_run(
         "small_step_limit": all(layer.claims().order > 0 for layer in model.backbone.layers),
     }
     if refine:
-        found = atlas.refinement(model, inputs, parts=refine)
+        limited = numbers["small_step_limit"] and len({layer.second_order for layer in model.backbone.layers}) == 1
+        found = atlas.refinement(model, inputs, parts=refine, limit=LIMIT_METHOD if limited else None)
         config = record.get("config") or {}
         batch_size = int((config.get("data") or {}).get("batch_size") or 64)
         eval_batches = int((config.get("train") or {}).get("eval_batches") or 0)
@@ -49,5 +53,10 @@ def analyse_run(
             with atlas.resampled(model.backbone, row["k"]), torch.no_grad():
                 measured = objective.evaluate(model, "val", eval_batches)
             row["metric"] = measured.get(objective.metric)
-        numbers |= found | {"metric": objective.metric}
+        if "limit" in found:
+            with atlas.solved(model.backbone, method=LIMIT_METHOD), torch.no_grad():
+                found["limit"]["metric"] = objective.evaluate(model, "val", eval_batches).get(objective.metric)
+        order = min(layer.claims().order for layer in model.backbone.layers)
+        numbers |= found | {"metric": objective.metric, "layer_order": order}
+        numbers["verdict"] = atlas.verdict(numbers, order, "metric")
     return numbers, model
