@@ -59,6 +59,71 @@ def test_smoke_benchmark_writes_every_key(tmp_path):
     assert "memory: dim 64, batch 4," in text and data["raw"]["rounds"] == 1
 
 
+def _process_results(value: float, agree: bool = True) -> dict:
+    """What one process of ``benchmarks.run`` writes, every measure ``value`` (its raw figures only as the report
+    reads them)."""
+    from benchmarks.run import GOALS, LM, MEMORY, VIT
+
+    raw = {
+        "machine": "2 CPU cores, x86_64",
+        "torch": torch.__version__,
+        "rounds": 20,
+        "wall_s": 200.0,
+        "attention": "sdpa",
+        "generate_agree": {"cached_equals_recompute": agree},
+        "sizes": {"vit": VIT, "memory": MEMORY, "lm": LM, "generate": {"new": 256}},
+    }
+    return {**{key: value for key in GOALS}, "raw": raw}
+
+
+def test_a_full_run_reads_each_goal_on_the_median_of_three_fresh_processes(tmp_path, monkeypatch):
+    """``make bench`` (the full run) measures in three fresh processes, one after another: each value in the table is
+    the median of theirs, shown beside it, and met or missed is read on the median; ``compile_speedup`` has no goal
+    on a CPU."""
+    from benchmarks import run as bench
+
+    made = []
+
+    def one_process(mode, device, path):
+        made.append(mode)
+        return _process_results([1.705, 1.687, 1.721][len(made) - 1], agree=len(made) != 2)
+
+    monkeypatch.setattr(bench, "one_process", one_process)
+    monkeypatch.setattr(bench, "run", lambda mode, device: pytest.fail("the full run measures in fresh processes"))
+    out, results = tmp_path / "bench.json", tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\n<!-- begin: benchmarks -->\nold\n<!-- end: benchmarks -->\n")
+    assert bench.main(["--json", str(out), "--results", str(results)]) == 0
+    assert made == ["full"] * 3
+    data = json.loads(out.read_text())
+    assert data["full_vs_diffusion_time"] == 1.705 and data["per_process"]["full_vs_diffusion_time"] == [
+        1.705,
+        1.687,
+        1.721,
+    ]
+    assert data["raw"]["wall_s"] == 600.0 and data["raw"]["generate_agree"] == {"cached_equals_recompute": False}
+    text = results.read_text()
+    assert "| `full_vs_diffusion_time` | 1.705 | 1.705, 1.687, 1.721 | <= 1.7 | no |" in text
+    assert "| `generate_cache_speedup` | 1.705 | 1.705, 1.687, 1.721 | >= 5.0 | no |" in text
+    assert "| `compile_speedup` | 1.705 | 1.705, 1.687, 1.721 | – | – | eager / torch.compile" in text
+    assert "3 fresh processes one after another, each 20 interleaved rounds; each value is the median" in text
+    assert "`python -m benchmarks.run --results " in text and "\nold\n" not in text
+
+
+def test_a_smoke_run_measures_in_its_own_process_and_a_process_count_below_one_is_refused(
+    tmp_path, monkeypatch, capsys
+):
+    from benchmarks import run as bench
+
+    monkeypatch.setattr(bench, "one_process", lambda *args: pytest.fail("a smoke run is one process: this one"))
+    monkeypatch.setattr(bench, "run", lambda mode, device: _process_results(1.0))
+    assert bench.main(["--smoke", "--json", str(tmp_path / "bench.json")]) == 0
+    assert "per_process" not in json.loads((tmp_path / "bench.json").read_text())
+    assert "| `compile_speedup` | 1.000 | – | – |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--processes", "0"])
+    assert "--processes must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_reference_vit_computes_the_diffusion_model_exactly():
     done = subprocess.run(
         [
