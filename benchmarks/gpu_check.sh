@@ -13,7 +13,7 @@
 #                                                           all stages: a second try in what time is left
 #   bash benchmarks/gpu_check.sh --rehearse OUT [COMMIT]    every stage at tiny sizes on the CPU, from a copy of the
 #                                                           tree, imports as the GPU machine's image has them, each
-#                                                           compiled model through inductor (about 5 minutes)
+#                                                           compiled model through inductor (7½ min on 2 cores)
 #   bash benchmarks/gpu_check.sh --render OUT [RESULTS]     the returned files as the GPU block of RESULTS
 #                                                           (default docs/RESULTS.md), on any machine
 set -euo pipefail
