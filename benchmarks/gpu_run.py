@@ -399,16 +399,23 @@ class GraphUse:
             def emit(self, record):
                 use.reasons.append(record.getMessage().splitlines()[0][:200])
 
-        self._handler = Reasons(logging.WARNING)
+        self._handler, log = Reasons(logging.WARNING), logging.getLogger(GRAPH_LOG)
+        self._log_state = log.disabled, log.level  # a logging config may have disabled it (Hydra's "disabled" does)
+        log.disabled = False
+        if log.getEffectiveLevel() > logging.WARNING:
+            log.setLevel(logging.WARNING)
         graph.capture_begin, graph.replay = capturing, replaying
-        logging.getLogger(GRAPH_LOG).addHandler(self._handler)
+        log.addHandler(self._handler)
         return self
 
     def __exit__(self, *exc):
         import logging
 
         self._graph.capture_begin, self._graph.replay = self._original
-        logging.getLogger(GRAPH_LOG).removeHandler(self._handler)
+        log = logging.getLogger(GRAPH_LOG)
+        log.removeHandler(self._handler)
+        log.disabled, level = self._log_state
+        log.setLevel(level)
 
 
 def stage_compiled(stage: Stage, name: str) -> None:

@@ -261,7 +261,8 @@ def test_the_language_models_cut_after_a_block_keep_its_tokens_per_second(tmp_pa
 
 def test_graph_use_counts_the_cuda_graphs_recorded_and_replayed_and_inductors_reasons(monkeypatch):
     """Whether ``reduce-overhead`` ran CUDA graphs, read from the graphs themselves (a stand-in class here, as the CPU
-    has none), with the reasons inductor logs for skipping them; the class is as it was afterwards."""
+    has none), with the reasons inductor logs for skipping them, even where a logging config had disabled its logger;
+    the class and the logger are as they were afterwards."""
     import logging
 
     from benchmarks.gpu_run import GRAPH_LOG, GraphUse
@@ -275,6 +276,9 @@ def test_graph_use_counts_the_cuda_graphs_recorded_and_replayed_and_inductors_re
 
     original = Graph.replay
     monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    log = logging.getLogger(GRAPH_LOG)
+    monkeypatch.setattr(log, "disabled", True)  # as a logging config that disables existing loggers leaves it
+    monkeypatch.setattr(log, "level", logging.ERROR)
     with GraphUse() as use:
         assert not use.used()
         graph = Graph()
@@ -286,7 +290,7 @@ def test_graph_use_counts_the_cuda_graphs_recorded_and_replayed_and_inductors_re
         "reasons": ["skipping cudagraphs due to mutated inputs (1 instances)"],
     }
     Graph().replay()
-    assert Graph.replay is original and use.replayed == 2
+    assert Graph.replay is original and use.replayed == 2 and log.disabled and log.level == logging.ERROR
 
 
 def test_the_rehearsals_sync_count_sees_reads_and_copies_from_the_host_and_not_fills():
