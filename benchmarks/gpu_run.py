@@ -1,8 +1,8 @@
 """Every GPU number in one command, stage by stage, for a machine lent for minutes: ``benchmarks/gpu_check.sh``.
 
 Needs only torch with CUDA (Hugging Face's ``transformers`` where installed; scikit-learn for the digits of the
-training run, else a synthetic image task of the same size): no Hydra, OmegaConf, torchode or torchtyping, and the
-project read from this folder on ``PYTHONPATH`` (no install, no ``.git``). The stages, in order of value:
+training run, else a synthetic image task of the same size): no Hydra, OmegaConf, antlr4, torchode or torchtyping,
+and the project read from this folder on ``PYTHONPATH`` (no install, no ``.git``). The stages, in order of value:
 
 1. ``environment``: the device, torch, CUDA, and which fused attention kernels
    (``torch.backends.cuda.can_use_*_attention(params, debug=True)``, with the reasons a kernel is refused) take the
@@ -10,23 +10,29 @@ project read from this folder on ``PYTHONPATH`` (no install, no ``.git``). The s
 2. ``eager``: DeiT-Ti bf16 training (and inference) throughput, peak memory and MFU of diffusion, Full Wave, Light
    Wave, Hugging Face's ViT (only with ``transformers``; else the reason is recorded) and an ``nn.TransformerEncoder``
    ViT, side by side (:mod:`benchmarks.gpu`).
-3. ``syncs``: host syncs per training step of each of those models (``torch.cuda.set_sync_debug_mode``).
+3. ``syncs``: host syncs per training step of each of those models (``torch.cuda.set_sync_debug_mode``: the reads
+   and the host-to-device copies from pageable memory the host waits for).
 4. ``compiled:<model>``: one process per model, most valuable first (diffusion, Hugging Face's ViT, Full Wave, the
    ``nn.TransformerEncoder`` ViT), each under its own time limit: the training step under
-   ``torch.compile(mode="reduce-overhead")`` (CUDA graphs), its compile time, throughput and peak memory.
+   ``torch.compile(mode="reduce-overhead")``, its compile time (the first step's), whether CUDA graphs were really
+   recorded and replayed (inductor skips them for a graph it cannot capture, and says why), throughput and peak
+   memory.
 5. ``train``: the main job (``experiment=digits_vit``: its model and training settings read from ``configs/``) on
    CUDA through :class:`~odeformer.app.run.trainer.Trainer` without Hydra, with its host syncs counted.
 6. ``lm``: a causal LM of GPT-2-small's shape (12 layers, width 768, 12 heads, 1,024 tokens, GPT-2's vocabulary),
    training tokens/s beside Hugging Face's GPT-2 of the same shape.
 
 Each stage runs in its own process under a time limit drawn from one budget (``--budget``, 450 s by default), and
-what it measured is merged into the results as soon as it ends (a stage writes as it goes, so one cut short keeps
-what it finished). OUT receives four files: ``gpu.json`` (the environment, the eager run, the syncs),
-``gpu_reduce-overhead.json`` (the compiled run), ``extras.json`` (the training run, the language models, each stage's
-status) and ``gpu_check.log``. ``--rehearse`` runs every stage at tiny sizes on the CPU, from a copy of the tracked
-files without ``.git``, with hydra, omegaconf, antlr4, torchode, torchtyping and scikit-learn made unimportable (as
-on the lent machine) and torch.compile's ``eager`` backend (the harness is rehearsed, not inductor); it writes the
-same files.
+what it measured is merged into the results as soon as it ends. A stage writes each model's figures as soon as they
+are measured (its memory, its warm-up or compile time, its throughput over the timed blocks so far; the training
+run's last logged step), so one cut at its limit keeps what it measured. OUT receives four files: ``gpu.json`` (the
+environment, the eager run, the syncs), ``gpu_reduce-overhead.json`` (the compiled run), ``extras.json`` (the
+training run, the language models, each stage's status) and ``gpu_check.log``. ``--rehearse`` runs every stage at
+tiny sizes on the CPU, from a copy of the tracked files without ``.git``, with hydra, omegaconf, antlr4, torchode and
+torchtyping unimportable and their distributions' metadata hidden (as on the lent machine; every other package,
+``transformers``, scikit-learn, torchdiffeq and matplotlib among them, imports as installed), each compiled stage's
+model compiled by inductor on the CPU (Dynamo, AOTAutograd and inductor's lowering run there as on the GPU, so a
+graph that fails to lower fails here; the CPU has no CUDA graphs, which its rows say); it writes the same files.
 
     python -m benchmarks.gpu_run OUT [--commit ID] [--budget 450] [--rehearse]
 """
@@ -49,9 +55,9 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ABSENT = ("hydra", "omegaconf", "antlr4", "torchode", "torchtyping", "sklearn")
-"""What the lent machine's image lacks (scikit-learn too, as far as is known): the rehearsal makes these
-unimportable."""
+ABSENT = ("hydra", "omegaconf", "antlr4", "torchode", "torchtyping")
+"""What the lent machine's image lacks (its torch has CUDA; ``transformers``, scikit-learn, torchdiffeq and matplotlib
+are there): the rehearsal makes these unimportable."""
 EAGER_MODELS = ("diffusion", "full_wave", "light_wave", "hf_vit", "torch_vit")
 COMPILED_MODELS = ("diffusion", "hf_vit", "full_wave", "torch_vit")
 """Compiled in this order, the most valuable first: the plain transformer, the anchor the goal names, the scheme."""
@@ -66,9 +72,19 @@ RUN_KEYS = ("batch", "steps", "rounds", "compile", "compile_mode", "peak_tflops"
 FILES = ("gpu.json", "gpu_reduce-overhead.json", "extras.json", "gpu_check.log")
 
 
+def provides(distribution) -> set[str]:
+    """The top-level modules an installed distribution puts on the path (its ``top_level.txt``, else its files)."""
+    listed = distribution.read_text("top_level.txt")
+    if listed:
+        return set(listed.split())
+    tops = {Path(str(f)).parts[0] for f in distribution.files or ()}
+    return {Path(top).stem for top in tops if not top.endswith((".dist-info", ".egg-info", ".data")) and top != ".."}
+
+
 class Unavailable(importlib.abc.MetaPathFinder):
     """The path finder with ``names`` (top-level packages) not on the path, as on a machine without them: importing
-    one is a ModuleNotFoundError and ``importlib.util.find_spec`` says None."""
+    one is a ModuleNotFoundError, ``importlib.util.find_spec`` says None, and ``importlib.metadata`` finds no
+    distribution that provides one; every other module and distribution is found as the path finder finds it."""
 
     def __init__(self, names):
         self.names = set(names)
@@ -77,6 +93,10 @@ class Unavailable(importlib.abc.MetaPathFinder):
         if fullname.split(".")[0] in self.names:
             return None
         return importlib.machinery.PathFinder.find_spec(fullname, path, target)
+
+    def find_distributions(self, *args, **kwargs):
+        found = importlib.machinery.PathFinder.find_distributions(*args, **kwargs)
+        return (d for d in found if not self.names & provides(d))
 
     def invalidate_caches(self):
         importlib.machinery.PathFinder.invalidate_caches()
@@ -225,7 +245,7 @@ def _names(candidates, stage: Stage) -> tuple[list[str], dict]:
 
 
 def stage_eager(stage: Stage) -> None:
-    from benchmarks.gpu import DEIT_TI, FLOPS_FORMULA, H200_BF16_DENSE_TFLOPS, mfu, peak_memory, step_flops, throughput
+    from benchmarks.gpu import DEIT_TI, FLOPS_FORMULA, H200_BF16_DENSE_TFLOPS, peak_memory, throughput
 
     names, skipped = _names(EAGER_MODELS, stage)
     stage.save(
@@ -240,16 +260,27 @@ def stage_eager(stage: Stage) -> None:
         sizes={**DEIT_TI, **(stage.sizes or {})},
         not_measured=skipped,
     )
-    memory = {}
-    for name in names:
-        memory[name] = peak_memory(name, stage.batch, device=stage.device, sizes=stage.sizes)
-    speed, _ = throughput(stage.batch, stage.steps, stage.rounds, None, tuple(names), None, stage.device, stage.sizes)
-    for name in names:
-        flops = step_flops(name, stage.batch, stage.sizes)["train"]
-        r = {**speed[name], **memory[name], "train_flops_per_step": flops}
-        r["train_tflops_per_s"] = r["train_images_per_s"] / stage.batch * flops / 1e12
-        r["mfu"] = mfu(r["train_images_per_s"], flops, stage.batch, H200_BF16_DENSE_TFLOPS)
-        stage.save(**{name: r})
+    for name in names:  # each model's memory kept as soon as it is measured
+        stage.save(**{name: peak_memory(name, stage.batch, device=stage.device, sizes=stage.sizes)})
+
+    def record(name: str, figures: dict) -> None:  # its warm-up, then its throughput after every timed block
+        stage.save(**{name: _with_flops(stage, name, {**stage.result[name], **figures})})
+
+    args = (stage.batch, stage.steps, stage.rounds, None, tuple(names), None, stage.device, stage.sizes, record)
+    throughput(*args)
+
+
+def _with_flops(stage: Stage, name: str, figures: dict) -> dict:
+    """A model's figures with its FLOPs per training step, and with the TFLOP/s and MFU of its training throughput
+    once that is measured."""
+    from benchmarks.gpu import H200_BF16_DENSE_TFLOPS, mfu, step_flops
+
+    flops = step_flops(name, stage.batch, stage.sizes)["train"]
+    out = {**figures, "train_flops_per_step": flops}
+    if "train_images_per_s" in out:
+        out["train_tflops_per_s"] = out["train_images_per_s"] / stage.batch * flops / 1e12
+        out["mfu"] = mfu(out["train_images_per_s"], flops, stage.batch, H200_BF16_DENSE_TFLOPS)
+    return out
 
 
 def _is_sync(entry) -> bool:
@@ -263,8 +294,12 @@ def _sync_name(entry) -> str:
 @contextlib.contextmanager
 def counted_syncs(device: str):
     """A list that fills with the host syncs meanwhile, as they happen (filter it with :func:`_is_sync`): on CUDA the
-    warnings ``torch.cuda.set_sync_debug_mode`` gives; on the CPU (the rehearsal) the operators that would sync on a
-    GPU (``.item()`` and its kin, nonzero, unique, sparse coalescing)."""
+    warnings ``torch.cuda.set_sync_debug_mode`` gives (a read of a result, a copy from pageable host memory); on the
+    CPU (the rehearsal) the calls that would make the host wait on a GPU: the reads (``.item()`` and its kin,
+    ``tolist``, nonzero, unique, sparse coalescing), a tensor made from Python data on the step's device
+    (``torch.tensor``, ``new_tensor``, ``as_tensor``: on a GPU a copy from pageable host memory) and a ``.to`` or
+    ``copy_`` from an unpinned CPU tensor to another device. A fill (``torch.full_like``) or a Python number as an
+    operand copies nothing, and is not counted."""
     import torch
 
     if device == "cuda":
@@ -283,14 +318,24 @@ def counted_syncs(device: str):
         "item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__", "nonzero", "masked_select",
         "unique", "unique_consecutive", "coalesce", "equal",
     }  # fmt: skip
+    made = {"tensor", "new_tensor", "as_tensor", "asarray"}  # a tensor from Python data: a copy where it lands
     found: list = []
+
+    def pageable(tensor) -> bool:
+        return isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu" and not tensor.is_pinned()
 
     class Count(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             name = getattr(func, "__name__", "")
-            if name in syncing:
+            out = func(*args, **(kwargs or {}))
+            if name in syncing or (name in made and isinstance(out, torch.Tensor) and out.device.type == device):
                 found.append(name)
-            return func(*args, **(kwargs or {}))
+            elif name in ("to", "cuda") and pageable(args[0]) and isinstance(out, torch.Tensor):
+                if out.device.type != "cpu":
+                    found.append(name)
+            elif name == "copy_" and len(args) > 1 and pageable(args[1]) and args[0].device.type != "cpu":
+                found.append(name)
+            return out
 
     with Count():
         yield found
@@ -314,10 +359,71 @@ def stage_syncs(stage: Stage) -> None:
         stage.save(**{name: {"per_step": len(syncs) / 3, "first": sorted(set(syncs))[:3]}})
 
 
+GRAPH_LOG = "torch._inductor.cudagraph_utils.__cudagraphs"
+"""The logger by which inductor says why it skips CUDA graphs for a graph."""
+
+
+class GraphUse:
+    """While entered, counts the CUDA graphs recorded (``torch.cuda.CUDAGraph.capture_begin``) and replayed, and keeps
+    the first reasons inductor logs for skipping CUDA graphs: whether ``mode="reduce-overhead"`` really ran them."""
+
+    def __init__(self):
+        self.recorded = self.replayed = 0
+        self.reasons: list[str] = []
+
+    def counts(self) -> dict:
+        return {"recorded": self.recorded, "replayed": self.replayed, "reasons": self.reasons[:3]}
+
+    def used(self) -> bool:
+        """Some CUDA graphs were recorded and replayed."""
+        return self.recorded > 0 and self.replayed > 0
+
+    def __enter__(self):
+        import logging
+
+        import torch
+
+        graph, use = torch.cuda.CUDAGraph, self
+        self._graph, self._original = graph, (graph.capture_begin, graph.replay)
+        capture, replay = self._original
+
+        def capturing(self, *args, **kwargs):
+            use.recorded += 1
+            return capture(self, *args, **kwargs)
+
+        def replaying(self, *args, **kwargs):
+            use.replayed += 1
+            return replay(self, *args, **kwargs)
+
+        class Reasons(logging.Handler):
+            def emit(self, record):
+                use.reasons.append(record.getMessage().splitlines()[0][:200])
+
+        self._handler, log = Reasons(logging.WARNING), logging.getLogger(GRAPH_LOG)
+        self._log_state = log.disabled, log.level  # a logging config may have disabled it (Hydra's "disabled" does)
+        log.disabled = False
+        if log.getEffectiveLevel() > logging.WARNING:
+            log.setLevel(logging.WARNING)
+        graph.capture_begin, graph.replay = capturing, replaying
+        log.addHandler(self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        import logging
+
+        self._graph.capture_begin, self._graph.replay = self._original
+        log = logging.getLogger(GRAPH_LOG)
+        log.removeHandler(self._handler)
+        log.disabled, level = self._log_state
+        log.setLevel(level)
+
+
 def stage_compiled(stage: Stage, name: str) -> None:
+    """The training step of ``name`` under ``torch.compile(mode="reduce-overhead")``: its compile time (the first
+    step's) and whether CUDA graphs ran written as soon as it has compiled, its throughput after every timed block."""
     import torch
 
-    from benchmarks.gpu import DEIT_TI, FLOPS_FORMULA, H200_BF16_DENSE_TFLOPS, _model, _steps, mfu, step_flops
+    from benchmarks.gpu import DEIT_TI, FLOPS_FORMULA, H200_BF16_DENSE_TFLOPS, _model, _steps
     from benchmarks.timing import interleaved
 
     mode = "reduce-overhead"
@@ -327,7 +433,8 @@ def stage_compiled(stage: Stage, name: str) -> None:
         rounds=stage.rounds,
         compile=True,
         compile_mode=mode,
-        compile_backend="eager" if stage.rehearse else "inductor",
+        compile_backend="inductor",
+        compile_device=stage.device,
         peak_tflops=H200_BF16_DENSE_TFLOPS,
         flops_formula=FLOPS_FORMULA,
         sizes={**DEIT_TI, **(stage.sizes or {})},
@@ -335,32 +442,34 @@ def stage_compiled(stage: Stage, name: str) -> None:
     if name == "hf_vit" and _transformers():
         stage.save(not_measured={name: _transformers()})
         return
-    begin = time.perf_counter()
-    model = _model(name, None, stage.device, stage.sizes)
-    model = torch.compile(model, backend="eager") if stage.rehearse else torch.compile(model, mode=mode)
+    model = torch.compile(_model(name, None, stage.device, stage.sizes), mode=mode)
     train = _steps(model, stage.batch, mode, stage.device, stage.sizes)["train"]
-    for _ in range(3):  # compile, then record and replay the CUDA graphs
+    with GraphUse() as graphs:
+
+        def save(**figures):
+            figures |= {"cuda_graphs": graphs.counts(), "cuda_graphs_used": graphs.used()}
+            stage.save(**{name: _with_flops(stage, name, {**stage.result.get(name, {}), **figures})})
+
+        begin = time.perf_counter()
+        train()  # compiles the forward and backward graphs (and runs the CUDA graphs' first warm-up)
+        stage.sync()
+        save(compile_s=time.perf_counter() - begin)
+        for _ in range(2):  # records, then replays the CUDA graphs
+            train()
+        stage.sync()
+        save(warmup_s=time.perf_counter() - begin)
+        stage.peak_reset()
         train()
-    stage.sync()
-    warmup = time.perf_counter() - begin
-    stage.peak_reset()
-    train()
-    peak = stage.peak_gib()
-    seconds = interleaved({name: train}, stage.rounds, warmup=1, device=stage.device, repeats=stage.steps)[name]
-    flops = step_flops(name, stage.batch, stage.sizes)["train"]
-    speed = stage.batch / seconds
-    stage.save(
-        **{
-            name: {
-                "warmup_s": warmup,
-                "train_images_per_s": speed,
-                "train_peak_gib": peak,
-                "train_flops_per_step": flops,
-                "train_tflops_per_s": speed / stage.batch * flops / 1e12,
-                "mfu": mfu(speed, flops, stage.batch, H200_BF16_DENSE_TFLOPS),
-            }
-        }
-    )
+        save(train_peak_gib=stage.peak_gib())
+        replayed = graphs.replayed
+
+        def measured(seconds: dict) -> None:
+            rounds = stage.result[name].get("train_rounds", 0) + 1
+            save(train_images_per_s=stage.batch / seconds[name], train_rounds=rounds)
+
+        timing = dict(warmup=1, device=stage.device, repeats=stage.steps, after_round=measured)
+        interleaved({name: train}, stage.rounds, **timing)
+        save(replays_per_step=(graphs.replayed - replayed) / ((1 + stage.rounds) * stage.steps))
 
 
 def _flat_yaml(path: Path) -> dict:
@@ -385,9 +494,21 @@ def _flat_yaml(path: Path) -> dict:
     return out
 
 
+def _split_syncs(found: list, spans: list[tuple[int, int]]) -> dict:
+    """The host syncs in ``found``, split by whether they fell in one of ``spans`` (logging, evaluation, checkpoint)."""
+    inside = {i for start, end in spans for i in range(start, end)}
+    syncs = [(i in inside, _sync_name(e)) for i, e in enumerate(found) if _is_sync(e)]
+    return {
+        "syncs_in_logging_steps": sum(1 for kept, _ in syncs if kept),
+        "syncs_between_logging_steps": sum(1 for kept, _ in syncs if not kept),
+        "syncs_between_first": sorted({name for kept, name in syncs if not kept})[:5],
+    }
+
+
 def stage_train(stage: Stage) -> None:
     """``odeformer-train experiment=digits_vit train.device=cuda`` without Hydra: the experiment's model and training
-    settings from ``configs/``, the loop of :class:`Trainer`, its host syncs counted."""
+    settings from ``configs/``, the loop of :class:`Trainer`, its host syncs counted; at every logging step the row
+    logged and the syncs so far are written (``progress``), so a run cut at its limit keeps them."""
     import torch
 
     import odeformer
@@ -426,25 +547,18 @@ def stage_train(stage: Stage) -> None:
         for method in ("_read_loss", "_check_loss", "_log", "_checkpoint_and_evaluate", "_save_last", "_finish"):
             original = getattr(Trainer, method)
 
-            def spanned(self, *args, _original=original, **kwargs):
+            def spanned(self, *args, _original=original, _method=method, **kwargs):
                 start = len(found)
                 try:
                     return _original(self, *args, **kwargs)
                 finally:
                     spans.append((start, len(found)))
+                    if _method == "_log" and args and "loss" in args[0]:
+                        stage.save(progress={"logged": args[0], **_split_syncs(found, spans)})
 
             setattr(Trainer, method, spanned)
         summary = trainer.fit()
-    inside = {i for start, end in spans for i in range(start, end)}
-    syncs = [(i in inside, _sync_name(e)) for i, e in enumerate(found) if _is_sync(e)]
-    stage.save(
-        summary=summary,
-        steps=summary["steps"],
-        log_every=loop.log_every,
-        syncs_in_logging_steps=sum(1 for kept, _ in syncs if kept),
-        syncs_between_logging_steps=sum(1 for kept, _ in syncs if not kept),
-        syncs_between_first=sorted({name for kept, name in syncs if not kept})[:5],
-    )
+    stage.save(summary=summary, steps=summary["steps"], log_every=loop.log_every, **_split_syncs(found, spans))
     shutil.rmtree(out, ignore_errors=True)
 
 
@@ -514,9 +628,14 @@ def stage_lm(stage: Stage) -> None:
         steps[name] = train
         params = sum(p.numel() for p in model.parameters())
         stage.save(**{name: {"params": params}})
-    seconds = interleaved(steps, stage.rounds, warmup=1, device=stage.device, repeats=stage.steps)
-    for name in steps:
-        stage.save(**{name: {**stage.result[name], "train_tokens_per_s": batch * s["max_len"] / seconds[name]}})
+
+    def measured(seconds: dict) -> None:  # after every timed block: tokens/s over the blocks so far
+        for name in steps:
+            rounds = stage.result[name].get("train_rounds", 0) + 1
+            tokens_per_s = batch * s["max_len"] / seconds[name]
+            stage.save(**{name: {**stage.result[name], "train_tokens_per_s": tokens_per_s, "train_rounds": rounds}})
+
+    interleaved(steps, stage.rounds, warmup=1, device=stage.device, repeats=stage.steps, after_round=measured)
 
 
 STAGES = {

@@ -29,13 +29,21 @@ def interleaved(
     device: str,
     repeats: int = 1,
     settle: int = 0,
+    after_round: Callable[[dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
     """Median seconds per call of each function, timed in turn (rotating the order) ``rounds`` times.
 
     First ``warmup`` untimed rounds of every function in order. A timed sample is ``repeats`` calls in a row, its time
     divided by ``repeats``; ``settle`` untimed calls go before each sample (to warm caches again after the others ran).
+    ``after_round`` receives the medians of the rounds so far after every round (so that a run cut short keeps them).
     """
-    samples = interleaved_samples(functions, rounds, warmup, device, repeats, settle)
+    report = None
+    if after_round is not None:
+
+        def report(times: dict[str, list[float]]) -> None:
+            after_round({name: statistics.median(values) for name, values in times.items()})
+
+    samples = interleaved_samples(functions, rounds, warmup, device, repeats, settle, report)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -46,8 +54,10 @@ def interleaved_samples(
     device: str,
     repeats: int = 1,
     settle: int = 0,
+    after_round: Callable[[dict[str, list[float]]], None] | None = None,
 ) -> dict[str, list[float]]:
-    """The samples :func:`interleaved` takes the medians of: per function, its seconds per call in each round."""
+    """The samples :func:`interleaved` takes the medians of: per function, its seconds per call in each round;
+    ``after_round`` receives them as they stand after every round."""
     sync = synchronizer(device)
     names = list(functions)
     for _ in range(warmup):
@@ -65,6 +75,8 @@ def interleaved_samples(
                 functions[name]()
             sync()
             times[name].append((time.perf_counter() - start) / repeats)
+        if after_round is not None:
+            after_round(times)
     return times
 
 

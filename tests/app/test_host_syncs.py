@@ -1,7 +1,8 @@
-"""The training loop never waits on the host between two logging steps: every tensor-to-Python conversion of a run
-(the calls that make the host wait for a GPU) happens in a logging, evaluation or checkpoint step, for every task
-model; a non-finite loss is still caught (and named) at the next of those; a signal during an evaluation ends it
-before its next batch; ``train.compile`` takes torch.compile's modes."""
+"""The training loop never waits on the host between two logging steps: every tensor-to-Python conversion and every
+host-to-device copy from pageable memory of a run (the calls that make the host wait for a GPU; on the CPU every
+tensor made from Python data) happens in a logging, evaluation or checkpoint step, for every task model; a non-finite
+loss is still caught (and named) at the next of those; a signal during an evaluation ends it before its next batch;
+``train.compile`` takes torch.compile's modes."""
 
 import contextlib
 import json
@@ -33,17 +34,39 @@ SYNCING_OPS = {
 }
 """The operators whose result must reach the host before Python can go on: on a GPU each one drains the queue."""
 
+FROM_PYTHON = {"lift_fresh", "lift_fresh_copy"}
+"""The operators through which a tensor made from Python data (``torch.tensor``, ``t.new_tensor``, ``as_tensor``, a
+list used as an index) enters torch: made on a GPU, a copy from pageable host memory that the host waits for."""
+
 ALLOWED = ("_read_loss", "_check_loss", "_log", "_checkpoint_and_evaluate", "_save_last", "_finish")
 """The trainer's methods that run at logging, evaluation and checkpoint steps, where the host may read."""
 
 
-class Conversions(TorchDispatchMode):
-    """Counts the syncing operators, and ``tolist`` / ``numpy`` (which read the data without one), split by whether
-    they happen inside one of the :data:`ALLOWED` methods."""
+def _on_host(tensor):
+    return isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
 
-    def __init__(self, trainer=None):
+
+def pageable_copy(name, args, kwargs):
+    """Whether operator ``name`` copies an unpinned CPU tensor into a tensor on another device (``.to``, ``copy_``)."""
+    if name == "_to_copy":
+        source, target = args[0], kwargs.get("device")
+    elif name == "copy_":
+        source, target = args[1], args[0].device
+    else:
+        return False
+    return _on_host(source) and target is not None and torch.device(target).type != "cpu" and not source.is_pinned()
+
+
+class Conversions(TorchDispatchMode):
+    """Counts what makes the host wait for a GPU: the syncing operators, ``tolist`` / ``numpy`` (which read the data),
+    the copies from pageable host memory to another device, and every tensor made from Python data on ``device`` (on
+    the CPU, where the step runs on the host, every one: the same line copies it to the device on a GPU); split by
+    whether it happens inside one of the :data:`ALLOWED` methods. A fill (``torch.full_like``) or a Python number as
+    an operand is a kernel argument, and copies nothing."""
+
+    def __init__(self, trainer=None, device="cpu"):
         super().__init__()
-        self.trainer, self.depth, self.inside, self.outside = trainer, 0, [], []
+        self.trainer, self.device, self.depth, self.inside, self.outside = trainer, device, 0, [], []
 
     def note(self, name):
         """Outside the allowed methods, with the step being taken (1 for the first)."""
@@ -53,10 +76,13 @@ class Conversions(TorchDispatchMode):
             self.outside.append((name, self.trainer.step + 1 if self.trainer is not None else None))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         name = func._overloadpacket.__name__
-        if name in SYNCING_OPS:
+        out = func(*args, **kwargs)
+        made_here = name in FROM_PYTHON and isinstance(out, torch.Tensor) and out.device.type == self.device
+        if name in SYNCING_OPS or made_here or pageable_copy(name, args, kwargs):
             self.note(name)
-        return func(*args, **(kwargs or {}))
+        return out
 
 
 @contextlib.contextmanager
@@ -73,6 +99,12 @@ def counting(monkeypatch, trainer=None):
                 counter.depth -= 1
 
         monkeypatch.setattr(Trainer, method, wrapped)
+    _count_reads(monkeypatch, counter)
+    with counter:
+        yield counter
+
+
+def _count_reads(monkeypatch, counter):
     for name in ("tolist", "numpy"):
         original = getattr(torch.Tensor, name)
 
@@ -81,8 +113,6 @@ def counting(monkeypatch, trainer=None):
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, read)
-    with counter:
-        yield counter
 
 
 def _task(name, n=48):
@@ -142,6 +172,58 @@ def test_the_count_sees_a_read_in_a_step(tmp_path, monkeypatch):
     with counting(monkeypatch, trainer) as counter:
         trainer.fit()
     assert [step for name, step in counter.outside if name == "_local_scalar_dense"] == [1, 2, 3, 4]
+
+
+def test_the_count_sees_a_host_to_device_copy_in_a_step(tmp_path, monkeypatch):
+    """A tensor made from Python data in every step (the divergence watch once wrote its step with
+    ``loss.new_tensor(step)``: on a GPU a pageable host-to-device copy the host waits for) is counted in every step."""
+    data, model = _task("vit")
+    loop = LoopConfig(max_steps=4, log_every=4, eval_every=4, eval_batches=1, warmup_steps=0, progress=False)
+    trainer = Trainer(model, data, loop, tmp_path, {"solver": "diffusion"})
+
+    watch = Trainer._watch
+
+    def watching(self, loss):
+        loss.new_tensor(self.step + 1.0)  # as the watch once made its step
+        return watch(self, loss)
+
+    monkeypatch.setattr(Trainer, "_watch", watching)
+    with counting(monkeypatch, trainer) as counter:
+        trainer.fit()
+    assert counter.outside == [("lift_fresh", step) for step in (1, 2, 3, 4)]
+
+
+def test_the_count_tells_a_copy_from_the_host_from_a_fill_on_the_device(monkeypatch):
+    """Counted: a tensor from Python data (``torch.tensor``, ``new_tensor``, a list as an index), a ``.to`` or
+    ``copy_`` from a CPU tensor into another device's (the meta device stands in for a GPU), a read; not counted: a
+    fill, a Python number as an operand, a copy within the host, a tensor from Python data on a device other than the
+    step's."""
+    x = torch.ones(3)
+
+    def found(device, *steps):
+        counter = Conversions(device=device)
+        with monkeypatch.context() as patches:
+            _count_reads(patches, counter)
+            with counter:
+                for step in steps:
+                    step()
+        return [name for name, _ in counter.outside]
+
+    made = (lambda: torch.tensor(2.0), lambda: x.new_tensor([1.0]), lambda: x[[0, 2]])
+    copied = (lambda: x.to("meta"), lambda: torch.empty(3, device="meta").copy_(x))
+    assert found("cpu", *made, *copied) == ["lift_fresh"] * 3 + ["_to_copy", "copy_"]
+    assert found("meta", *made, *copied) == ["_to_copy", "copy_"]  # the step on another device: made on the host
+    assert found("cpu", lambda: x.tolist(), lambda: x[0].item()) == ["tolist", "_local_scalar_dense"]
+    kept = (
+        lambda: torch.full_like(x, 3.0),
+        lambda: torch.zeros(2),
+        lambda: x * 2.0,
+        lambda: torch.where(x > 0, x, 0.0),
+        lambda: x.to(torch.float64),
+        lambda: torch.empty(3).copy_(x),
+        lambda: torch.stack([torch.full_like(x[0], 1.0), x[1]]),
+    )
+    assert found("cpu", *kept) == []
 
 
 def test_a_non_finite_loss_is_caught_at_the_next_check_and_named_by_its_step(tmp_path):

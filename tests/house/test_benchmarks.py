@@ -59,6 +59,71 @@ def test_smoke_benchmark_writes_every_key(tmp_path):
     assert "memory: dim 64, batch 4," in text and data["raw"]["rounds"] == 1
 
 
+def _process_results(value: float, agree: bool = True) -> dict:
+    """What one process of ``benchmarks.run`` writes, every measure ``value`` (its raw figures only as the report
+    reads them)."""
+    from benchmarks.run import GOALS, LM, MEMORY, VIT
+
+    raw = {
+        "machine": "2 CPU cores, x86_64",
+        "torch": torch.__version__,
+        "rounds": 20,
+        "wall_s": 200.0,
+        "attention": "sdpa",
+        "generate_agree": {"cached_equals_recompute": agree},
+        "sizes": {"vit": VIT, "memory": MEMORY, "lm": LM, "generate": {"new": 256}},
+    }
+    return {**{key: value for key in GOALS}, "raw": raw}
+
+
+def test_a_full_run_reads_each_goal_on_the_median_of_three_fresh_processes(tmp_path, monkeypatch):
+    """``make bench`` (the full run) measures in three fresh processes, one after another: each value in the table is
+    the median of theirs, shown beside it, and met or missed is read on the median; ``compile_speedup`` has no goal
+    on a CPU."""
+    from benchmarks import run as bench
+
+    made = []
+
+    def one_process(mode, device, path):
+        made.append(mode)
+        return _process_results([1.705, 1.687, 1.721][len(made) - 1], agree=len(made) != 2)
+
+    monkeypatch.setattr(bench, "one_process", one_process)
+    monkeypatch.setattr(bench, "run", lambda mode, device: pytest.fail("the full run measures in fresh processes"))
+    out, results = tmp_path / "bench.json", tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\n<!-- begin: benchmarks -->\nold\n<!-- end: benchmarks -->\n")
+    assert bench.main(["--json", str(out), "--results", str(results)]) == 0
+    assert made == ["full"] * 3
+    data = json.loads(out.read_text())
+    assert data["full_vs_diffusion_time"] == 1.705 and data["per_process"]["full_vs_diffusion_time"] == [
+        1.705,
+        1.687,
+        1.721,
+    ]
+    assert data["raw"]["wall_s"] == 600.0 and data["raw"]["generate_agree"] == {"cached_equals_recompute": False}
+    text = results.read_text()
+    assert "| `full_vs_diffusion_time` | 1.705 | 1.705, 1.687, 1.721 | <= 1.7 | no |" in text
+    assert "| `generate_cache_speedup` | 1.705 | 1.705, 1.687, 1.721 | >= 5.0 | no |" in text
+    assert "| `compile_speedup` | 1.705 | 1.705, 1.687, 1.721 | – | – | eager / torch.compile" in text
+    assert "3 fresh processes one after another, each 20 interleaved rounds; each value is the median" in text
+    assert "`python -m benchmarks.run --results " in text and "\nold\n" not in text
+
+
+def test_a_smoke_run_measures_in_its_own_process_and_a_process_count_below_one_is_refused(
+    tmp_path, monkeypatch, capsys
+):
+    from benchmarks import run as bench
+
+    monkeypatch.setattr(bench, "one_process", lambda *args: pytest.fail("a smoke run is one process: this one"))
+    monkeypatch.setattr(bench, "run", lambda mode, device: _process_results(1.0))
+    assert bench.main(["--smoke", "--json", str(tmp_path / "bench.json")]) == 0
+    assert "per_process" not in json.loads((tmp_path / "bench.json").read_text())
+    assert "| `compile_speedup` | 1.000 | – | – |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--processes", "0"])
+    assert "--processes must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_reference_vit_computes_the_diffusion_model_exactly():
     done = subprocess.run(
         [
@@ -370,9 +435,60 @@ def test_gpu_check_hands_the_run_and_its_commit_to_the_driver(tmp_path, given):
     ):
         assert subprocess.run(["bash", script, *options], env=env, capture_output=True).returncode == 0
         assert (fake / "calls.txt").read_text().splitlines()[-1].startswith(driver)
-    assert "--rehearse" in (fake / "calls.txt").read_text().splitlines()[-2]
+    rehearsal = (fake / "calls.txt").read_text().splitlines()[-2]  # as on the lent machine: no commit from git
+    assert rehearsal.endswith(f"--commit {'feedbeef' if given == 'environment' else 'unknown'} --rehearse")
     done = subprocess.run(["bash", script, "--fast"], env=env, capture_output=True, text=True)
     assert done.returncode == 2 and "unknown option --fast" in done.stderr
+    assert subprocess.run(["bash", script, str(out), "cafe01", "150"], env=env).returncode == 0  # a second try
+    assert (fake / "calls.txt").read_text().splitlines()[
+        -1
+    ] == f"-m benchmarks.gpu_run {out} --commit cafe01 --budget 150"
+
+
+def test_gpu_check_outside_a_checkout_of_its_own_measures_an_unknown_commit(tmp_path):
+    """A copy of the tree without .git (as a lent machine gets it), even inside another repository: the commit is
+    "unknown" unless given, never the enclosing repository's HEAD."""
+    import os
+    import shutil
+
+    fake, copy = tmp_path / "fake", tmp_path / "outer" / "copy"
+    fake.mkdir()
+    (fake / "python3").write_text(FAKE_PYTHON)
+    (fake / "python3").chmod(0o755)
+    (copy / "benchmarks").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "gpu_check.sh", copy / "benchmarks")
+    outer = ["git", "-C", str(tmp_path / "outer"), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*outer, "init", "-q"], check=True)
+    subprocess.run([*outer, "commit", "-q", "--allow-empty", "-m", "outer"], check=True)  # a HEAD to be taken wrongly
+    env = {k: v for k, v in os.environ.items() if k != "ODEFORMER_COMMIT"}
+    env |= {"PATH": f"{fake}:{env['PATH']}", "FAKE": str(fake)}
+    for arguments, commit in ((["OUT"], "unknown"), (["OUT", "cafe01"], "cafe01")):
+        done = subprocess.run(["bash", str(copy / "benchmarks" / "gpu_check.sh"), *arguments], env=env, text=True)
+        assert done.returncode == 0
+        assert (fake / "calls.txt").read_text().splitlines()[-1] == f"-m benchmarks.gpu_run OUT --commit {commit}"
+
+
+def test_gpu_render_says_when_reduce_overhead_ran_without_cuda_graphs(tmp_path):
+    """A compiled model whose CUDA graphs were not recorded and replayed says so in its row's compile column and in
+    the compile-time line, with inductor's reason; one whose graphs ran says how many were replayed a step."""
+    from benchmarks.gpu import render
+
+    eager = _fake_run(None, {"diffusion": 3000.0, "full_wave": 2000.0})
+    compiled = _fake_run("reduce-overhead", {"diffusion": 6000.0, "full_wave": 2100.0})
+    graphs = {"recorded": 2, "replayed": 40, "reasons": [], "replays_per_step": 2.0}
+    compiled["diffusion"] |= {"compile_s": 41.5, "cuda_graphs": graphs, "cuda_graphs_used": True}
+    why = "skipping cudagraphs due to mutated inputs (2 instances)"
+    none = {"recorded": 0, "replayed": 0, "reasons": [why], "replays_per_step": 0.0}
+    compiled["full_wave"] |= {"compile_s": 63.0, "cuda_graphs": none, "cuda_graphs_used": False}
+    (tmp_path / "gpu.json").write_text(json.dumps(eager))
+    (tmp_path / "gpu_reduce-overhead.json").write_text(json.dumps(compiled))
+    text = render(tmp_path)
+    assert _row(text, "diffusion", "reduce-overhead") and _row(text, "full_wave", "reduce-overhead, no CUDA graphs")
+    assert not any(line.startswith("| `full_wave` | reduce-overhead |") for line in text.splitlines())
+    assert (
+        "the first training step: `diffusion` 41.5 s, CUDA graphs recorded 2, replayed 2.0 a step; "
+        f"`full_wave` 63.0 s, no CUDA graphs ({why})." in text
+    )
 
 
 def test_joint_mlp_benchmark_compares_the_same_products():
@@ -486,11 +602,15 @@ def test_interleaved_takes_turns_rotating_with_warmup_settle_and_repeats():
 
     calls = []
     functions = {name: (lambda name=name: calls.append(name)) for name in "abc"}
-    medians = interleaved(functions, rounds=3, warmup=1, device="cpu", repeats=2, settle=1)
+    reported = []
+    medians = interleaved(
+        functions, rounds=3, warmup=1, device="cpu", repeats=2, settle=1, after_round=lambda m: reported.append(m)
+    )
     assert set(medians) == set("abc") and all(m >= 0 for m in medians.values())
     warm, timed = calls[:6], calls[6:]
     assert warm == list("aabbcc")
     assert timed == list("aaabbbccc") + list("bbbcccaaa") + list("cccaaabbb")
+    assert len(reported) == 3 and reported[-1] == medians  # after every round, the medians of the rounds so far
 
 
 def test_medians_are_taken_in_the_timing_module_only():
@@ -526,8 +646,14 @@ def test_gpu_throughput_times_blocks_of_steps_taking_turns(monkeypatch):
         lambda model, batch, *args: {m: (lambda m=m: calls.append((model, m))) for m in ("train", "inference")},
     )
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    out, skipped = gpu.throughput(batch=4, steps=2, rounds=3, names=("diffusion", "full_wave"))
+    recorded = []
+    out, skipped = gpu.throughput(
+        batch=4, steps=2, rounds=3, names=("diffusion", "full_wave"), record=lambda n, r: recorded.append((n, dict(r)))
+    )
     assert skipped == [] and set(out) == {"diffusion", "full_wave"}
+    # each model's figures as they grow: its warm-up, then after each of the 3 train and 3 inference blocks
+    assert [name for name, _ in recorded] == ["diffusion", "full_wave"] + ["diffusion", "full_wave"] * 6
+    assert [r.get("train_rounds") for _, r in recorded[2:8:2]] == [1, 2, 3] and recorded[-1][1] == out["full_wave"]
     assert all(out[n][f"{m}_images_per_s"] > 0 for n in out for m in ("train", "inference"))
     timed = [name for name, mode in calls if mode == "train"][6:]  # after the 3 warm-up calls of each model
     block = ["diffusion"] * 2 + ["full_wave"] * 2

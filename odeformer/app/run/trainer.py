@@ -348,12 +348,14 @@ class Trainer:
         self.saved_step = self.step
 
     def _watch(self, loss: Tensor) -> None:
-        """Keep, on the device, the step and value of the first non-finite loss (no host read)."""
+        """Keep, on the device, the step and value of the first non-finite loss: no host read, and nothing copied to
+        the device (the step is written there by a fill, its number a kernel argument)."""
         loss = loss.detach().double()
         if self.first_bad is None:
             self.first_bad = torch.zeros(2, dtype=torch.float64, device=loss.device)
         new = ~torch.isfinite(loss) & (self.first_bad[0] == 0)
-        self.first_bad = torch.where(new, torch.stack([loss.new_tensor(self.step + 1.0), loss]), self.first_bad)
+        step = torch.full_like(loss, self.step + 1.0)
+        self.first_bad = torch.where(new, torch.stack([step, loss]), self.first_bad)
 
     def _read_loss(self, loss: Tensor) -> float:
         """The step's loss on the host (the one read of a logging step), after the divergence check."""
