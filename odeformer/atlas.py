@@ -97,14 +97,21 @@ def resampled(backbone: nn.Module, k: float) -> Iterator[None]:
         backbone.resolution = before
 
 
+class StiffFlow(RuntimeError):
+    """The adaptive solver of a model's limit flow ran out of steps."""
+
+
 @contextlib.contextmanager
-def solved(backbone: nn.Module, method: str = "dopri5", rtol: float = 1e-7, atol: float = 1e-9) -> Iterator[dict]:
+def solved(
+    backbone: nn.Module, method: str = "dopri5", rtol: float = 1e-5, atol: float = 1e-6, max_steps: int = 2000
+) -> Iterator[dict]:
     """Within the block, the backbone runs the ODE its layers discretise instead of stepping them: each layer's
     block stepper's limit field (:meth:`solvers.AbstractStepper.limit_field`, the FFN and a scheme's own limit
     included) on its span of depth-time, integrated by torchdiffeq's adaptive ``method`` to ``rtol``/``atol`` over
     the layers' whole span, on the trained weights (at each evaluation's own time for a model whose weights are a
     function of time, ``model.knots``). Yields ``{"evaluations": n}``, the limit fields' evaluations of the passes
-    made within the block."""
+    made within the block. A pass that needs more than ``max_steps`` steps (a stiff field) is a one-line
+    :class:`StiffFlow` error."""
     import torchdiffeq
 
     layers = list(backbone.layers)
@@ -128,7 +135,17 @@ def solved(backbone: nn.Module, method: str = "dopri5", rtol: float = 1e-7, atol
             return tuple(out) if second else out
 
         times = torch.tensor([starts[0], end], dtype=x.dtype, device=x.device)
-        found = torchdiffeq.odeint(f, tuple(y0) if second else y0, times, method=method, rtol=rtol, atol=atol)
+        try:
+            found = torchdiffeq.odeint(
+                f, tuple(y0) if second else y0, times, method=method, rtol=rtol, atol=atol,
+                options={"max_num_steps": max_steps},
+            )  # fmt: skip
+        except AssertionError as error:  # torchdiffeq's way of saying it ran out of steps
+            if "max_num_steps" not in str(error):
+                raise
+            raise StiffFlow(
+                f"{method} needed more than {max_steps} steps at rtol {rtol:g}: the field is stiff"
+            ) from None
         return PhaseState(found[0][-1], found[1][-1]) if second else found[-1]
 
     before = backbone.integrator
@@ -416,6 +433,7 @@ def refinement(
     parts: Sequence[float] = (2, 4, 8),
     metric: Callable[[Tensor], float] | None = None,
     limit: str | None = None,
+    limit_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The model at ``k`` steps per layer step (``k = 1`` and each of ``parts``; :func:`resampled`): per
     ``k``, the relative change of the logits and of the last hidden state against the finest ``k``, and ``metric``
@@ -424,21 +442,25 @@ def refinement(
     times the next for a method of order ``p``, with no bias from a reference), or ``None`` with fewer than two
     differences or a zero one. ``limit`` (a torchdiffeq method, e.g. ``"dopri5"``) also solves the ODE the layers
     discretise (:func:`solved`): each row's ``limit_change`` is then its logits' distance from that solution, and
-    ``limit`` holds the solution's ``metric``, its distance from the finest ``k`` and its field evaluations."""
+    ``limit`` holds the solution's ``metric``, its distance from the finest ``k`` and its field evaluations
+    (``limit_options``: :func:`solved`'s tolerances and step bound)."""
     backbone = _backbone(model)
     ks = sorted({1, *(check_resolution(k, len(backbone.layers)) for k in parts)})
     if len(ks) < 2:
         raise ValueError("refinement needs at least one k other than 1 to compare with.")
     model = model.eval()
     found = {}
-    solution = None
+    solution, stiff = None, None
     with torch.no_grad():
         for k in ks:
             with resampled(backbone, k):
                 found[k] = _features(model, inputs)
         if limit is not None:
-            with solved(backbone, method=limit) as counted:
-                solution = _features(model, inputs)[0]
+            try:
+                with solved(backbone, method=limit, **(limit_options or {})) as counted:
+                    solution = _features(model, inputs)[0]
+            except StiffFlow as error:
+                stiff = str(error)
     fine_logits, fine_hidden = found[ks[-1]]
     rows = []
     for k in ks:
@@ -461,6 +483,8 @@ def refinement(
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         order = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
     out: dict[str, Any] = {"refinement": rows, "observed_order": order}
+    if stiff is not None:
+        out["limit"] = {"method": limit, "unsolved": stiff}
     if solution is not None:
         out["limit"] = {
             "method": limit,
@@ -471,29 +495,35 @@ def refinement(
     return out
 
 
-def verdict(found: dict[str, Any], order: int, metric: str = "metric") -> str:
-    """What a refinement says, in words: whether the trained model behaves as an ODE (its outputs converge as its
-    steps shrink, at its layers' ``order`` or better; at least ``min(order, 2) - 0.5`` counts, the bound a kink in
-    piecewise-linear weights or float32 rounding leaves), its observed order, and how far its ``metric`` moves across
-    the resolutions measured."""
+def verdict(found: dict[str, Any], order: int, metric: str = "metric", tolerance: float = 0.01) -> str:
+    """What a refinement says, in words: whether the trained model behaves as an ODE — its outputs converge as its
+    steps shrink, at least at ``min(order, 2) - 0.5`` (the bound a kink in piecewise-linear weights or float32
+    rounding leaves below its layers' ``order``), and its ``metric`` at its own resolution is within ``tolerance`` of
+    the finest one's — with its observed order and how far the metric moves across the resolutions measured."""
     observed = found.get("observed_order")
     rows = found["refinement"]
+    own = next((row.get(metric) for row in rows if row["k"] == 1), None)
+    finest = rows[-1].get(metric)
     values = [row[metric] for row in rows if row.get(metric) is not None]
-    spread = (
-        f" Its {metric} ranges over {max(values) - min(values):.3f} across k = {rows[0]['k']:g} to {rows[-1]['k']:g}."
-        if values
-        else ""
+    moves = (
+        f" Its {metric} ranges over {max(values) - min(values):.3f} across k = {rows[0]['k']:g} to {rows[-1]['k']:g}"
     )
+    moves = moves + (f" ({own:.4f} as trained, {finest:.4f} at k = {rows[-1]['k']:g})." if values else ".")
     if order < 1:
-        return f"Its layers have no small-step limit (order 0): it discretises no ODE.{spread}"
+        return f"Its layers have no small-step limit (order 0): it discretises no ODE.{moves if values else ''}"
     if observed is None:
-        return f"Its outputs do not change with k (or a difference is zero): no order can be read.{spread}"
-    if observed >= min(order, 2) - 0.5:
+        return "Its outputs do not change with k (or a difference is zero): no order can be read."
+    converges = observed >= min(order, 2) - 0.5
+    holds = own is None or finest is None or abs(own - finest) <= tolerance
+    said = f"refined, its logits converge at observed order {observed:.2f} (its layers' order is {order})"
+    if converges and holds:
+        return f"It behaves as an ODE: {said}, and its {metric} holds within {tolerance:g} of its finest.{moves}"
+    if converges:
         return (
-            f"It behaves as an ODE: refined, its logits converge at observed order {observed:.2f} (its layers' order "
-            f"is {order}).{spread}"
+            f"It converges but is not yet its ODE at its own step: {said}, but its {metric} moves by more than "
+            f"{tolerance:g} on the way (its trained fields are too stiff for its step).{moves}"
         )
     return (
-        f"It does not behave as an ODE yet: its logits converge at observed order {observed:.2f}, below its layers' "
-        f"order {order} (the trained fields are too stiff for its step, or it depends on its discretisation).{spread}"
+        f"It does not behave as an ODE: {said}, below what its scheme gives (it depends on its discretisation, or "
+        f"its fields are too stiff for its step).{moves}"
     )

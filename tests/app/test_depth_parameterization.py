@@ -145,3 +145,28 @@ def test_bad_ode_settings_on_the_command_line_are_one_line(tmp_path, override, w
     done = cli_in_process(*DEBUG, "model.parameterization=ode", override, f"train.out_dir={tmp_path / 'run'}")
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1 and words in lines[0], done.stderr
+
+
+def test_training_resolutions_cycle_by_step_and_are_checked_against_the_model(tmp_path, monkeypatch):
+    """``train.resolutions=[1,2]``: every other training step runs the model at twice the steps (a model that must
+    fit at both learns the flow, not one discretisation of it); the cycle follows the step, so a resume continues
+    it; a resolution the model cannot take is one line."""
+    from odeformer import atlas
+
+    seen = []
+    original = atlas.resampled
+
+    def recorded(backbone, k):
+        seen.append(k)
+        return original(backbone, k)
+
+    monkeypatch.setattr(atlas, "resampled", recorded)
+    out = tmp_path / "run"
+    done = cli_in_process(
+        *DEBUG, "train.resolutions=[1,2]", "train.max_steps=6", f"train.out_dir={hydra_quote(str(out))}"
+    )
+    assert done.returncode == 0, done.stderr
+    assert seen[:3] == [2, 2, 2]  # steps 1, 3 and 5 of 0..5 (evaluations take none)
+    for bad, words in (("[3.5]", "whole numbers from 1 to 64, or 1/m"), ("[0.125]", "m dividing the depth (4)")):
+        done = cli_in_process(*DEBUG, f"train.resolutions={bad}", f"train.out_dir={tmp_path / 'x'}")
+        assert done.returncode == 2 and words in done.stderr, done.stderr

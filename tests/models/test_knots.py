@@ -171,3 +171,41 @@ def test_a_resolution_is_a_whole_number_or_one_over_a_divisor_of_the_depth(k, me
     with pytest.raises(ValueError, match=message):
         check_resolution(k, 4)
     assert check_resolution(0.25, 4) == 0.25 and check_resolution(3, 4) == 3
+
+
+@pytest.mark.parametrize("solver", ["rk4", "full_wave", "light_wave"])
+def test_the_adaptive_solution_of_the_layers_ode_is_what_refinement_converges_to(solver):
+    """``atlas.solved``: torchdiffeq's dopri5 on each layer's limit field (the FFN and a scheme's own limit
+    included), on the trained weights at each evaluation's time; the refined model's distance from it shrinks at the
+    layer's order from k = 1 to 16 (as far as the reference's tolerance lets it be measured)."""
+    from odeformer.atlas import solved
+
+    torch.manual_seed(0)
+    model = _smooth(odeformer.ViT(depth=4, dim=16, heads=2, solver=solver, knots=2, dt=0.2).double().eval())
+    order = model.backbone.layers[0].claims().order
+    images = torch.randn(3, 1, 8, 8, dtype=torch.float64)
+    tight = {"rtol": 1e-11, "atol": 1e-13, "max_steps": 100000}
+    found = refinement(model, (images,), parts=(2, 4, 8, 16), limit="dopri5", limit_options=tight)
+    distances = [row["limit_change"] for row in found["refinement"]]
+    assert distances == sorted(distances, reverse=True), distances
+    assert distances[0] / distances[-1] > min(0.5 * 16**order, 1e4), (order, distances)
+    assert found["limit"]["evaluations"] > 0 and found["limit"]["logit_change"] == pytest.approx(distances[-1])
+    with torch.no_grad(), solved(model.backbone, **tight) as counted:
+        again = model(images)
+    assert counted["evaluations"] > 0 and model.backbone.integrator is None
+    assert float((again - model(images)).norm() / again.norm()) == pytest.approx(distances[0], rel=1e-3)
+
+
+def test_a_stiff_flow_is_one_line_and_the_verdict_says_what_refinement_found():
+    from odeformer.atlas import StiffFlow, solved, verdict
+
+    torch.manual_seed(0)
+    model = odeformer.ViT(depth=2, dim=16, heads=2, solver="diffusion", knots=1).double().eval()
+    with pytest.raises(StiffFlow, match="dopri5 needed more than 3 steps"), solved(model.backbone, max_steps=3):
+        model(torch.randn(1, 1, 8, 8, dtype=torch.float64))
+    rows = [{"k": 1, "metric": 0.95}, {"k": 2, "metric": 0.949}, {"k": 4, "metric": 0.948}]
+    assert verdict({"refinement": rows, "observed_order": 1.9}, 2).startswith("It behaves as an ODE: refined")
+    drifting = [{"k": 1, "metric": 0.97}, {"k": 2, "metric": 0.94}, {"k": 4, "metric": 0.92}]
+    assert "is not yet its ODE at its own step" in verdict({"refinement": drifting, "observed_order": 1.0}, 1)
+    assert verdict({"refinement": rows, "observed_order": 0.2}, 4).startswith("It does not behave as an ODE")
+    assert "no small-step limit" in verdict({"refinement": rows, "observed_order": 0.0}, 0)

@@ -253,7 +253,9 @@ def run_markdown(numbers: dict[str, Any], model: Any, out: Path, title: str | No
             lines.append(
                 f"| {row['k']:g} | {row['logit_change']:.3g} | {row['hidden_change']:.3g} | {distance} | {metric} |"
             )
-        if limit is not None:
+        if limit is not None and "unsolved" in limit:
+            lines.append(f"| ODE ({limit['method']}) | not solved: {limit['unsolved']} | – | – | – |")
+        elif limit is not None:
             metric = "–" if limit.get("metric") is None else f"{limit['metric']:.4f}"
             solver = f"ODE ({limit['method']}, {limit['evaluations']} evaluations)"
             lines.append(f"| {solver} | {limit['logit_change']:.3g} | – | 0 | {metric} |")

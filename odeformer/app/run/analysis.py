@@ -53,9 +53,12 @@ def analyse_run(
             with atlas.resampled(model.backbone, row["k"]), torch.no_grad():
                 measured = objective.evaluate(model, "val", eval_batches)
             row["metric"] = measured.get(objective.metric)
-        if "limit" in found:
-            with atlas.solved(model.backbone, method=LIMIT_METHOD), torch.no_grad():
-                found["limit"]["metric"] = objective.evaluate(model, "val", eval_batches).get(objective.metric)
+        if "limit" in found and "unsolved" not in found["limit"]:
+            try:
+                with atlas.solved(model.backbone, method=LIMIT_METHOD), torch.no_grad():
+                    found["limit"]["metric"] = objective.evaluate(model, "val", eval_batches).get(objective.metric)
+            except atlas.StiffFlow as error:
+                found["limit"]["unsolved_metric"] = str(error)
         order = min(layer.claims().order for layer in model.backbone.layers)
         numbers |= found | {"metric": objective.metric, "layer_order": order}
         numbers["verdict"] = atlas.verdict(numbers, order, "metric")

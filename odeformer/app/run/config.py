@@ -108,6 +108,8 @@ class TrainConfig:
     compile: Any = False  # false | true | off | default | reduce-overhead | max-autotune | fullgraph
     progress: bool = True  # progress bar on a terminal
     threads: Optional[int] = None  # CPU threads torch computes with (None: torch's default); 1 on a busy shared machine
+    resolutions: list[float] = field(default_factory=lambda: [1.0])  # steps per layer step, cycled over the training
+    # steps ([1, 2]: every other step at twice the steps): a model then learns a flow, not one discretisation of it
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "fullgraph")
@@ -176,6 +178,14 @@ class LoopConfig(TrainConfig):
                 f"train.threads must be a number of CPU threads from 1 to this machine's {cores} cores, or null for "
                 f"the idle cores; got {self.threads}."
             )
+        for k in self.resolutions:
+            if isinstance(k, bool) or not (isinstance(k, (int, float)) and 0 < k <= 64) or (k >= 1 and k != int(k)):
+                raise ValueError(
+                    f"train.resolutions holds steps per layer step: whole numbers from 1 to 64, or 1/m such as 0.5; "
+                    f"got {list(self.resolutions)}."
+                )
+        if not self.resolutions:
+            raise ValueError("train.resolutions needs at least one resolution ([1.0]: the model as built).")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"train.precision must be auto, fp32 or bf16; got {self.precision!r}.")
         compile_mode(self.compile)

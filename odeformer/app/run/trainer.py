@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ... import atlas
 from ...data import TaskData
 from .. import files
 from ..reporting.plots import plot_curves
@@ -93,6 +94,14 @@ class Trainer:
         torch.manual_seed(loop.seed)
         self.model = model.to(self.device)
         self.objective = make_objective(data, model, loop.batch_size, loop.seed, self.device)
+        if any(k != 1 for k in loop.resolutions):  # each must be a resolution of this model's layers
+            layers = getattr(getattr(model, "backbone", None), "layers", None)
+            if not layers:
+                raise ValueError(
+                    "train.resolutions steps a model's layers at other resolutions; a continuous-depth model has none."
+                )
+            for k in loop.resolutions:
+                atlas.check_resolution(k, len(layers))
         self.optimizer = make_optimizer(model, loop)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step, self.wall, self.best_val, self.best_step = 0, 0.0, None, 0
@@ -121,6 +130,11 @@ class Trainer:
         self.autocast = (
             (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
         )
+
+    def _resolution(self) -> contextlib.AbstractContextManager:
+        """This step's resolution (``train.resolutions``, cycled by step, so a resume continues the cycle)."""
+        k = self.loop.resolutions[self.step % len(self.loop.resolutions)]
+        return contextlib.nullcontext() if k == 1 else atlas.resampled(self.model.backbone, k)
 
     def _lr_factor(self, step: int) -> float:
         o = self.loop
@@ -433,7 +447,7 @@ class Trainer:
                 if self.graphs:
                     torch.compiler.cudagraph_mark_step_begin()
                 batch = self.objective.batch(self.rank, self.world)
-                with self.autocast():
+                with self.autocast(), self._resolution():
                     loss = self.objective.loss(self.network, batch)
                 self._watch(loss)  # on the device: the loss is read on the host only when it is logged
                 self.optimizer.zero_grad(set_to_none=True)
