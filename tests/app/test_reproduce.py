@@ -364,6 +364,8 @@ GOOD = "s:\n  title: t\n  fixed: [experiment=digits_vit]\n  rows:\n    a: [solve
         (GOOD + "  diagnose: [deep]\n", "s.diagnose: 'deep' is not one of the columns"),
         (GOOD + "  learned:\n    λ: {verlet: zero}\n", "s.learned: must map"),
         (GOOD + "  matched: maybe\n", "s.matched: must be true or false"),
+        (GOOD + "  refine: [0.3]\n", "s.refine: must be a list of resolutions"),
+        (GOOD + "  refine: [1]\n", "s.refine: must be a list of resolutions"),
         (GOOD.replace("  title: t\n", ""), "s: missing title"),
         (GOOD + "  note: one\n  note: two\n", "the key 'note' is given twice"),
         (GOOD.replace("s:\n", "bad key:\n", 1), "'bad key': a section's key names its folder"),
@@ -402,7 +404,10 @@ def test_a_sections_file_of_ones_own_loads_to_jobs(tmp_path):
         "model.depth=2",
         "train.seed=3",
     ]
-    assert section.matched and section.plot and section.note == ""
+    assert section.matched and section.plot and section.note == "" and section.refine == ()
+    path.write_text(GOOD + "  refine: [0.5, 2, 8]\n")
+    (section,) = load_sections(path).values()
+    assert section.refine == (0.5, 2.0, 8.0)
 
 
 def test_reproduce_with_a_malformed_sections_file_is_one_line(tmp_path, monkeypatch, capsys):

@@ -135,6 +135,37 @@ def stability_atlas(section: Section, results: list[Result], runs_dir: Path, key
     return "\n".join(lines) + "\n\nEach run's atlas, headroom, contraction and refinement figures: " + ", ".join(links)
 
 
+def refinement_table(section: Section, results: list[Result], runs_dir: Path, key: str, figures: Path) -> str:
+    """Every row's seed-0 run stepped at the section's resolutions and its ODE solved
+    (:func:`odeformer.app.run.analysis.analyse_run`): one report with figures per run under ``figures`` and a table
+    of its validation metric at each resolution and at the ODE's solution, its observed order and the verdict;
+    return the Markdown."""
+    from ..reporting.analysis import run_markdown
+    from ..run.analysis import analyse_run
+    from ..run.sections import slug
+
+    ks = sorted({1.0, *section.refine})
+    head = " | ".join(f"k = {k:g}" for k in ks)
+    lines = [f"| run | {head} | ODE (dopri5) | observed order (layers') | verdict |", "|---|" + "---|" * (len(ks) + 3)]
+    links = []
+    for name, row, _, seed, _, _ in results:
+        if seed != 0:
+            continue
+        numbers, model = analyse_run(runs_dir / name, refine=section.refine)
+        folder = f"{key}_{slug(row)}"
+        run_markdown(numbers, model, figures / folder, title=f"{row}: refinement")
+        cells = " | ".join("–" if r.get("metric") is None else f"{r['metric']:.3f}" for r in numbers["refinement"])
+        solution = (numbers.get("limit") or {}).get("metric")
+        order = numbers["observed_order"]
+        verdict = numbers["verdict"].split(":")[0]
+        lines.append(
+            f"| {row} | {cells} | {'–' if solution is None else f'{solution:.3f}'} | "
+            f"{'–' if order is None else f'{order:.2f}'} ({numbers['layer_order']}) | {verdict} |"
+        )
+        links.append(f"[{row}](results/{folder}/report.md)")
+    return "\n".join(lines) + "\n\nEach run's refinement report and figures: " + ", ".join(links)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command: bad input, a damaged or refused checkpoint and missing data are one line and exit 2."""
     try:
@@ -211,6 +242,8 @@ def _main(argv: list[str] | None = None) -> int:
                 parts.append(f"![{key} learned coefficient per layer](results/{key}_coefficients.png)\n")
         if section.atlas:
             parts.append(stability_atlas(section, results, args.runs / key, key, figures) + "\n")
+        if section.refine:
+            parts.append(refinement_table(section, results, args.runs / key, key, figures) + "\n")
         for column in section.diagnose:
             folder = f"{key}_oversmoothing_{slug(column)}" if column else f"{key}_oversmoothing"
             pngs = oversmoothing(section, column, results, args.runs / key, figures / folder)

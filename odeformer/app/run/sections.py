@@ -28,7 +28,9 @@ import yaml
 from .sweep import Job, Result, Sweep
 
 MATCH_ABOVE = 1.1  # rows costing more than this many times diffusion's training time get a compute-matched row
-SETTINGS = ("title", "fixed", "rows", "columns", "seeds", "note", "plot", "diagnose", "matched", "learned", "atlas")
+SETTINGS = (
+    "title", "fixed", "rows", "columns", "seeds", "note", "plot", "diagnose", "matched", "learned", "atlas", "refine"
+)  # fmt: skip
 """The settings a section may have (``title``, ``fixed`` and ``rows`` it must have)."""
 GROUPS = ("solver", "model", "data", "train", "experiment")
 """What an override in a sections file may set: a key of these groups, or the group's option."""
@@ -43,7 +45,9 @@ class Section:
     ``learned`` names, per coefficient symbol (``λ``, ``α``), the known members (label: value) that the trained runs'
     learnable integrator coefficients are set beside, layer by layer
     (:func:`odeformer.app.reporting.learned.learned_coefficients`); ``atlas`` (the ``k`` of a refinement, e.g.
-    ``[2, 4, 8]``) gives every row's seed-0 run its stability atlas and refinement (:mod:`odeformer.atlas`).
+    ``[2, 4, 8]``) gives every row's seed-0 run its stability atlas and refinement (:mod:`odeformer.atlas`);
+    ``refine`` (resolutions such as ``[0.5, 2, 4, 8]``) gives every row's seed-0 run its refinement alone, the
+    metric at each resolution and at the ODE's solution, in one table.
     """
 
     title: str
@@ -57,6 +61,7 @@ class Section:
     matched: bool = True
     learned: dict[str, dict[str, float]] = field(default_factory=dict)
     atlas: tuple[int, ...] = ()
+    refine: tuple[float, ...] = ()
 
     def runs(self) -> list[Job]:
         """The sweep's job for every cell and seed: its run's name, row, column, seed and overrides."""
@@ -193,6 +198,11 @@ def _section(path: Path, key: str, node: Any) -> Section:
     atlas = node.get("atlas", [])
     if not isinstance(atlas, list) or not all(_natural(k) and k >= 2 for k in atlas):
         raise fail("atlas", f"must be a list of whole numbers of at least 2 (a refinement's k), got {atlas!r}.")
+    refine = node.get("refine", [])
+    if not isinstance(refine, list) or not all(_resolution(k) for k in refine):
+        raise fail(
+            "refine", f"must be a list of resolutions (whole numbers from 2, or 1/m such as 0.5), got {refine!r}."
+        )
     section = Section(
         title,
         fixed,
@@ -205,12 +215,20 @@ def _section(path: Path, key: str, node: Any) -> Section:
         flags["matched"],
         {str(symbol): {str(k): float(v) for k, v in members.items()} for symbol, members in learned.items()},
         tuple(atlas),
+        tuple(float(k) for k in refine),
     )
     try:
         section.runs()
     except ValueError as error:
         raise fail("rows", str(error)) from None
     return section
+
+
+def _resolution(value: Any) -> bool:
+    """A refinement's ``k``: a whole number from 2 to 64, or ``1/m``."""
+    if not _number(value) or not 0 < value <= 64 or value == 1:
+        return False
+    return value == int(value) if value > 1 else abs(1 / round(1 / value) - value) <= 1e-12
 
 
 def _natural(value: Any) -> bool:
