@@ -95,6 +95,11 @@ def from_hf(model: nn.Module, solver: SolverSchedule = "diffusion", **options: A
         raise ValueError(f"from_hf supports {', '.join(SUPPORTED)}; got {name}.")
     allowed = OPTIONS + (("pad_id",) if name == "BertModel" else ())
     for key in options:
+        if key in ("knots", "parameterization", "time"):
+            raise ValueError(
+                f"from_hf copies one set of weights per layer at its own step; {key} makes another model (weights "
+                "as a function of depth-time, or steps of T / depth): train one with it instead."
+            )
         if key not in allowed:
             raise ValueError(
                 f"from_hf option {key!r} is not allowed: the shape comes from the model's config; "

@@ -209,3 +209,30 @@ def test_a_stiff_flow_is_one_line_and_the_verdict_says_what_refinement_found():
     assert "is not yet its ODE at its own step" in verdict({"refinement": drifting, "observed_order": 1.0}, 1)
     assert verdict({"refinement": rows, "observed_order": 0.2}, 4).startswith("It does not behave as an ODE")
     assert "no small-step limit" in verdict({"refinement": rows, "observed_order": 0.0}, 0)
+
+
+def test_generation_and_reversible_backprop_work_with_knots_and_the_hugging_face_bridge_refuses_them():
+    """A generated token's cache steps the knot fields at each evaluation's time (the same tokens as recomputing the
+    sequence); the reversible solver rebuilds states through them to the stored path's gradients; ``from_hf`` copies
+    one weight set per layer and refuses knots in one line."""
+    torch.manual_seed(0)
+    lm = odeformer.CausalLM(vocab_size=11, max_len=16, depth=4, dim=16, heads=2, solver="velocity_verlet", knots=2)
+    lm = lm.double().eval()
+    prompt = torch.randint(0, 11, (1, 5))
+    cached, logits = lm.generate(prompt, 4, temperature=0.0, return_logits=True)
+    again, recomputed = lm.generate(prompt, 4, temperature=0.0, cache=False, return_logits=True)
+    assert torch.equal(cached, again)
+    torch.testing.assert_close(logits, recomputed, rtol=1e-10, atol=1e-10)
+    model = odeformer.ViT(depth=4, dim=16, heads=2, solver="reversible", knots=2).double()
+    images = torch.randn(2, 1, 8, 8, dtype=torch.float64)
+    model(images).square().sum().backward()
+    rebuilt = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.backbone.reversible = False  # the stored path
+    model(images).square().sum().backward()
+    for a, b in zip(rebuilt, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+    transformers = pytest.importorskip("transformers")
+    gpt = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=11))
+    with pytest.raises(ValueError, match="from_hf copies one set of weights per layer at its own step; knots"):
+        odeformer.from_hf(gpt, "full_wave", knots=2)
