@@ -252,9 +252,15 @@ def _key_padding(attn_mask: Tensor | None, x: Tensor) -> Tensor | None:
     return attn_mask.reshape(B, N)
 
 
+def _at(field: Any, t: float) -> Any:
+    """``field`` as it is at time ``t``: a knot field's weights there (:meth:`~odeformer.knots.KnotField.at`)."""
+    at = getattr(field, "at", None)
+    return field if at is None else at(t)
+
+
 def _steps(backbone: Any, count: int) -> list[tuple[Any, float]]:
     """``(attention field, dt)`` per recorded step: a discrete backbone's layers, or a continuous backbone's tied
     field at its ``count`` evenly spaced output times."""
-    if backbone.layers:
-        return [(layer.attention, layer.dt) for layer in backbone.layers]
+    if backbone.layers:  # a field whose weights are a function of time: its weights at the layer's start
+        return [(_at(layer.attention, layer.t0), layer.dt) for layer in backbone.layers]
     return [(backbone.field.attention, backbone.solver.T / count)] * count

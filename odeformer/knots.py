@@ -64,7 +64,7 @@ class KnotField(nn.Module):
         w = u - k
         return k, (0.0 if abs(w) <= SNAP else w)
 
-    def weights(self, t: Any) -> list[tuple[int, float]]:
+    def mixture(self, t: Any) -> list[tuple[int, float]]:
         """``[(k, weight), ...]``: the knots the field at time ``t`` combines, with their interpolation weights."""
         k, w = self.locate(t)
         return [(k, 1.0)] if w == 0.0 else [(k, 1.0 - w), (k + 1, w)]
@@ -132,6 +132,6 @@ def knot_uses(field: KnotField, times: Sequence[float]) -> list[float]:
     knot's share of the depth-time the steps cover, which its optimiser settings scale with)."""
     uses = [0.0] * field.count
     for t in times:
-        for k, weight in field.weights(t):
+        for k, weight in field.mixture(t):
             uses[k] += weight
     return uses

@@ -35,9 +35,9 @@ def test_the_weights_are_piecewise_linear_in_time_and_constant_after_the_last_kn
     expected = {0.0: (1, 0), 0.25: (1.5, 0.5), 1.0: (3, 2), 1.5: (1, 3), 2.0: (-1, 4), 2.7: (-1, 4), 3.0: (-1, 4)}
     for t, (w, b) in expected.items():
         assert float(field(t, x)) == pytest.approx(w * 2 + b, abs=1e-12), t
-    assert field.weights(0.5) == [(0, 0.5), (1, 0.5)] and field.weights(2.5) == [(2, 1.0)]
-    assert field.weights(1.0 + 1e-12) == [(1, 1.0)]  # a time summed from steps lands on a knot only to rounding
-    assert field.weights(1.0 + 10 * SNAP * 1.5) != [(1, 1.0)]
+    assert field.mixture(0.5) == [(0, 0.5), (1, 0.5)] and field.mixture(2.5) == [(2, 1.0)]
+    assert field.mixture(1.0 + 1e-12) == [(1, 1.0)]  # a time summed from steps lands on a knot only to rounding
+    assert field.mixture(1.0 + 10 * SNAP * 1.5) != [(1, 1.0)]
 
 
 def test_between_knots_the_gradient_reaches_both_and_the_chain_rule_is_the_jacobians():
@@ -236,3 +236,18 @@ def test_generation_and_reversible_backprop_work_with_knots_and_the_hugging_face
     gpt = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=11))
     with pytest.raises(ValueError, match="from_hf copies one set of weights per layer at its own step; knots"):
         odeformer.from_hf(gpt, "full_wave", knots=2)
+
+
+def test_the_per_layer_measures_read_a_knot_field_at_each_layers_time():
+    """The spectral gap of a layer's attention is read with the weights at the layer's start: for ``K = depth`` the
+    untied model's, layer by layer."""
+    from odeformer.diagnostics import layer_measures
+
+    torch.manual_seed(0)
+    untied = odeformer.ViT(depth=3, dim=16, heads=2, solver="full_wave").double().eval()
+    torch.manual_seed(0)
+    knotted = odeformer.ViT(depth=3, dim=16, heads=2, solver="full_wave", knots=3).double().eval()
+    images = torch.randn(2, 1, 8, 8, dtype=torch.float64)
+    with torch.no_grad():
+        a, b = layer_measures(untied, images, drop_first=True), layer_measures(knotted, images, drop_first=True)
+    assert a["spectral_gap"] == pytest.approx(b["spectral_gap"], abs=1e-12) and a["cosine"] == b["cosine"]
