@@ -170,3 +170,31 @@ def test_training_resolutions_cycle_by_step_and_are_checked_against_the_model(tm
     for bad, words in (("[3.5]", "whole numbers from 1 to 64, or 1/m"), ("[0.125]", "m dividing the depth (4)")):
         done = cli_in_process(*DEBUG, f"train.resolutions={bad}", f"train.out_dir={tmp_path / 'x'}")
         assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
+def test_a_tableau_typed_as_coefficients_and_a_class_of_ones_own_are_parameterised_alike():
+    """The rules reach any scheme: coefficients with no name (their layer by their kind) and a class of one's own,
+    whose learnable parameter's role is read from its limit field (here a damping rate its limit reads)."""
+    import solvers
+
+    heun = odeformer.solver("tableau", options={"A": [[], [1]], "b": ["1/2", "1/2"]})
+    model = _vit(depth=4, solver=heun, parameterization="ode", time=1.0)
+    assert [layer.dt for layer in model.backbone.layers] == [0.25] * 4
+    assert model.backbone.layers[0].claims().order == 2
+
+    class Braked(solvers.SemiImplicitEuler):
+        """Semi-implicit Euler with friction: v <- v + dt (a(x) - γ v), γ learnable; limit x' = v, v' = a - γ v."""
+
+        def __init__(self):
+            super().__init__()
+            self.gamma = torch.nn.Parameter(torch.tensor(0.5))
+
+        def step(self, field, t, y, dt, state):
+            v = y.v + dt * (field(t, y.x) - self.gamma * y.v)
+            return solvers.PhaseState(y.x + dt * v, v), state
+
+        def limit_field(self, field):
+            return lambda t, y: solvers.PhaseState(y.v, field(t, y.x) - self.gamma * y.v)
+
+    own = _vit(depth=4, solver=Braked, parameterization="ode").backbone.roles()
+    assert own["layers.2.block_stepper.stepper.gamma"] == ("scheme", 1.0)
