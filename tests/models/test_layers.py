@@ -307,7 +307,7 @@ def test_tied_weights_share_every_field_and_map_but_not_the_steppers():
         assert layer.after_attention is first.after_attention and layer.after_ffn is first.after_ffn
         assert layer.stepper is not first.stepper  # each layer learns its own gate
     assert first.after_attention is not first.after_ffn  # two LayerNorms per block, as untied
-    with pytest.raises(ValueError, match="tie_weights shares one attention field, whose form is fixed"):
+    with pytest.raises(ValueError, match="share one attention field, whose form is fixed"):
         ViT(depth=2, dim=16, heads=2, solver=["diffusion", "full_wave"], tie_weights=True)
 
 

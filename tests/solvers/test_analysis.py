@@ -348,9 +348,9 @@ LEARNABLE = [solvers.TwoStageRK, solvers.SymmetricSplitting, solvers.TripleJump]
 
 @pytest.mark.parametrize(
     "scheme",
-    [*solvers.STEPPERS.values(), *TABLEAUX.values(), *LEARNABLE],
+    [*solvers.STEPPERS.schemes().values(), *TABLEAUX.values(), *LEARNABLE],
     ids=[
-        *(f"stepper-{n}" for n in solvers.STEPPERS),
+        *(f"stepper-{n}" for n in solvers.STEPPERS.schemes()),
         *(f"tableau-{n}" for n in TABLEAUX),
         *(c.__name__ for c in LEARNABLE),
     ],

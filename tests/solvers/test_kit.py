@@ -789,8 +789,10 @@ def test_a_step_that_breaks_the_protocol_is_rejected_first(stepper, message):
 def test_the_protocol_holds_for_every_registered_stepper():
     from solvers import STEPPERS
 
-    for stepper in STEPPERS.values():
+    for stepper in STEPPERS.schemes().values():
         assert check_protocol(stepper) < 1e-6
+    for row in STEPPERS.variants().values():  # a variant row is its scheme with options: checked as made
+        assert check_protocol(row()) < 1e-6
 
 
 # -- correct schemes the kit used to reject ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from helpers import TanhField, make_stepper, start
 from solvers import STEPPERS, PhaseState, integrate
 from solvers.testing import check_order, check_stepper, problems
 
-NAMES = sorted(STEPPERS)
+NAMES = sorted(STEPPERS.schemes())  # the scheme classes; the variant rows are their schemes with options
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -100,6 +100,18 @@ def test_registry_is_complete_and_constructible():
         "position_mix",
     }
     assert expected <= set(STEPPERS)
-    for cls in STEPPERS.values():
+    for cls in STEPPERS.schemes().values():
         assert issubclass(cls, solvers.AbstractStepper)
         cls()
+    for name, row in STEPPERS.variants().items():
+        assert row.scheme in STEPPERS.schemes().values() and STEPPERS.scheme(name) is row.scheme
+        assert isinstance(row(), row.scheme)
+
+
+@pytest.mark.parametrize("name", sorted(STEPPERS.variants()))
+def test_a_variant_row_is_its_scheme_with_options_and_passes_the_kit(name):
+    row = STEPPERS[name]
+    stepper = row()
+    assert set(row.options) <= set(solvers.stepper_parameters(row.scheme))
+    report = check_stepper(stepper)
+    assert ("symplectic" in report) == row.claims().symplectic
