@@ -11,13 +11,15 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from ..files import printable
+
 
 def print_summary(summary: dict[str, Any], out_dir: Path) -> None:
     metric = summary["metric"]
     test = "-" if summary["test"] is None else f"{summary['test']:.4f}"
     print(f"\n{'solver':<16} {'depth':>5} {'test ' + metric:>14} {'time':>8}")
     print(f"{summary['solver']:<16} {summary['depth']:>5} {test:>14} {summary['wall_s']:>7.1f}s")
-    print(f"run directory: {out_dir}")
+    print(f"run directory: {printable(out_dir)}")
 
 
 SWEEP_COLUMNS = (

@@ -11,6 +11,7 @@ import torch
 
 from ... import atlas
 from ...tasks import task_of
+from .bounds import check_refinement
 from .builder import load_run
 from .objectives import make_objective
 
@@ -30,6 +31,8 @@ def analyse_run(
     data, model, record = load_run(run_dir, checkpoint, stepper=stepper)
     if not getattr(model.backbone, "layers", None):
         raise ValueError(f"{run_dir} is a continuous-depth run: one adaptive block, no layer steps to analyse.")
+    if refine:
+        check_refinement(list(refine), len(model.backbone.layers))
     inputs, _ = task_of(model).diagnostic_batch(data, model, batch)
     numbers: dict[str, Any] = {
         "run": str(run_dir),

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from ...data import TaskData
 from .. import files
 from ..reporting.plots import plot_curves
-from .checkpoints import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoints import FORMAT, CheckpointError, check_weights, load_checkpoint, save_checkpoint
 from .config import COMPILE_MODES as COMPILE_MODES
 from .config import LoopConfig, compile_mode
 from .cost import evaluations, scheme_parameters
@@ -161,6 +161,10 @@ class Trainer:
 
     def restore(self, payload: dict[str, Any]) -> None:
         self._check_optimizer_state(payload.get("optimizer"))
+        last = self.out_dir / "last.pt"
+        check_weights(_unwrap(self.model), payload.get("model"), last)  # int64, bool or complex: refused, not cast
+        if payload.get("best_model") is not None:
+            check_weights(_unwrap(self.model), payload["best_model"], last)
         try:
             self.model.load_state_dict(payload["model"])
             self.optimizer.load_state_dict(payload["optimizer"])
