@@ -231,7 +231,8 @@ def _main(argv: list[str] | None = None) -> int:
         check_config(compose_config([*fixed, *overrides[label]]))
     base_steps = int(compose_config([*fixed, *overrides[reference]])["train"]["max_steps"])
     sweep = Sweep(compose_config, args.workers)
-    runs = files.folder(args.out / "runs", root=args.out)
+    files.refuse_links(args.out, ["comparison.md", "comparison.json"])  # where it writes: refused now if a link
+    runs, _ = files.folder(args.out / "runs", args.out), files.folder(args.out / "figures", args.out)
     counted = sweep.evaluations(fixed, {label: overrides[label] for label in order})
     per_token = {label: counted[label]["per_token"] for label in order}
     costs = sweep.step_costs(

@@ -14,6 +14,7 @@ before the model is built.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -22,6 +23,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+import solvers
 
 from ...data import TaskData, data_kind, load
 from ...tasks import TaskSpec
@@ -159,6 +162,8 @@ def build(
         record["splitting"] = chosen.splitting  # how the FFN enters the layer: lie or strang
     if getattr(chosen, "scheme", None):  # a scheme made from coefficients: they and its derived claims
         record["scheme"] = chosen.scheme
+    elif own is not None:  # a class of one's own: what it claims, which a resume checks it still does
+        record["scheme"] = {"class": own, "claims": dataclasses.asdict(solvers.Claims.of(chosen.stepper))}
     return data, model, record
 
 

@@ -16,6 +16,7 @@ logged to ``metrics.jsonl`` and shown (the last one) in the run's summary.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,7 @@ def load(run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None =
     if not run.is_dir():
         raise SampleError(f"{run} does not exist or is not a folder; give a run directory (one holding {checkpoint}).")
     path = run / checkpoint
-    if not path.is_file():
+    if not os.path.lexists(path):  # anything else there is the checkpoint reader's to refuse
         raise SampleError(
             f"{path} does not exist: the run has not evaluated yet (best.pt is written at its first evaluation); "
             "try --checkpoint last.pt."
