@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from solvers import PhaseState
+
 from ... import atlas
 from ...tasks import task_of
 from .bounds import check_refinement
@@ -34,6 +36,14 @@ def analyse_run(
     if refine:
         check_refinement(list(refine), len(model.backbone.layers))
     inputs, _ = task_of(model).diagnostic_batch(data, model, batch)
+    states: list = []
+    with torch.no_grad():
+        model(*inputs, record=states)
+    if not all(bool(torch.isfinite(s.x if isinstance(s, PhaseState) else s).all()) for s in states):
+        raise ValueError(
+            f"{run_dir}: the model's states on its validation batch are not finite (its weights overflow float32 as "
+            "they compute), so there is no spectrum to read; nothing was written."
+        )
     numbers: dict[str, Any] = {
         "run": str(run_dir),
         "solver": record["solver"],
