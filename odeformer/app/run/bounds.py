@@ -154,7 +154,9 @@ def check_values(config: dict[str, Any], source: Path | None = None) -> None:
         raise UsageError(
             f"{_from(source)}model.dt={dt} is not a finite float32 step size; give a positive number below 3.4e38."
         )
-    if dt is not None and 0 < abs(dt) < FLOAT32_TINY:
+    if dt is not None and dt <= 0:
+        raise UsageError(f"{_from(source)}model.dt={dt}: dt must be positive and finite (a step forward in depth).")
+    if dt is not None and dt < FLOAT32_TINY:
         raise UsageError(f"{_from(source)}model.dt={dt} is 0 in float32; give a step of at least {FLOAT32_TINY:.3g}.")
     dropout = _number(model, "dropout")
     if dropout is not None and not (0 <= dropout < 1):
