@@ -8,29 +8,16 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import ClassVar
 
 import torch
 
 import solvers
+from helpers import PlainEuler
 from odeformer.app import files
 from odeformer.app.commands.analyze import main
 from odeformer.app.reporting.analysis import FLOOR, run_verdicts, scheme_report
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "runs_v1"
-
-
-class PlainEuler(solvers.AbstractStepper):
-    """Euler written out: a scheme of one's own without coefficients."""
-
-    order: ClassVar[int] = 1
-    second_order: ClassVar[bool] = False
-    symplectic: ClassVar[bool] = False
-    reversible: ClassVar[bool] = False
-    evals_per_step: ClassVar[int] = 1
-
-    def step(self, field, t, y, dt, state):
-        return y + dt * field(t, y), state
 
 
 class TimedEuler(PlainEuler):

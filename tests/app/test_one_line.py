@@ -82,3 +82,18 @@ def test_a_usage_error_is_one_line_not_argparses_usage(main, argv, words, capsys
     assert main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "--help" in lines[0], lines
+
+
+def test_diagnose_writes_fresh_models_and_runs_to_folders_of_their_own(tmp_path, monkeypatch, capsys):
+    """``odeformer-diagnose RUN_A RUN_B`` and ``odeformer-diagnose --fresh ...`` (the README's two lines) do not
+    overwrite each other's figures."""
+    from odeformer.app.commands.diagnose import default_out
+
+    monkeypatch.chdir(tmp_path)
+    fresh = ["--fresh", "diffusion", "--data", "synthetic", "--depth", "1", "--dim", "16", "--batch", "2"]
+    assert diagnose.main(fresh) == 0, capsys.readouterr().err
+    assert (tmp_path / "outputs" / "diagnostics_fresh" / "cosine.json").exists()
+    assert not (tmp_path / "outputs" / "diagnostics").exists()
+    runs = [tmp_path / "a", tmp_path / "b"]
+    assert default_out(runs, fresh=False)[0] != default_out([], fresh=True)[0]
+    assert default_out(runs[:1], fresh=False) == (tmp_path / "a" / "diagnostics", tmp_path / "a")

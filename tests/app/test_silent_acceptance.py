@@ -67,15 +67,7 @@ def test_weights_of_another_kind_are_refused_by_analyze_and_sample(tmp_path, kin
     assert f"the weight {name}" in _one(capsys)
     text = tmp_path / "text"
     text.mkdir()
-    config = {
-        "solver": asdict(SolverConfig(name="diffusion", options=stepper_options("diffusion"))),
-        "model": asdict(model_config("causal_lm")(depth=1, dim=16, heads=2, max_len=16)),
-        "data": asdict(DataConfig("shakespeare", batch_size=4)),
-    }
-    node = {k: v for k, v in config["model"].items() if not k.startswith("_")}
-    model = odeformer.CausalLM(vocab_size=3, solver=odeformer.solver("diffusion"), **node)
-    record = {"config": config, "vocabulary": "abc"}
-    save_checkpoint(text / "best.pt", {"format": FORMAT, "model": model.state_dict(), RUN_RECORD: record})
+    _text_run(text)
     name = _forge(text / "best.pt", kind)
     assert sample.main([str(text), "--prompt", "a"]) == 2
     captured = capsys.readouterr()
@@ -157,3 +149,51 @@ def test_a_resume_after_the_schemes_class_was_edited_is_refused(tmp_path, monkey
     sys.modules.pop("edited_scheme", None)
     assert cli_in_process(*run, "train.resume=true", "train.max_steps=3").returncode == 0
     sys.modules.pop("edited_scheme", None)
+
+
+def _text_run(folder: Path) -> None:
+    config = {
+        "solver": asdict(SolverConfig(name="diffusion", options=stepper_options("diffusion"))),
+        "model": asdict(model_config("causal_lm")(depth=1, dim=16, heads=2, max_len=16)),
+        "data": asdict(DataConfig("shakespeare", batch_size=4)),
+    }
+    node = {k: v for k, v in config["model"].items() if not k.startswith("_")}
+    model = odeformer.CausalLM(vocab_size=3, solver=odeformer.solver("diffusion"), **node)
+    record = {"config": config, "vocabulary": "abc"}
+    save_checkpoint(folder / "best.pt", {"format": FORMAT, "model": model.state_dict(), RUN_RECORD: record})
+
+
+def test_ctrl_c_in_sample_keeps_what_was_generated(tmp_path, capsys, monkeypatch):
+    """The text is printed as it is made: Ctrl-C during the second part leaves the first on the screen and says how
+    much of it there is (exit 130)."""
+    import odeformer.generate
+    from odeformer.app.commands.sample import CHUNK
+
+    _text_run(tmp_path)
+    calls = []
+
+    def generate(model, itos, prompt, count, *args):
+        calls.append(count)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return prompt + "b" * count
+
+    monkeypatch.setattr(odeformer.generate, "sample_text", generate)
+    assert sample.main([str(tmp_path), "--prompt", "a", "--tokens", str(3 * CHUNK)]) == 130
+    captured = capsys.readouterr()
+    assert captured.out == "a" + "b" * CHUNK + "\n"
+    assert f"interrupted (Ctrl-C) after {CHUNK} of {3 * CHUNK} characters" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_sample_prints_what_one_call_would(tmp_path, capsys):
+    """Made part by part, greedy text is what one call of the whole length gives (each part continues the text so
+    far, the context cut to max_len as one call cuts it)."""
+    from odeformer.app.commands.sample import CHUNK
+    from odeformer.app.run.sampling import load
+    from odeformer.generate import sample_text
+
+    _text_run(tmp_path)
+    assert sample.main([str(tmp_path), "--prompt", "ab", "--tokens", str(2 * CHUNK + 5), "--temperature", "0"]) == 0
+    model, itos = load(tmp_path)
+    assert capsys.readouterr().out == sample_text(model, itos, "ab", 2 * CHUNK + 5, temperature=0) + "\n"
