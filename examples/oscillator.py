@@ -56,7 +56,7 @@ def main(argv=None) -> dict:
     print(f"{'stepper':<20} {'declared':>8} {'measured':>8} {'max energy err':>15} {'final energy err':>17}")
     fig, ax = plt.subplots(figsize=(8, 5))
     results = {}
-    for name, cls in STEPPERS.items():
+    for name, cls in STEPPERS.schemes().items():
         stepper = cls()
         measured = None if cls.order == 0 else measure_order(stepper, OSCILLATOR).slope  # order 0: no limit to meet
         errors = energy_errors(stepper, args.dt, args.horizon)

@@ -4,12 +4,13 @@
 
 :func:`transformer` builds every backbone: the layers (:class:`~odeformer.layer.Layer`, each with its fields, its
 block stepper, its start time and its step), or a :class:`~odeformer.continuous.ContinuousBackbone` for a
-continuous-depth solver. :class:`Backbone` is the depth loop, in one screen (:meth:`Backbone.forward`): each layer
-steps through ``Layer.init``/``Layer.step``; consecutive layers whose schemes are of one kind share the scheme's
-running state (a two-step scheme's history, a cached force); a second-order layer starts its velocity at zero
-(``v0 = 0``, as in the Wavy Transformer), and where a schedule switches between first- and second-order layers the
-velocity starts at zero on entry and is dropped on exit. Activation checkpointing recomputes each step in the
-backward pass (:func:`solvers.recomputed`); schedules whose backward pass rebuilds states by inverting the layers
+continuous-depth solver. :class:`Backbone` runs the depth loop (:meth:`Backbone.forward`): the one loop of
+:mod:`solvers`, :func:`solvers.run_steps`, which the property kit checks, over each layer's block stepper, its block
+of fields and its own step; consecutive layers whose schemes are of one kind share the scheme's running state (a
+two-step scheme's history, a cached force); a second-order layer starts its velocity at zero (``v0 = 0``, as in the
+Wavy Transformer), and where a schedule switches between first- and second-order layers the velocity starts at zero
+on entry and is dropped on exit (:func:`solvers.y_for`). Activation checkpointing recomputes each step in the
+backward pass (:func:`solvers.checkpointed`); schedules whose backward pass rebuilds states by inverting the layers
 run :func:`solvers.integrate_reversible`.
 
 Two layouts: ``norm="pre"`` (the fields normalise their input, a final LayerNorm follows the loop) and
@@ -19,6 +20,7 @@ Two layouts: ``norm="pre"`` (the fields normalise their input, a final LayerNorm
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -88,6 +90,13 @@ class Backbone(nn.Module):
             raise ValueError(
                 "a schedule cannot mix the reversible solver with others: its backward rebuilds every layer."
             )
+        for i in range(1, len(layers)):  # the depth loop steps from the first layer's time by each layer's step
+            previous, layer = layers[i - 1], layers[i]
+            if layer.t0 != previous.t0 + previous.dt:
+                raise ValueError(
+                    f"layer {i} starts at t0={layer.t0:g}, but layer {i - 1} ends at {previous.t0 + previous.dt:g}: "
+                    "each layer starts where the one before ends."
+                )
         self.reversible = memory == {"rebuild"}
         if self.reversible:
             for i, layer in enumerate(self.layers):
@@ -124,90 +133,92 @@ class Backbone(nn.Module):
                 raise ValueError(f"the cache has {len(cache.layers)} layers, the backbone {len(layers)}.")
             cache.begin(x.shape[1])
             contexts = [{**context, "cache": c} for c in cache.layers]
+        fields = [layer.block(c) for layer, c in zip(layers, contexts)]
         plain = self.substeps == 1 and self.observer is None
         if self.reversible and plain and record is None and cache is None and torch.is_grad_enabled():
-            y = self._rebuilding(x, contexts)
+            y = self._rebuilding(x, fields)
         else:
-            run = (
-                solvers.recomputed([layers]) if self.checkpoint and torch.is_grad_enabled() and cache is None else None
-            )
-            if record is not None:
-                record.append(x)
-            y, state, previous = x, None, None
-            for i, (layer, context_l) in enumerate(zip(layers, contexts)):
-                if previous is None or not layer.continues(previous):
-                    y = _entering(y, layer)
-                    state = layer.init(y, context_l)
-                if not plain:
-                    y, state = self._observed(i, layer, y, state, context_l)
-                elif run is None:
-                    y, state = layer.step(y, state, context_l)
-                else:
-                    y, state = run(layer.step, y, state, context_l)
-                previous = layer
-                if record is not None:
-                    record.append(y)
+            if not plain:
+                hook = self._observed(contexts)
+            elif self.checkpoint and torch.is_grad_enabled() and cache is None:
+                hook = solvers.checkpointed([layers])
+            else:
+                hook = None
+            y = self._steps(x, fields, hook, record)
             if cache is not None:
                 cache.end()
         return self.norm(y.x if isinstance(y, PhaseState) else y)
 
+    def _steps(self, x: Tensor, fields: list, hook: solvers.Hook | None = None, record: list | None = None) -> Any:
+        """The depth loop: :func:`solvers.run_steps` over the layers' block steppers, fields and steps (each checked
+        when its layer was built) from the first layer's time (``x`` as the first layer takes it,
+        :func:`solvers.y_for`); the last state, and every state in ``record`` (the input first) if it is a list."""
+        steppers = [layer.block_stepper for layer in self.layers]
+        dts = [layer.dt for layer in self.layers]
+        states = solvers.run_steps(steppers, fields, solvers.y_for(steppers[0], x), dts, self.layers[0].t0, hook)
+        if record is None:
+            return deque(states, maxlen=1)[0]  # keeps only the last state alive
+        record.append(x)
+        record.extend(states)
+        return record[-1]
+
     def _bound_pass(self, x: Tensor, cache: Any) -> Tensor | None:
         """A pass with a binding cache (``new_cache(..., bind=True)``, what ``generate`` makes): the layers step on
-        blocks whose fields' weights were read on the cache's first pass (:meth:`Layer.bind_cache`), the same
-        operations as the depth loop of :meth:`forward` without its per-layer module calls and lookups. ``None``
-        (the loop runs instead) where those would not do the same: autograd or forward-mode AD on, a hook or training
-        mode on a module left out (:func:`~odeformer.hooks.direct_calls`), substeps or an observer."""
+        blocks whose fields' weights were read on the cache's first pass (:meth:`Layer.bind_cache`), the depth loop
+        of :meth:`forward` without its per-layer module calls. ``None`` (the module calls run instead) where those
+        would not do the same: autograd or forward-mode AD on, a hook or training mode on a module left out
+        (:func:`~odeformer.hooks.direct_calls`), substeps or an observer."""
         if torch.is_grad_enabled() or _forward_mode() or self.substeps != 1 or self.observer is not None:
             return None
         binding = cache.bound.get(self)
         if binding is None:
             binding = cache.bound[self] = self._bind(cache)
-        plan, norm, direct = binding
+        blocks, norm, direct = binding
         if not direct():
             return None
         cache.begin(x.shape[1])
-        y, state = x, None
-        for layer, block, start, init, step, t0, dt in plan:
-            if start:
-                y = _entering(y, layer)
-                state = init(block, t0, y)
-            y, state = step(block, t0, y, dt, state)
+        y = self._steps(x, blocks)
         cache.end()
         return norm(y.x if isinstance(y, PhaseState) else y)
 
-    def _bind(self, cache: Any) -> tuple[list[tuple], Callable[[Tensor], Tensor], Callable[[], bool]]:
-        """Per layer: the layer, its bound block, whether it starts a running state, its block stepper's ``init``
-        and ``step``, its ``t0`` and ``dt``; the final norm (a LayerNorm's weights bound); and the check that these
-        may stand for the modules they leave out (:func:`~odeformer.hooks.direct_calls`)."""
+    def _bind(self, cache: Any) -> tuple[list, Callable[[Tensor], Tensor], Callable[[], bool]]:
+        """Each layer's block bound to its cache (its fields' weights read once); the final norm (a LayerNorm's
+        weights bound); and the check that these may stand for the modules they leave out
+        (:func:`~odeformer.hooks.direct_calls`)."""
         layers = self.layers
         if len(cache.layers) != len(layers):
             raise ValueError(f"the cache has {len(cache.layers)} layers, the backbone {len(layers)}.")
-        plan, modules, previous = [], [], None
+        blocks, modules = [], []
         for layer, layer_cache in zip(layers, cache.layers):
             block, bypassed = layer.bind_cache(layer_cache)
-            start = previous is None or not layer.continues(previous)
-            stepper = layer.block_stepper
-            plan.append((layer, block, start, stepper.init, stepper.step, layer.t0, layer.dt))
+            blocks.append(block)
             modules += bypassed
-            previous = layer
         norm = self.norm
         if type(norm) is nn.LayerNorm:
             shape, weight, bias, eps = norm.normalized_shape, norm.weight, norm.bias, norm.eps
             modules.append(norm)
             norm = partial(F.layer_norm, normalized_shape=shape, weight=weight, bias=bias, eps=eps)
-        return plan, norm, direct_calls(modules)
+        return blocks, norm, direct_calls(modules)
 
-    def _observed(self, i: int, layer: Layer, y: Any, state: Any, context: dict[str, Any]) -> tuple[Any, Any]:
-        """Layer ``i``'s step as an observer sees it (its input), taken as ``substeps`` steps of ``dt / substeps``."""
-        if self.observer is not None:
-            self.observer(i, layer, y, context)
-        if self.substeps == 1:
-            return layer.step(y, state, context)
-        for part in range(self.substeps):
-            y, state = layer.substep(y, state, context, part, self.substeps)
-        return y, state
+    def _observed(self, contexts: list[dict[str, Any]]) -> solvers.Hook:
+        """The hook that takes each layer's step as the observer sees it (its input, its context) and as
+        ``substeps`` steps of ``dt / substeps`` (with the layer's weights, from the layer's time)."""
+        layers, parts, index = self.layers, self.substeps, iter(range(len(self.layers)))
 
-    def _rebuilding(self, x: Tensor, contexts: list[dict[str, Any]]) -> Any:
+        def hook(stepper: Any, field: Any, t: Any, y: Any, dt: Any, state: Any) -> tuple[Any, Any]:
+            i = next(index)
+            if self.observer is not None:
+                self.observer(i, layers[i], y, contexts[i])
+            if parts == 1:
+                return stepper.step(field, t, y, dt, state)
+            h = dt / parts
+            for part in range(parts):
+                y, state = stepper.step(field, t + part * h, y, h, state)
+            return y, state
+
+        return hook
+
+    def _rebuilding(self, x: Tensor, fields: list) -> Any:
         """The reversible schedule's forward, whose backward rebuilds each layer's input by inverting it."""
         layers = self.layers
         if self.training and any(_drops(m) for m in layers.modules()):
@@ -215,23 +226,11 @@ class Backbone(nn.Module):
                 "the reversible solver needs dropout=0 (it was switched on after construction): its backward "
                 "rebuilds states by inverting each layer, which random dropout masks would break."
             )
+        steppers = [layer.block_stepper for layer in layers]
         return solvers.integrate_reversible(
-            [layer.block_stepper for layer in layers],
-            [layer.block(context) for layer, context in zip(layers, contexts)],
-            _entering(x, layers[0]),
-            [layer.dt for layer in layers],
-            layers[0].t0,
+            steppers, fields, solvers.y_for(steppers[0], x), [layer.dt for layer in layers], layers[0].t0,
             modules=[layers],
-        )
-
-
-def _entering(y: Any, layer: Layer) -> Any:
-    """``y`` as ``layer`` takes it: a velocity of zero on entering a second-order layer, none on leaving one."""
-    if layer.second_order and not isinstance(y, PhaseState):
-        return PhaseState(y, torch.zeros_like(y))
-    if not layer.second_order and isinstance(y, PhaseState):
-        return y.x
-    return y
+        )  # fmt: skip
 
 
 def _maps(

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from solvers import PhaseState
+from solvers import STEPPERS, PhaseState
 
 LIBRARIES = {"torchdiffeq": ("dopri5", "bosh3", "rk4"), "torchode": ("dopri5", "tsit5")}
 EQUATIONS = ("diffusion", "wave")
@@ -103,7 +103,9 @@ CONTINUOUS: dict[str, dict[str, Any]] = {
     "dopri5_torchode": {"library": "torchode", "method": "dopri5"},  # Dormand–Prince 5(4), per-sample control
 }
 """The named continuous-depth solvers (the ``solver`` config group's continuous options): settings over the
-:class:`ContinuousSolver` defaults."""
+:class:`ContinuousSolver` defaults. Their names are reserved in :data:`solvers.STEPPERS`, the table of every other
+solver's name, so that a name means one thing."""
+STEPPERS.reserve(CONTINUOUS, "a continuous-depth solver")
 
 METHODS = {
     "dopri5": "Dormand–Prince 5(4)",

@@ -3,24 +3,33 @@
 A :class:`Layer` is a module holding two fields, the attention field ``F_a`` and optionally the FFN field ``F_f``
 (see :mod:`odeformer.fields`), the maps that follow each sublayer in the post-norm layout (:class:`StateMap`, with
 :class:`JointDropout`), a block stepper from :mod:`solvers` (:class:`solvers.Split` or :class:`solvers.Whole`), its
-start time ``t0`` and its step ``dt``. The backbone's depth loop steps it through a small protocol:
-:meth:`Layer.init`, :meth:`Layer.step` (one step of its own ``dt``) and :meth:`Layer.inverse`, each given the
-call-time context (masks, a cache) that reaches the attention field. What a layer is built from is a
-:class:`~odeformer.registry.Solver`.
+start time ``t0`` and its step ``dt``. The backbone's depth loop (:func:`solvers.run_steps`) steps each layer's block
+stepper on the layer's :meth:`Layer.block` (its fields, bound to the call-time context: masks, a cache) by the
+layer's own ``dt``. What a layer is built from is a :class:`~odeformer.registry.Solver`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from solvers import Block, Carry, Claims, Y
+from solvers import Block, Claims, Y
 
 if TYPE_CHECKING:
     from .registry import Solver
+
+
+def check_step(value: Any, label: str = "dt") -> float:
+    """A layer's step as a float, or a one-line error: it must be a positive, finite number (in float32 too)."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{label} must be positive and finite, got {value!r}.")
+    if not math.isfinite(torch.tensor(float(value), dtype=torch.float32).item()):
+        raise ValueError(f"{label} must be positive and finite in float32 (at most about 3.4e38), got {value!r}.")
+    return float(value)
 
 
 class StateMap(nn.Module):
@@ -68,9 +77,9 @@ class Layer(nn.Module):
     (``block_stepper``: a :class:`solvers.Split` or :class:`solvers.Whole`, built from ``solver``), its start time
     ``t0`` and its step ``dt`` (checked here, once; nothing checks it again per forward).
 
-    The protocol the depth loop drives (``context`` is a dict such as ``{"attn_mask": mask}``, or ``None``):
-    ``state = layer.init(y0, context)``, ``y1, state = layer.step(y, state, context)``, and, where the block stepper
-    is reversible and no map follows a sublayer, ``y = layer.inverse(y1, context)``; ``layer.continues(previous)``
+    The depth loop steps ``layer.block_stepper`` on ``layer.block(context)`` (``context`` a dict such as
+    ``{"attn_mask": mask}``, or ``None``) from ``layer.t0`` by ``layer.dt``; where the block stepper is reversible
+    and no map follows a sublayer, ``y = layer.inverse(y1, context)`` undoes a step; ``layer.continues(previous)``
     says whether the running state of the layer before carries on. Its claims are its block stepper's on its own
     block (:meth:`claims`).
 
@@ -91,8 +100,6 @@ class Layer(nn.Module):
         t0: float = 0.0,
     ):
         super().__init__()
-        from .registry import check_step
-
         self.solver = solver
         self.dt = solver.dt if dt is None else check_step(dt)
         self.t0 = float(t0)
@@ -135,22 +142,6 @@ class Layer(nn.Module):
             ffn, bypassed = binder()
             modules = modules + bypassed
         return Block(attention, ffn, self.after_attention, self.after_ffn), modules
-
-    def init(self, y0: Y, context: dict[str, Any] | None = None) -> Carry:
-        """The running state for a first step from ``y0``."""
-        return self.block_stepper.init(self.block(context), self.t0, y0)
-
-    def step(self, y: Y, state: Carry, context: dict[str, Any] | None = None) -> tuple[Y, Carry]:
-        """One step of the layer's ``dt`` from ``y`` at its time ``t0``."""
-        return self.block_stepper.step(self.block(context), self.t0, y, self.dt, state)
-
-    forward = step
-
-    def substep(self, y: Y, state: Carry, context: dict[str, Any] | None, part: int, parts: int) -> tuple[Y, Carry]:
-        """Step ``part`` of ``parts`` equal steps that together cover this layer's step: ``dt / parts`` from
-        ``t0 + part dt / parts`` (the piecewise-constant-in-depth ODE the layer discretises, refined)."""
-        h = self.dt / parts
-        return self.block_stepper.step(self.block(context), self.t0 + part * h, y, h, state)
 
     def inverse(self, y1: Y, context: dict[str, Any] | None = None) -> Y:
         """The input of :meth:`step` from its output (a reversible block stepper, no maps)."""

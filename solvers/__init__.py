@@ -4,7 +4,8 @@
 ``@register_stepper("name")``, and a taken name is refused): the hand-written schemes, the named tableaux and
 splittings (each a file holding its coefficients; ``TABLEAUX`` lists them) and the learnable families. A stepper's
 claims are a value, ``stepper.claims()`` (a ``Claims`` record); coefficients with no name are a ``Tableau``.
-``iterate`` is the one loop over depth (``integrate`` and ``trajectory`` keep its last or every state;
+``run_steps`` is the one loop over depth (``iterate`` checks its arguments and runs it; ``integrate`` and
+``trajectory`` keep its last or every state;
 ``integrate_reversible`` rebuilds states in the backward pass instead of storing them, and the ``checkpointed`` hook
 recomputes them). ``Split`` and ``Whole`` make a layer of two sublayers one step of a block stepper over a ``Block``
 of fields. The long explanation of the interface is in
@@ -19,6 +20,7 @@ from ._base import (
     Carry,
     Claims,
     Field,
+    Hook,
     PhaseState,
     StepSize,
     Time,
@@ -27,6 +29,7 @@ from ._base import (
     integrate,
     iterate,
     register,
+    run_steps,
     sigmoid_gate,
     trajectory,
     transforms_active,
@@ -54,7 +57,15 @@ from ._pefrl import PEFRL
 from ._position_verlet import PositionVerlet
 from ._ralston import Ralston
 from ._recompute import checkpointed, recomputed
-from ._registry import STEPPERS, register_stepper, stepper_table
+from ._registry import (
+    STEPPERS,
+    Variant,
+    check_options,
+    make_stepper,
+    register_stepper,
+    stepper_parameters,
+    stepper_table,
+)
 from ._reversible import AutocastState, integrate_reversible
 from ._rk4 import RK4
 from ._rk4_38 import RK4ThreeEighths
@@ -90,6 +101,7 @@ __all__ = [
     "Field",
     "ForestRuth",
     "Heun",
+    "Hook",
     "Kutta3",
     "Leapfrog",
     "LightWave",
@@ -115,18 +127,23 @@ __all__ = [
     "TripleJump",
     "TwoStageRK",
     "VelocityMix",
+    "Variant",
     "VelocityVerlet",
     "Whole",
     "Yoshida4",
     "axpy",
+    "check_options",
     "checkpointed",
     "integrate",
     "integrate_reversible",
     "iterate",
+    "make_stepper",
     "recomputed",
     "register",
     "register_stepper",
+    "run_steps",
     "sigmoid_gate",
+    "stepper_parameters",
     "stepper_table",
     "tableau",
     "trajectory",
@@ -134,6 +151,8 @@ __all__ = [
     "y_for",
 ]
 
+
+from . import _variants  # noqa: E402, F401  (the variant rows join STEPPERS after every scheme)
 
 _RENAMED = {"adapt": "y_for", "transformed": "transforms_active"}
 """Old names of this package's functions, each resolved to its new one with a warning."""

@@ -32,14 +32,14 @@ The protocol
 first-same-as-last reuse, or ``None``. Pass back what ``step`` returned. The field may change from one step to the
 next (one field per layer).
 
-The loop over depth is :func:`iterate`, and every driver uses it: :func:`integrate` keeps the last state,
-:func:`trajectory` every state, the models' backbones call it with one stepper and one field per layer, a step size
-per layer and an optional hook that takes each step (activation checkpointing), and
-:func:`~solvers.integrate_reversible` runs it without recording and rebuilds the states in the backward pass with
-``inverse``. A model's layer is stepped by a *block stepper* (:class:`~solvers.Split`, :class:`~solvers.Whole`,
-``_splitting.py``) whose field is a :class:`~solvers.Block` of the layer's two fields (attention and FFN), and whose
-claims follow from its parts (a fourth-order stepper under Lie splitting makes a first-order layer;
-:func:`solvers.testing.check_layer` measures it).
+The loop over depth is :func:`run_steps`, and every driver runs it: :func:`iterate` checks its arguments first,
+:func:`integrate` keeps the last state, :func:`trajectory` every state, the models' backbones run it with one stepper
+and one field per layer, each layer's own step and an optional hook that takes each step (activation
+checkpointing), and :func:`~solvers.integrate_reversible` runs it without recording and rebuilds the states in the
+backward pass with ``inverse``. A model's layer is stepped by a *block stepper* (:class:`~solvers.Split`,
+:class:`~solvers.Whole`, ``_splitting.py``) whose field is a :class:`~solvers.Block` of the layer's two fields
+(attention and FFN), and whose claims follow from its parts (a fourth-order stepper under Lie splitting makes a
+first-order layer; :func:`solvers.testing.check_layer` measures it).
 
 Declarations
 ------------
@@ -440,18 +440,35 @@ def iterate(
     t0: Any = 0.0,
     hook: Hook | None = None,
 ) -> Iterator[Y]:
-    """Yield the state after each step; the one loop over depth that every other driver uses.
+    """Yield the state after each step: :func:`run_steps`, the one loop over depth, after checking its arguments.
 
-    ``stepper`` is one stepper or one per step; ``dt`` one step size or one per step; ``hook`` (optional) takes each
-    step in place of
-    ``stepper.step`` (activation checkpointing, timing). Consecutive steps by steppers that
-    :meth:`~AbstractStepper.continues` the previous one share the scheme's running state (each layer of a model has
-    its own stepper instance with its own parameters, but one running history); at any other change the new stepper
-    starts afresh from ``init``, and where a schedule switches between first- and second-order steppers the velocity
-    starts at zero on entry and is dropped on exit (:func:`y_for`).
+    ``stepper`` is one stepper or one per step; ``dt`` one step size or one per step (each checked: positive and
+    finite); ``hook`` (optional) takes each step in place of ``stepper.step`` (activation checkpointing, timing).
     """
     steppers = _per_step(stepper, fields)
-    dts = _per_step_dt(dt, steppers)
+    return run_steps(steppers, fields, y0, _per_step_dt(dt, steppers), t0, hook)
+
+
+def run_steps(
+    steppers: Sequence[AbstractStepper],
+    fields: Sequence[Any],
+    y0: Y,
+    dts: Sequence[Any],
+    t0: Any = 0.0,
+    hook: Hook | None = None,
+) -> Iterator[Y]:
+    """The one loop over depth, which every driver runs (:func:`iterate`, :func:`integrate`, :func:`trajectory`, a
+    model's backbone, a generated token's pass, the property kit): yield the state after each step.
+
+    One stepper, one field and one step size per step, as given (a model's layers check their steps once, when they
+    are built; :func:`iterate` checks them for any other caller); step ``i`` starts at ``t0 + dts[0] + ... +
+    dts[i-1]``, and ``y0`` is in the form the first stepper takes. ``hook`` (optional) takes each step in place of
+    ``stepper.step``. Consecutive steps by steppers that :meth:`~AbstractStepper.continues` the previous one share the
+    scheme's running state (each layer of a model has its own stepper instance with its own parameters, but one
+    running history); at any other change the new stepper starts afresh from ``init``, and where a schedule switches
+    between first- and second-order steppers the velocity starts at zero on entry and is dropped on exit
+    (:func:`y_for`).
+    """
     take = _take if hook is None else hook
     y, t, state, previous = y0, t0, None, None
     for s, f, h in zip(steppers, fields, dts):

@@ -17,13 +17,14 @@ differentiated in the same precision. Under a ``torch.func`` transform (``jvp``,
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from ._base import AbstractStepper, PhaseState, Y, _per_step, _per_step_dt, integrate, transforms_active
+from ._base import AbstractStepper, PhaseState, Y, _per_step, _per_step_dt, run_steps, transforms_active
 from ._recompute import Bindings, modules_of
 
 
@@ -65,6 +66,10 @@ class _Run(NamedTuple):
         return out
 
 
+def _last(states: Iterator[Y]) -> Y:
+    return deque(states, maxlen=1)[0]  # keeps only the last state alive
+
+
 @torch.compiler.disable  # its backward calls autograd.grad, which Dynamo does not trace: this part stays eager
 def integrate_reversible(
     stepper: AbstractStepper | Sequence[AbstractStepper],
@@ -95,7 +100,7 @@ def integrate_reversible(
     if len({s.second_order for s in steppers}) > 1:
         raise ValueError("integrate_reversible needs every step of one kind (all first- or all second-order).")
     if transforms_active():
-        return integrate(steppers, fields, y0, dts, t0)  # transforms and forward-mode AD compose with the plain loop
+        return _last(run_steps(steppers, fields, y0, dts, t0))  # transforms and forward-mode AD compose with the loop
     second = steppers[0].second_order
     tensors = (y0.x, y0.v) if second else (y0,)
     bound = Bindings.capture(modules_of([*steppers, *fields]) if modules is None else modules)
@@ -120,7 +125,7 @@ class _RebuildingBackward(torch.autograd.Function):
         tensors, params = inputs[:count], inputs[count:]
         y0 = PhaseState(*tensors) if run.second_order else tensors[0]
         with torch.no_grad():
-            y = integrate(run.steppers, run.fields, y0, run.dts, run.t0)
+            y = _last(run_steps(run.steppers, run.fields, y0, run.dts, run.t0))
         out = (y.x, y.v) if run.second_order else (y,)
         ctx.run, ctx.count = run, count
         ctx.autocast = AutocastState.capture(tensors[0])  # the rebuilt steps must compute as the forward pass did
@@ -140,7 +145,7 @@ class _RebuildingBackward(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: a differentiable backward, through the recorded forward
             with ctx.autocast():
                 y0 = PhaseState(*inputs) if run.second_order else inputs[0]
-                y = integrate(run.steppers, run.fields, y0, run.dts, run.t0)
+                y = _last(run_steps(run.steppers, run.fields, y0, run.dts, run.t0))
                 outs = (y.x, y.v) if run.second_order else (y,)
                 wanted = [t for t in (*inputs, *params) if t.requires_grad]
                 got = iter(torch.autograd.grad(outs, wanted, grads, allow_unused=True, create_graph=True))

@@ -280,13 +280,12 @@ SHAPE = "give module.Class, the dotted path to a stepper class in a module of yo
 @pytest.mark.parametrize(
     "name, words",
     [
-        ("..os", "is not a scheme's name"),
-        (".x", "is not a scheme's name"),
-        ("os.", "is not a scheme's name"),
-        ("a..b", "is not a scheme's name"),
-        ("my_schemes", "is not a scheme's name"),  # a module without a class
-        ("my-schemes.Mine", "is not a scheme's name"),
-        ("my_schemes.Mine()", "is not a scheme's name"),
+        ("..os", "unknown solver '..os'"),  # not identifiers joined by dots: no solver's name and no class's path
+        (".x", "unknown solver '.x'"),
+        ("os.", "unknown solver 'os.'"),
+        ("a..b", "unknown solver 'a..b'"),
+        ("my_schemes", "unknown solver 'my_schemes'"),  # a module without a class
+        ("my-schemes.Mine", "unknown solver 'my-schemes.Mine'"),
         ("os.system", "names Python's own module os, not a scheme of yours"),
         ("builtins.print", "names Python's own module builtins"),
         ("sys.exit", "names Python's own module sys"),
@@ -296,9 +295,10 @@ SHAPE = "give module.Class, the dotted path to a stepper class in a module of yo
 )
 def test_a_name_that_cannot_be_a_scheme_of_ones_own_is_one_line_before_anything_runs(tmp_path, name, words):
     out = tmp_path / "run"
-    done = cli_in_process(*DEBUG, f"train.out_dir={hydra_quote(str(out))}", f"solver.stepper={hydra_quote(name)}")
+    done = cli_in_process(*DEBUG, f"train.out_dir={hydra_quote(str(out))}", f"solver={name}")
     line = _line(done, 2)
-    assert f"solver.stepper={name}" in line and words in line and SHAPE in line
+    assert (f"solver={name}" in line or "unknown solver" in line) and words in line
+    assert SHAPE.removeprefix("give ") in line or "." not in name  # a plain name is a solver's name mistyped
     assert "Error" not in line and "Traceback" not in line
     assert done.stdout == "" and not out.exists()  # refused before Hydra started: nothing was made
 
@@ -350,7 +350,7 @@ def test_a_bad_override_beside_a_scheme_of_ones_own_is_refused_without_running_i
 ):
     monkeypatch.setenv("ODEFORMER_DATA", str(tmp_path / "no_data_here"))
     out = tmp_path / "run"
-    done = cli_in_process(*DEBUG, f"train.out_dir={out}", "solver.stepper=planted_scheme.Mine", *override.split())
+    done = cli_in_process(*DEBUG, f"train.out_dir={out}", "solver=planted_scheme.Mine", *override.split())
     assert words in _line(done, 2)
     assert not planted.exists()
 
@@ -359,12 +359,12 @@ def test_a_scheme_of_ones_own_is_imported_once_all_else_is_checked(planted, tmp_
     """The same command line without the bad override trains with the planted class: the check itself does not stop
     a good name (the marker shows its module ran, as naming it asks)."""
     out = tmp_path / "run"
-    done = cli_in_process(*DEBUG, f"train.out_dir={out}", "solver.stepper=planted_scheme.Mine", "model.dim=200000")
+    done = cli_in_process(*DEBUG, f"train.out_dir={out}", "solver=planted_scheme.Mine", "model.dim=200000")
     assert "this run needs about" in _line(done, 2) and not planted.exists()
     from odeformer.app.run.builder import build
 
     config = {
-        "solver": {"_target_": "odeformer.solver", "name": "full_wave", "stepper": "planted_scheme.Mine"},
+        "solver": {"_target_": "odeformer.solver", "name": "planted_scheme.Mine"},
         "model": {"_target_": "odeformer.ViT", "depth": 1, "dim": 8, "heads": 2, "patch_size": 2},
         "data": {"name": "synthetic", "root": None, "batch_size": 4, "options": {"task": "image", "n": 32}},
         "train": {"device": "cpu"},
@@ -375,7 +375,7 @@ def test_a_scheme_of_ones_own_is_imported_once_all_else_is_checked(planted, tmp_
 
 def test_a_scheme_a_stored_config_names_is_never_imported_by_a_resume(planted, finished, tmp_path):
     """A last.pt whose config (and stored overrides) name a module of someone's: resuming it with the command line's
-    own solver is refused as a change of solver.stepper, and the module never runs; the command it prints leaves the
+    own solver is refused as a change of solver.name, and the module never runs; the command it prints leaves the
     module out."""
     import shutil
 
@@ -386,11 +386,11 @@ def test_a_scheme_a_stored_config_names_is_never_imported_by_a_resume(planted, f
     shutil.copytree(finished, run)
     payload = load_checkpoint(run / "last.pt")
     own = [o for o in payload[RUN_RECORD]["overrides"] if "out_dir=" not in o]
-    payload[RUN_RECORD]["config"]["solver"]["stepper"] = "planted_scheme.Mine"
-    payload[RUN_RECORD]["overrides"] = [*own, "solver.stepper=planted_scheme.Mine"]
+    payload[RUN_RECORD]["config"]["solver"]["name"] = "planted_scheme.Mine"
+    payload[RUN_RECORD]["overrides"] = [*own, "solver=planted_scheme.Mine"]
     save_checkpoint(run / "last.pt", payload)
     done = cli_in_process(*own, f"train.out_dir={hydra_quote(str(run))}", "train.resume=true", "train.max_steps=4")
     line = _line(done, 2)
-    assert "changes solver.stepper (planted_scheme.Mine in the run, None now)" in line
+    assert "changes solver.name (planted_scheme.Mine in the run, " in line
     assert "planted_scheme" not in line.split("Resume with")[1]
     assert not planted.exists()

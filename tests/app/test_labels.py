@@ -29,5 +29,5 @@ def test_runs_alike_but_for_the_seed_say_the_seed_and_identical_ones_their_folde
 
 
 def test_a_scheme_of_ones_own_is_named_by_its_class_and_a_run_without_a_config_by_its_folder():
-    labels = run_labels([{"solver": {"name": "full_wave", "stepper": "my_schemes.Yoshida4"}}, None], ["y", "old"])
+    labels = run_labels([{"solver": {"name": "my_schemes.Yoshida4"}}, None], ["y", "old"])
     assert labels == ["my_schemes.Yoshida4", "old"]

@@ -357,6 +357,8 @@ GOOD = "s:\n  title: t\n  fixed: [experiment=digits_vit]\n  rows:\n    a: [solve
         (GOOD.replace("[experiment=digits_vit]", "['hydra.searchpath=[file:///x]']"), "s.fixed: 'hydra.searchpath"),
         (GOOD.replace("[solver=diffusion]", "[solver.stepper=odeformer_evil.Scheme]"), "s.rows.a: 'solver.stepper"),
         (GOOD.replace("[solver=diffusion]", "[solver.stepper=solvers.STEPPERS]"), "never imported"),
+        (GOOD.replace("[solver=diffusion]", "[solver=odeformer_evil.Scheme]"), "s.rows.a: 'solver=odeformer_evil"),
+        (GOOD.replace("[solver=diffusion]", "[solver.stepper=x]"), "solver.stepper is no key"),
         (GOOD + "  seeds: [0, one]\n", "s.seeds: must be a list of distinct seeds"),
         (GOOD + "  plot: true\n  columns:\n    wide: [model.dim=8]\n", "s.plot: draws accuracy against depth"),
         (GOOD + "  diagnose: [deep]\n", "s.diagnose: 'deep' is not one of the columns"),
@@ -389,15 +391,14 @@ def test_a_sections_file_of_ones_own_loads_to_jobs(tmp_path):
 
     path = tmp_path / "mine.yaml"
     path.write_text(
-        GOOD + "    b: [solver=full_wave, solver.stepper=solvers.SymmetricSplitting]\n  seeds: [3]\n"
+        GOOD + "    b: [solver=symmetric_splitting]\n  seeds: [3]\n"
         "  columns:\n    depth 2: [model.depth=2]\n  plot: true\n"
     )
     (section,) = load_sections(path).values()
     assert [job.name for job in section.runs()] == ["a__depth_2__seed=3", "b__depth_2__seed=3"]
     assert section.runs()[1].overrides == [
         "experiment=digits_vit",
-        "solver=full_wave",
-        "solver.stepper=solvers.SymmetricSplitting",
+        "solver=symmetric_splitting",
         "model.depth=2",
         "train.seed=3",
     ]

@@ -86,10 +86,11 @@ def test_old_spellings_read_as_todays_with_one_warning():
     old = ["solver=tableau", "solver.options.name=symplectic_euler", "model.depth=2"]
     assert upgrade_overrides(old) == ["solver=semi_implicit_euler", "model.depth=2"]
     assert upgrade_overrides(["solver.stepper=solvers.TripleJump"]) == ["solver=triple_jump"]
-    assert upgrade_overrides(["solver.stepper=my_schemes.Mine"]) == ["solver.stepper=my_schemes.Mine"]  # not ours
+    assert upgrade_overrides(["solver.stepper=my_schemes.Mine"]) == ["solver=my_schemes.Mine"]  # one spelling
     assert upgrade_overrides(["solver=dopri5", "solver.dynamics=wave"]) == ["solver=dopri5", "solver.equation=wave"]
     hostile = {"solver": {"_target_": "odeformer.preset", "name": "full_wave", "stepper": "os.system", "options": {}}}
-    assert upgrade_config(hostile)["solver"]["stepper"] == "os.system"  # left for the builder to refuse, never read
+    upgraded = upgrade_config(hostile)["solver"]  # a path: left for the builder to refuse, never read
+    assert upgraded["name"] == "os.system" and "stepper" not in upgraded
 
 
 def test_a_stored_stepper_path_into_the_solvers_package_loads_none_of_its_modules(monkeypatch):
@@ -105,8 +106,8 @@ def test_a_stored_stepper_path_into_the_solvers_package_loads_none_of_its_module
         monkeypatch.delitem(sys.modules, f"solvers.{name}", raising=False)
     for path in ("solvers.testing", "solvers.analysis"):
         node = {"_target_": "odeformer.solver", "name": "full_wave", "stepper": path, "options": {}}
-        assert upgrade_config({"solver": node})["solver"]["stepper"] == path
-        assert upgrade_overrides([f"solver.stepper={path}"]) == [f"solver.stepper={path}"]
+        assert upgrade_config({"solver": node})["solver"]["name"] == path
+        assert upgrade_overrides([f"solver.stepper={path}"]) == [f"solver={path}"]
     assert "solvers.testing" not in sys.modules and "solvers.analysis" not in sys.modules
 
 

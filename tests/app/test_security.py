@@ -171,10 +171,10 @@ def test_a_stored_user_scheme_is_imported_only_when_the_command_line_names_it(tm
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_scheme", raising=False)
-    config = _stored_config(stepper="my_scheme.Mine", options={})
+    config = _stored_config(name="my_scheme.Mine", options={})
     best = _best(tmp_path / "run", config)
     assert diagnose.main([str(tmp_path / "run")]) == 2
-    _one_line(capsys.readouterr().err, str(best), "solver.stepper='my_scheme.Mine'", "--stepper my_scheme.Mine")
+    _one_line(capsys.readouterr().err, str(best), "solver='my_scheme.Mine'", "--stepper my_scheme.Mine")
     assert not marker.exists() and "my_scheme" not in sys.modules
     with pytest.raises(UsageError, match="the command line names 'other.Class'"):
         load_run(tmp_path / "run", stepper="other.Class")

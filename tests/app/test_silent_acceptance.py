@@ -135,7 +135,7 @@ def test_a_resume_after_the_schemes_class_was_edited_is_refused(tmp_path, monkey
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
     (tmp_path / "edited_scheme.py").write_text(SCHEME.format(base="Euler"))
     out = tmp_path / "run"
-    run = [*TINY, "solver.stepper=edited_scheme.Edited", f"train.out_dir={hydra_quote(str(out))}"]
+    run = [*TINY, "solver=edited_scheme.Edited", f"train.out_dir={hydra_quote(str(out))}"]
     assert cli_in_process(*run).returncode == 0
     (out / "summary.json").unlink()
     before = (out / "last.pt").read_bytes()

@@ -45,9 +45,9 @@ def test_heavy_ball_bound_is_its_companion_matrix_bound(theta0):
 def test_a_scheme_without_a_small_step_limit_has_no_bound():
     """The mix preset's diffusion part takes a unit step whatever dt is (order 0): no dt makes the linear test
     decay, so a bound would only ever say "unstable"."""
-    from odeformer import SOLVERS
+    from odeformer import as_solver
 
-    layer = SOLVERS["mix"].build(8)
+    layer = as_solver("mix").build(8)
     assert layer.stepper.order == 0 and max_stable_dt(layer.stepper) is None
 
 
@@ -82,7 +82,7 @@ def test_a_users_scheme_in_a_laplacian_layer_is_warned_about_beyond_its_own_boun
     assert 1.0 < bound < 2.5
     for dt, warned in ((0.9 * bound, False), (1.2 * bound, True)):
         model = odeformer.ViT(
-            solver=odeformer.solver("full_wave", stepper=_DampedVerlet),
+            solver=odeformer.solver(_DampedVerlet),
             num_classes=3, image_size=8, patch_size=4, dim=4, depth=1, heads=1, dt=dt,
         )  # fmt: skip
         assert type(model.backbone.layers[0].stepper) is _DampedVerlet

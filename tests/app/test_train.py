@@ -18,7 +18,6 @@ import odeformer
 import odeformer.app.commands.train as entry
 import odeformer.app.run.builder as builder
 from helpers import HANG, cli, cli_in_process
-from odeformer import SOLVERS
 from odeformer.app.run.batches import EpochSampler, WindowSampler
 from odeformer.app.run.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from odeformer.continuous import ContinuousBackbone
@@ -67,7 +66,7 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
             "model.heads=2",
         ]
     )
-    discrete = isinstance(SOLVERS[solver], odeformer.Solver)
+    discrete = isinstance(odeformer.as_solver(solver), odeformer.Solver)
     if model == "difformer" and not discrete:
         with pytest.raises(ValueError, match=f"continuous solver '{solver}' has no layers"):
             builder.build(OmegaConf.to_container(cfg, resolve=True))
@@ -79,7 +78,7 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
     data, net, info = builder.build(OmegaConf.to_container(cfg, resolve=True))
     if discrete:
         assert len(net.backbone.layers) == 2 and info["solver"] == solver
-        assert type(net.backbone.layers[0].stepper) is SOLVERS[solver].stepper  # the class it was constructed as
+        assert type(net.backbone.layers[0].stepper) is odeformer.as_solver(solver).stepper  # the class it was constructed as
     else:  # a continuous solver: one weight-tied block, recorded at depth + 1 times
         assert isinstance(net.backbone, ContinuousBackbone) and net.backbone.solver.name == solver
         assert len(net.trajectory(*_inputs(data))) == 3 and net.solver_stats()["nfe"] > 0
@@ -467,8 +466,9 @@ def test_non_finite_loss_stops_naming_the_step(tmp_path):
             "unknown key 'solver.options.gamma'; the keys of solver.options are: theta0",
         ),
         (["solver=mix", "solver.options.theta0=high"], "bad options"),
-        (["solver.stepper=odeformer.solver_names"], "not a solvers.AbstractStepper subclass"),
-        (["solver.stepper=math.pi"], "solver.stepper=math.pi names Python's own module math, not a scheme of yours"),
+        (["solver=odeformer.solver_names"], "not a solvers.AbstractStepper subclass"),
+        (["solver=math.pi"], "solver=math.pi names Python's own module math, not a scheme of yours"),
+        (["solver.stepper=my_schemes.Mine"], "solver.stepper is no key: a scheme of your own is picked by its path"),
         (["data=imagenet"], "unknown data 'imagenet'; choose one of: digits, fashion_mnist"),
         (["model.dt=-0.5"], "dt must be positive and finite"),
         (["model.dim=30", "model.heads=4"], "dim must be divisible by heads: got dim=30, heads=4"),
@@ -629,10 +629,10 @@ def test_a_scheme_of_ones_own_trains_by_its_dotted_path(tmp_path):
         "from typing import ClassVar\nfrom solvers import Heun\n\n\nclass MyHeun(Heun):\n    order: ClassVar[int] = 2\n"
     )
     out = tmp_path / "run"
-    done = cli(*DEBUG, "solver.stepper=user_scheme.MyHeun", "train.max_steps=2", f"train.out_dir={out}", cwd=tmp_path)
+    done = cli(*DEBUG, "solver=user_scheme.MyHeun", "train.max_steps=2", f"train.out_dir={out}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "summary.json").read_text())["solver"] == "MyHeun"
-    done = cli(*DEBUG, "solver.stepper=user_scheme.Missing", f"train.out_dir={tmp_path / 'x'}", cwd=tmp_path)
+    done = cli(*DEBUG, "solver=user_scheme.Missing", f"train.out_dir={tmp_path / 'x'}", cwd=tmp_path)
     assert done.returncode == 2 and "cannot import stepper 'user_scheme.Missing'" in _error_line(done)
 
 

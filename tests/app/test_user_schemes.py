@@ -1,5 +1,5 @@
-"""A scheme of the user's in a solver config (``solver.stepper=module.Class``): which layer it gets, which options
-reach it, and the errors for classes that cannot be one."""
+"""A scheme of the user's in a solver config (``solver=module.Class``): which layer it gets, which options reach
+it, and the errors for classes that cannot be one."""
 
 import importlib
 import sys
@@ -51,63 +51,53 @@ def schemes(tmp_path, monkeypatch):
     sys.modules.pop("user_schemes_mod", None)
 
 
-def test_options_the_class_takes_reach_it_and_the_named_solvers_others_are_dropped(schemes):
-    """The config fills solver.options with the named solver's defaults (light_wave: theta0 = -2). A class that takes
-    theta0 gets the value the config holds, which is what the run records: before, a theta0 typed equal to that
-    default was silently replaced by the class's own (3.0), while the config said -2. Given no options (Python), the
-    class starts from its own default; given as a class instead of a dotted path, the same."""
-    made = solver("light_wave", options={"theta0": -2.0}, stepper=f"{schemes}.ThetaGate")
+def test_options_the_class_takes_reach_it(schemes):
+    """A class of one's own gets the options given (``solver.options``), and starts from its own defaults where none
+    is given; a dotted path and the class itself are the same solver."""
+    made = solver(f"{schemes}.ThetaGate", options={"theta0": -2.0})
     assert made.build(4).stepper.theta0 == -2.0
-    given = solver("light_wave", options={"theta0": 1.0}, stepper=f"{schemes}.ThetaGate")
-    assert given.build(4).stepper.theta0 == 1.0
-    assert solver("light_wave", stepper=f"{schemes}.ThetaGate").build(4).stepper.theta0 == 3.0
+    assert solver(f"{schemes}.ThetaGate").build(4).stepper.theta0 == 3.0
     cls = importlib.import_module(schemes).ThetaGate
-    assert solver("light_wave", options={"theta0": 0.5}, stepper=cls).build(4).stepper.theta0 == 0.5
-    mix = odeformer.SOLVERS["mix"].options  # a scheme that takes none of mix's options is not handed them
-    assert solver("mix", options=dict(mix), stepper=f"{schemes}.Kick").options == {}
+    assert solver(cls, options={"theta0": 0.5}).build(4).stepper.theta0 == 0.5
+    assert solver(cls) == solver(f"{schemes}.ThetaGate")
 
 
 def test_dim_is_the_models_width_not_a_scheme_option(schemes):
     with pytest.raises(ValueError, match=r"dim is not a scheme option of ThetaGate: .* \(model.dim\)"):
-        solver("light_wave", options={"dim": 3}, stepper=f"{schemes}.ThetaGate")
-    with pytest.raises(ValueError, match="stepper must be a solvers.AbstractStepper subclass or 'module.Class'"):
-        solver("light_wave", stepper=int)
+        solver(f"{schemes}.ThetaGate", options={"dim": 3})
+    with pytest.raises(ValueError, match="<class 'int'> is not a solvers.AbstractStepper subclass"):
+        solver(int)
 
 
-def test_a_class_of_the_solvers_kind_keeps_the_solvers_layout(schemes):
-    reversible = solver("reversible", stepper=f"{schemes}.Kick")
-    assert (reversible.memory, reversible.ffn, reversible.stepper.__name__) == (
-        "rebuild",
-        "semi_implicit_euler",
-        "Kick",
-    )
-    assert solver("mix", stepper=f"{schemes}.Kick").ffn_dt == 1.0  # the mix layout's unit FFN step
-    derived = solver("diffusion", stepper=f"{schemes}.Kick")  # another kind: the layer follows its declarations
-    assert (derived.form, derived.dt, derived.memory) == ("laplacian", 0.5, "store")
+def test_a_class_gets_the_layer_its_claims_call_for_with_the_changes_asked(schemes):
+    derived = solver(f"{schemes}.Kick")  # second order: the laplacian force, step 0.5, the FFN by the chain rule
+    assert (derived.form, derived.dt, derived.memory, derived.ffn_dt) == ("laplacian", 0.5, "store", None)
+    assert solver(f"{schemes}.Kick", ffn_dt=1.0).ffn_dt == 1.0  # the official layers' unit FFN step, asked for
+    both = solver(f"{schemes}.Kick", ffn="semi_implicit_euler")  # each sublayer a force of the kick-drift
+    assert (both.ffn, both.build(4).claims().reversible) == ("semi_implicit_euler", True)
 
 
 def test_classes_that_cannot_be_a_layer_are_one_line_errors(schemes):
     with pytest.raises(ValueError, match="Family is abstract: it declares no order, symplectic"):
-        solver("diffusion", stepper=f"{schemes}.Family")
+        solver(f"{schemes}.Family")
     with pytest.raises(
         ValueError, match=r"bad options \{'theta0': 1.0\} for Kick: it takes no theta0 \(allowed: none\)"
     ):
-        solver("diffusion", options={"theta0": 1.0}, stepper=f"{schemes}.Kick")
+        solver(f"{schemes}.Kick", options={"theta0": 1.0})
 
 
 def test_a_failed_import_leaves_the_python_path_as_it_was(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = list(sys.path)
     with pytest.raises(ValueError, match="cannot import stepper 'no_such_module_here.X'"):
-        solver("diffusion", stepper="no_such_module_here.X")
+        solver("no_such_module_here.X")
     assert sys.path == before
 
 
-def test_a_changed_preset_says_what_it_changed():
-    """A preset's equation text is its defaults'; a layer built with other settings says which."""
+def test_a_changed_solver_holds_its_changes():
     changed = solver("diffusion", splitting="strang", dt=0.25)
-    assert changed.equation.endswith("[changed: dt=0.25, splitting=strang]")
-    assert solver("full_wave") == odeformer.SOLVERS["full_wave"]
+    assert (changed.splitting, changed.dt, changed.stepper) == ("strang", 0.25, odeformer.as_solver("euler").stepper)
+    assert solver("full_wave") == odeformer.as_solver("full_wave")
 
 
 def test_the_command_line_spells_a_class_of_ones_own_as_python_does(tmp_path):
@@ -124,7 +114,7 @@ def test_the_command_line_spells_a_class_of_ones_own_as_python_does(tmp_path):
     try:
         for path, form, dt in (("spelled_mod.Kick", "laplacian", 0.5), ("spelled_mod.ThetaGate", "residual", 1.0)):
             cfg = entry.compose([f"solver={path}", "data=synthetic", "model.depth=2", "model.dim=8", "model.heads=2"])
-            assert cfg.solver.stepper == path
+            assert cfg.solver.name == path
             if path.endswith("Kick"):  # composed, not imported: the module runs only when the run is built
                 assert "spelled_mod" not in sys.modules
             _, model, record = build(OmegaConf.to_container(cfg, resolve=True))

@@ -100,7 +100,18 @@ def test_readme_names_the_two_commands():
         assert f"`{name}`" in text, f"README's solver table is missing {name}"
 
 
-@pytest.mark.parametrize("path", ["README.md", "docs/extending.md"])
+def test_the_depth_as_time_page_runs_as_written(capsys):
+    """docs/depth_as_time.md: its Python runs and prints what its comments say."""
+    python = [text for language, name, text in blocks("docs/depth_as_time.md") if language == "python"]
+    assert len(python) == 1
+    exec(compile(python[0], "docs/depth_as_time.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "0.5 0.5"
+    assert printed[1] == "Scale(init_std=1.0, lr=1.0, weight_decay=1.0, eps=0.5)"
+    assert printed[2].startswith("{'lr': 0.0, ")
+
+
+@pytest.mark.parametrize("path", ["README.md", "docs/extending.md", "docs/depth_as_time.md"])
 def test_every_fenced_block_is_a_known_kind(path):
     for language, name, _ in blocks(path):
         assert language in ("python", "bash", "yaml"), f"{path}: a {language} block the tests do not run"

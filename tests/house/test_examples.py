@@ -16,7 +16,7 @@ def test_oscillator_example(tmp_path, capsys):
     printed = capsys.readouterr().out
     import solvers
 
-    for name, cls in solvers.STEPPERS.items():
+    for name, cls in solvers.STEPPERS.schemes().items():  # every scheme (a variant row is a scheme's layer)
         assert name in printed
         if cls.order == 0:  # no small-step limit: nothing to measure
             assert results[name]["order"] is None

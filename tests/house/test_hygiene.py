@@ -80,8 +80,8 @@ def test_the_check_finds_an_application_import(tmp_path):
 def test_one_scheme_per_file():
     import solvers
 
-    files = {cls.__module__ for cls in solvers.STEPPERS.values()}
-    assert len(files) == len(solvers.STEPPERS)
+    files = {cls.__module__ for cls in solvers.STEPPERS.schemes().values()}
+    assert len(files) == len(solvers.STEPPERS.schemes())
 
 
 def _stepper_classes() -> set[type]:
@@ -138,21 +138,28 @@ def test_no_class_is_made_at_run_time():
 
 def test_one_spelling_per_scheme():
     """Every registered scheme is picked by its name and by nothing else: ``solver=<name>`` builds it; its class by
-    path (``solver.stepper=solvers.Class``) and a named tableau through ``solver=tableau solver.options.name=<name>``
-    are refused, each naming the one spelling. Every name of the command line's solver group has one meaning."""
+    path (``solver=solvers.Class``) and a named tableau through ``solver=tableau solver.options.name=<name>`` are
+    refused, each naming the one spelling, and ``solver.stepper=`` is no key (a class of one's own is
+    ``solver=module.Class``). Every name of the command line's solver group has one meaning."""
     import pytest
 
     import odeformer
     import odeformer.app.commands.train as entry
     import solvers
+    from helpers import cli_in_process
 
-    assert sorted(entry.choices("solver")) == sorted(odeformer.SOLVERS)
-    for name, cls in solvers.STEPPERS.items():
+    assert sorted(entry.choices("solver")) == sorted(odeformer.solver_names())
+    for name, cls in solvers.STEPPERS.schemes().items():
         entry_ = odeformer.as_solver(name)
-        assert entry_ is odeformer.SOLVERS[name] and entry_.stepper is cls
-        assert odeformer.as_solver(cls) is entry_  # the class itself is the same entry
+        assert entry_ == odeformer.as_solver(name) and entry_.stepper is cls and entry_.name == name
+        assert odeformer.as_solver(cls) == entry_  # the class itself is the same entry
         with pytest.raises(ValueError, match=f"pick it by its name, solver={name}"):
-            odeformer.solver("full_wave", stepper=f"solvers.{cls.__name__}")
+            odeformer.solver(f"solvers.{cls.__name__}")
+    done = cli_in_process("train=debug", "solver.stepper=my_schemes.Mine")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "odeformer-train: error: solver.stepper is no key: a scheme of your own is picked by its path, "
+        "solver=my_schemes.Mine."
+    ]
     for name in solvers.TABLEAUX:
         with pytest.raises(ValueError, match=f"a named scheme is picked by its name: solver={name}"):
             odeformer.solver("tableau", options={"name": name})

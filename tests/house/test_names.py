@@ -77,74 +77,91 @@ def test_the_stepper_table_states_each_schemes_claims():
     import solvers
 
     rows = {line.split(" | ")[0].strip("| `"): line for line in solvers.stepper_table().splitlines()[2:]}
-    assert set(rows) == set(solvers.STEPPERS)
-    for name, cls in solvers.STEPPERS.items():
+    assert set(rows) == set(solvers.STEPPERS.schemes())
+    for name, cls in solvers.STEPPERS.schemes().items():
         cells = [cell.strip() for cell in rows[name].strip("|").split(" | ")]
         assert cells[2] == str(cls.order) and cells[3].startswith(str(cls.evals_per_step))
         assert (cells[4] == "yes") == cls.symplectic and cells[5].startswith("yes") == cls.reversible
 
 
 def test_old_public_names_resolve_to_the_new_ones_with_a_warning():
-    """Renames are data (``odeformer.registry.RENAMED``): each old name is the new object, with one warning."""
+    """Renames are data (``odeformer.RENAMED``): each old name is the new object, with one warning."""
     import odeformer
-    from odeformer import registry
 
-    for old, new in registry.RENAMED.items():
+    for old, new in odeformer.RENAMED.items():
         with pytest.warns(DeprecationWarning, match=f"odeformer.{old} is now odeformer.{new}"):
             assert getattr(odeformer, old) is getattr(odeformer, new)
     with pytest.warns(DeprecationWarning, match="Solver.for_stepper"):
         assert odeformer.spec_for_stepper == odeformer.Solver.for_stepper
+    for gone in ("SOLVERS", "PRESETS", "LAYER_SPECS"):  # the second table: every name's record, read from the one
+        with pytest.warns(DeprecationWarning, match=f"odeformer.{gone} is gone: solvers.STEPPERS is the one table"):
+            table = getattr(odeformer, gone)
+        assert list(table) == odeformer.solver_names()
+        assert all(table[name] == odeformer.as_solver(name) for name in ("mix", "euler", "dopri5"))
     with pytest.raises(AttributeError, match="no attribute 'derive'"):
         odeformer.derive  # noqa: B018
 
 
 def test_a_solver_name_means_one_thing():
+    """One table of names, :data:`solvers.STEPPERS`: a scheme's name is its own layer (the one its claims call for),
+    a variant row its scheme's layer with its own options and layout, and the continuous-depth solvers' names are
+    reserved there."""
     import solvers
     from odeformer.continuous import CONTINUOUS
-    from odeformer.registry import SOLVERS, Solver, as_solver, solver_names
+    from odeformer.registry import Solver, as_solver, solver_names
 
     names = solver_names("discrete")
     assert len(names) == len(set(names)) and not set(names) & set(CONTINUOUS)
-    for name in set(SOLVERS) & set(solvers.STEPPERS):  # one entry serves both: the scheme's own layer
-        preset, derived = as_solver(name), Solver.for_stepper(solvers.STEPPERS[name], name)
+    assert set(names) == set(solvers.STEPPERS) and set(CONTINUOUS) <= set(solvers.STEPPERS.reserved)
+    for name, cls in solvers.STEPPERS.schemes().items():  # one row serves both: the scheme's own layer
+        preset, derived = as_solver(name), Solver.for_stepper(cls, name)
         built, own = preset.build(4), derived.build(4)
         assert repr(built) == repr(own) and preset.form == derived.form and preset.dt == derived.dt
         assert {k: v.tolist() for k, v in built.state_dict().items()} == {
             k: v.tolist() for k, v in own.state_dict().items()
         }
+    for name, row in solvers.STEPPERS.variants().items():  # the scheme's layout, with the row's own changes
+        preset, derived = as_solver(name), Solver.for_stepper(row.scheme, name)
+        assert (preset.stepper, preset.form, preset.dt, preset.block_stepper) == (
+            derived.stepper, derived.form, derived.dt, derived.block_stepper
+        )  # fmt: skip
+        assert (preset.options, preset.ffn, preset.ffn_dt, preset.memory) == (
+            dict(row.options), row.ffn, row.ffn_dt, row.memory
+        )  # fmt: skip
     # the official mix and the gated-mix scheme: two layers, two names
     assert as_solver("mix").build(4).stepper.order == 0 and as_solver("position_mix").build(4).stepper.order == 1
-    assert "mix" not in solvers.STEPPERS
+    assert solvers.STEPPERS["mix"].scheme is solvers.STEPPERS["position_mix"] is solvers.Mix
 
 
 def test_a_taken_name_cannot_be_registered_twice():
-    """Uniqueness is checked when a name is written, in either table: a refused name is written to neither."""
-    from dataclasses import replace
-
+    """Uniqueness is checked when a name is written: a refused name is not written."""
     import solvers
-    from odeformer import registry
+    from odeformer import registry  # reserves the continuous-depth solvers' names
 
     class Other(solvers.Euler):
         pass
 
-    before = (dict(solvers.STEPPERS), dict(registry.SOLVERS))
+    before = dict(solvers.STEPPERS)
     with pytest.raises(ValueError, match="stepper name 'euler' is taken by Euler"):
         solvers.STEPPERS["euler"] = Other
     with pytest.raises(ValueError, match="stepper name 'heun' is taken by Heun"):
         solvers.STEPPERS.update(heun=Other)
-    for name in ("diffusion", "dopri5"):  # a scheme of the user's under a named layer's or a continuous solver's name
-        with pytest.raises(ValueError, match=f"stepper name '{name}' is taken by the"):
-            solvers.register_stepper(name)(Other)
-    for name in ("full_wave", "dopri5", "position_mix"):  # a named layer, a continuous solver, a scheme's own layer
-        with pytest.raises(ValueError, match=f"solver name '{name}' is taken by"):
-            registry.register_solver(replace(registry.solver("diffusion"), name=name))
-    same = registry.SOLVERS["euler"]
-    assert registry.register_solver(same) is same  # the same entry again: no change
-    assert (dict(solvers.STEPPERS), dict(registry.SOLVERS)) == before
-    try:  # a scheme registered after import joins the one table as it is written
+    with pytest.raises(ValueError, match="stepper name 'diffusion' is taken by a variant of Euler"):
+        solvers.register_stepper("diffusion")(Other)  # a scheme of the user's under a variant row's name
+    with pytest.raises(ValueError, match="stepper name 'dopri5' is taken by a continuous-depth solver"):
+        solvers.register_stepper("dopri5")(Other)
+    for name in ("full_wave", "position_mix"):  # a variant row's name, a scheme's own
+        with pytest.raises(ValueError, match=f"stepper name '{name}' is taken by"):
+            solvers.STEPPERS[name] = solvers.Variant(solvers.Euler, "another layer")
+    with pytest.raises(ValueError, match="variant 'mine': its scheme Other is not registered"):
+        solvers.STEPPERS["mine"] = solvers.Variant(Other, "a variant of an unregistered scheme")
+    solvers.STEPPERS["euler"] = solvers.Euler  # the same row again: no change
+    solvers.STEPPERS["mix"] = solvers.STEPPERS["mix"]
+    assert dict(solvers.STEPPERS) == before
+    try:  # a scheme registered after import is a solver name as it is written
         solvers.register_stepper("my_test_scheme")(Other)
-        assert registry.SOLVERS["my_test_scheme"].stepper is Other
+        assert registry.as_solver("my_test_scheme").stepper is Other
         assert registry.as_solver("my_test_scheme").block_stepper is solvers.Split
+        assert "my_test_scheme" in registry.solver_names()
     finally:
         dict.pop(solvers.STEPPERS, "my_test_scheme", None)
-        dict.pop(registry.SOLVERS, "my_test_scheme", None)

@@ -4,7 +4,7 @@ gradients; forward-mode AD (torch.autograd.forward_ad) equals torch.func.jvp.
 
 Attention uses the ``math`` implementation; the default (``auto``) takes it by itself under a transform, and an
 explicit ``sdpa`` (no forward-mode derivative in PyTorch) is a one-line error there. The presets come from
-``odeformer.SOLVERS``, so a new preset is covered without new test code.
+``odeformer.solver_names()``, so a new preset is covered without new test code.
 """
 
 import pytest

@@ -319,8 +319,8 @@ def user_schemes(tmp_path, monkeypatch):
     sys.modules.pop("generate_user_schemes", None)
 
 
-def test_a_users_scheme_from_solver_stepper_caches_without_writing_anything(user_schemes):
-    model = _lm(solver("diffusion", stepper=f"{user_schemes}.Ralston"))
+def test_a_users_scheme_by_its_path_caches_without_writing_anything(user_schemes):
+    model = _lm(solver(f"{user_schemes}.Ralston"))
     _cached_equals_recomputed(model)
     cache = new_cache(model)
     with torch.no_grad():
@@ -329,7 +329,7 @@ def test_a_users_scheme_from_solver_stepper_caches_without_writing_anything(user
 
 
 def test_a_scheme_whose_evaluations_vary_is_a_one_line_error(user_schemes):
-    model = _lm(solver("diffusion", stepper=f"{user_schemes}.Restless"))
+    model = _lm(solver(f"{user_schemes}.Restless"))
     with pytest.raises(CacheError, match=r"evaluated its attention .*cache=False") as caught:
         model.generate(_prompt(), 3, temperature=0.0)
     assert "\n" not in str(caught.value)
@@ -339,7 +339,7 @@ def test_a_scheme_whose_evaluations_vary_is_a_one_line_error(user_schemes):
 
 
 def test_a_scheme_that_mixes_tokens_is_caught_by_comparison_with_recomputation(user_schemes):
-    model = _lm(solver("diffusion", stepper=f"{user_schemes}.Centred"))
+    model = _lm(solver(f"{user_schemes}.Centred"))
     with pytest.raises(CacheError, match=r"not causal token by token.*cache=False") as caught:
         model.generate(_prompt(), 3, temperature=0.0)
     assert "\n" not in str(caught.value)

@@ -8,14 +8,14 @@ import torch.nn.functional as F
 
 import odeformer
 import solvers
-from odeformer import SOLVERS, Layer, ViT
+from odeformer import Layer, ViT
 from odeformer.fields import FeedForward
 from solvers import Block, Euler, Heun, PhaseState, SemiImplicitEuler, Split, Whole
 
 CHAIN_RULE = sorted(
     name
-    for name, p in SOLVERS.items()
-    if isinstance(p, odeformer.Solver) and p.stepper.second_order and p.block_stepper is Split and p.ffn is None
+    for name, p in ((name, odeformer.as_solver(name)) for name in odeformer.solver_names("discrete"))
+    if p.stepper.second_order and p.block_stepper is Split and p.ffn is None
 )
 
 
@@ -67,7 +67,8 @@ def test_a_layer_is_a_module_stepped_by_its_own_dt_from_its_own_time():
     assert type(layer) is Layer and not isinstance(layer, solvers.AbstractStepper)
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     y = PhaseState(x, torch.randn_like(x))
-    y1, _ = layer.step(y, layer.init(y))
+    block, stepper = layer.block(), layer.block_stepper
+    y1, _ = stepper.step(block, layer.t0, y, layer.dt, stepper.init(block, layer.t0, y))
     back = layer.inverse(y1)
     torch.testing.assert_close(back.x, y.x, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(back.v, y.v, rtol=1e-12, atol=1e-12)
@@ -78,29 +79,40 @@ def test_a_layer_is_a_module_stepped_by_its_own_dt_from_its_own_time():
 
 @pytest.mark.parametrize("solver", ["diffusion", "full_wave", "rk4"])
 def test_the_backbone_steps_each_layer_through_its_own_step_by_its_own_dt(solver, monkeypatch):
-    """The depth loop drives ``Layer.step``, which steps by the layer's own ``dt`` from its own time, checked when it
-    was set: a forward pass checks no step size again, and the loop hands the layer no step."""
+    """The depth loop is :func:`solvers.run_steps`, the kit's loop: it steps each layer's block stepper on the layer's
+    block from the layer's own time by the layer's own ``dt``, checked when it was set (a forward pass checks no step
+    size again)."""
     torch.manual_seed(0)
     model = ViT(depth=3, dim=16, heads=2, solver=solver, dt=0.25, impl="math").double().eval()
     x = torch.randn(2, 5, 16, dtype=torch.float64)
-    taken = []
-    step = Layer.step
+    taken, loops = [], []
+    run_steps = solvers.run_steps
 
-    def spy(layer, y, state, context=None):
-        taken.append((layer, layer.t0, layer.dt))
-        return step(layer, y, state, context)
+    def spy(steppers, fields, y0, dts, t0=0.0, hook=None):
+        loops.append(len(steppers))
+        for stepper in steppers:
+            step = stepper.step
+
+            def recorded(field, t, y, dt, state, _stepper=stepper, _step=step):
+                taken.append((_stepper, t, dt))
+                return _step(field, t, y, dt, state)
+
+            monkeypatch.setattr(stepper, "step", recorded)
+        return run_steps(steppers, fields, y0, dts, t0, hook)
 
     def refuse(dt):
         raise AssertionError("a forward pass checked a step size again")
 
-    monkeypatch.setattr(Layer, "step", spy)
+    monkeypatch.setattr(solvers, "run_steps", spy)
     monkeypatch.setattr(solvers._base, "_check_dt", refuse)
     out = model.backbone(x)
     layers = list(model.backbone.layers)
-    assert taken == [(layer, 0.25 * i, 0.25) for i, layer in enumerate(layers)]
+    assert loops == [3]
+    assert taken == [(layer.block_stepper, 0.25 * i, 0.25) for i, layer in enumerate(layers)]
     y = PhaseState(x, torch.zeros_like(x)) if layers[0].second_order else x
     for layer in layers:  # the same steps, taken by hand
-        y, _ = layer.block_stepper.step(layer.block(), 0.25 * layers.index(layer), y, 0.25, layer.init(y))
+        stepper, t = layer.block_stepper, 0.25 * layers.index(layer)
+        y, _ = stepper.step(layer.block(), t, y, 0.25, stepper.init(layer.block(), t, y))
     torch.testing.assert_close(out, model.backbone.norm(y.x if isinstance(y, PhaseState) else y), rtol=0, atol=0)
 
 
@@ -145,7 +157,7 @@ def test_tangent_lift_of_any_rk_scheme_is_the_jacobian_of_its_map():
     torch.testing.assert_close(y1.v, jv, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("solver", sorted(set(odeformer.solver_names("discrete")) - set(SOLVERS)))
+@pytest.mark.parametrize("solver", sorted(solvers.STEPPERS))
 def test_every_registered_scheme_trains_as_a_solver(solver):
     model = ViT(depth=2, dim=16, heads=2, solver=solver)
     model(torch.randn(2, 1, 8, 8)).square().sum().backward()

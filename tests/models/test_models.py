@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import odeformer
 import solvers
-from odeformer import SOLVERS, CausalLM, MaskedLM, NodeClassifier, ViT
+from odeformer import CausalLM, MaskedLM, NodeClassifier, ViT
 from solvers import PhaseState
 
 NAMES = sorted(odeformer.solver_names("discrete"))
@@ -145,7 +145,7 @@ def _compare(task, a, b, inputs, tolerance):
 def test_mix_at_gate_zero_is_diffusion(task):
     """Equal up to rounding (the FFN runs on the stacked (x, v) in the mix, on x alone in diffusion): the official
     mix's diffusion half is the pre-LN update x + Attn(LN x); on the graph model it is DIFFormer's h + dt a(h)."""
-    mixed, _, inputs = build(task, SOLVERS["mix"].with_options(theta0=-math.inf))
+    mixed, _, inputs = build(task, odeformer.as_solver("mix").with_options(theta0=-math.inf))
     diffusion = "diffusion"
     if task == "node_classifier":  # the graph model's diffusion is laplacian; compare at the mix's step
         diffusion = odeformer.Solver("Euler on the laplacian form", solvers.Euler, "laplacian", 0.5)
@@ -156,7 +156,7 @@ def test_mix_at_gate_zero_is_diffusion(task):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_light_wave_at_zero_momentum_is_diffusion(task):
-    heavy, _, inputs = build(task, SOLVERS["light_wave"].with_options(theta0=-math.inf))
+    heavy, _, inputs = build(task, odeformer.as_solver("light_wave").with_options(theta0=-math.inf))
     plain, _, _ = build(task, "diffusion")
     _same_weights(heavy, plain)
     _compare(task, heavy, plain, inputs, 0.0)
@@ -201,7 +201,7 @@ def test_trajectory_records_every_layer(solver):
     model, _, inputs = build("vit", solver)
     states = model.trajectory(*inputs)
     assert len(states) == 4
-    second = SOLVERS[solver].stepper.second_order
+    second = odeformer.as_solver(solver).stepper.second_order
     assert all(isinstance(s, PhaseState) == (second and i > 0) for i, s in enumerate(states))
     if second:
         assert states[1].v.abs().sum() > 0
@@ -253,7 +253,7 @@ def test_per_layer_parameters_are_separate():
             lambda: odeformer.solver("wave"),
             r"unknown solver 'wave' \(did you mean 'full_wave'\?\); choose one of diffusion",
         ),
-        (lambda: CausalLM(11, 8, solver=SOLVERS["mix"].with_options(thetaa=1.0)), "bad options"),
+        (lambda: CausalLM(11, 8, solver=odeformer.as_solver("mix").with_options(thetaa=1.0)), "bad options"),
         (lambda: NodeClassifier(5, 3, dim=10, heads=3), "dim must be divisible by heads"),
         (lambda: NodeClassifier(5, 3, attention="gat"), "attention must be 'simple', 'softmax' or 'graph_softmax'"),
     ],

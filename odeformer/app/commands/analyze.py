@@ -99,8 +99,9 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _stepper_of(chosen: Any, label: str) -> Any:
+    from solvers import make_stepper
+
     from ...continuous import ContinuousSolver
-    from ...registry import make_stepper
 
     if isinstance(chosen, ContinuousSolver):
         raise ValueError(

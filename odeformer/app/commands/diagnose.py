@@ -64,8 +64,8 @@ def _parser() -> Parser:
         "--stepper",
         default=None,
         metavar="MODULE.CLASS",
-        help="a run trained with a scheme of your own (solver.stepper): its class; a path stored in a checkpoint is "
-        "never imported by itself",
+        help="a run trained with a scheme of your own (solver=module.Class): its class; a path stored in a checkpoint "
+        "is never imported by itself",
     )
     parser.add_argument(
         "--out",

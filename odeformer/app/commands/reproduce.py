@@ -39,7 +39,10 @@ if TYPE_CHECKING:
 
 
 def _stepper_override(overrides: list[str]) -> str | None:
-    return next((o.split("=", 1)[1] for o in overrides if o.startswith("solver.stepper=")), None)
+    """The ``module.Class`` of a row's scheme of its own (``solver=module.Class``), which rebuilds its runs."""
+    from ..run.schemes import own_scheme
+
+    return next((own_scheme(o.split("=", 1)[1]) for o in overrides if o.startswith("solver=")), None)
 
 
 def results_sections() -> dict[str, Section]:

@@ -3,7 +3,7 @@ Hydra.
 
     odeformer-train                                     # the default experiment (configs/train.yaml)
     odeformer-train solver=full_wave model.depth=12 data=fashion_mnist
-    odeformer-train solver.stepper=my_schemes.Yoshida4   # a scheme of your own, importable from the working directory
+    odeformer-train solver=my_schemes.Yoshida4           # a scheme of your own, importable from the working directory
     odeformer-train experiment=cora_deep model.depth=32
     odeformer-train -m solver=diffusion,full_wave model.depth=4,8,16      # a sweep, summarised in one table
     torchrun --nproc_per_node=2 -m odeformer.app.train train.device=cpu   # DistributedDataParallel
@@ -55,7 +55,7 @@ from ..run.bounds import check_config
 from ..run.config import Config, SolverConfig, UsageError
 from ..run.groups import groups
 from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
-from ..run.schemes import SHAPE, SchemeNameError, check_scheme_name
+from ..run.schemes import SHAPE, SchemeNameError, check_scheme_name, own_scheme
 from . import EXPECTED, one_line
 from .help import solver_options_text
 
@@ -78,8 +78,7 @@ _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 def register_user_solvers(overrides: list[str]) -> list[str]:
     """``solver=module.Class`` (also in a sweep's list, ``solver=diffusion,module.Class``): a scheme of the user's,
     spelled on the command line as in Python (``ViT(solver="module.Class")``), is a ``solver`` option of its own, the
-    class in the layer its claims call for (``solver.stepper=module.Class`` under ``full_wave``'s name, whose layout a
-    class of another kind does not keep). Only the name is stored; the module is imported when the run is built
+    class in the layer its claims call for. Only the name is stored; the module is imported when the run is built
     (naming a module runs its code). Returns the names it added."""
     names, added = store.repo.get("solver", {}), []
     for override in overrides:
@@ -89,7 +88,7 @@ def register_user_solvers(overrides: list[str]) -> list[str]:
         for choice in value.strip("[]").split(","):
             choice = choice.strip()
             if _DOTTED.match(choice) and f"{choice}.yaml" not in names:
-                store.store(group="solver", name=choice, node=SolverConfig(name="full_wave", stepper=choice))
+                store.store(group="solver", name=choice, node=SolverConfig(name=choice))
                 added.append(choice)
     return added
 
@@ -207,6 +206,10 @@ def _one_line(error: Exception, overrides: list[str]) -> str:
         named = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+~").startswith("solver.options.name=")), None)
         if key == "solver.options.name" and named is not None:  # the old spelling of a named scheme
             return f"a named scheme is picked by its name: solver={named} (solver=tableau takes coefficients)."
+        if key == "solver.stepper":  # the old second spelling of a scheme of one's own
+            path = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+~").startswith(key + "=")), "")
+            path = path or "module.Class"
+            return f"solver.stepper is no key: a scheme of your own is picked by its path, solver={path}."
         if "not in struct" in str(cause) or "Key '" in str(cause):
             rest = [o for o in overrides if not o.lstrip("+~").startswith(key + "=")]
             keys = _keys(parent, rest)
@@ -230,8 +233,8 @@ def _who_takes(parent: str, leaf: str) -> str:
     """For an option no key of the chosen solver has: which solvers take it (``solver=mix solver.options.theta0``)."""
     if parent != "solver.options":
         return ""
-    takers = [name for name, node in groups()["solver"].items() if leaf in getattr(node, "options", {})]
-    own = f"; a scheme of your own (solver.stepper=...) takes its options as +solver.options.{leaf}=..."
+    takers = sorted(name for name, node in groups()["solver"].items() if leaf in getattr(node, "options", {}))
+    own = f"; a scheme of your own (solver=module.Class) takes its options as +solver.options.{leaf}=..."
     if not takers:
         return f" ({own[2:]})"
     return f" (the chosen solver's stepper takes no {leaf}; solvers that do: {', '.join(takers)}{own})"
@@ -264,7 +267,7 @@ def _keys(parent: str, overrides: list[str]) -> list[str]:
 def check_command_line(argv: list[str]) -> None:
     """Compose what the command line asks for — each value of a sweep once — so that a wrong option, key or type is
     one line and exit code 2 before Hydra starts (Hydra's own message for these is several lines and exit 1). A
-    scheme of the user's own (``solver.stepper=module.Class``, ``solver=module.Class``) is checked last, without
+    scheme of the user's own (``solver=module.Class``) is checked last, without
     importing it (:func:`odeformer.app.run.schemes.check_scheme_name`; in a sweep, a module that cannot be found fails
     its jobs' rows instead): its module runs only when the run is built."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -350,7 +353,7 @@ def check_command_line(argv: list[str]) -> None:
     composed = compose(plain)
     check_config(OmegaConf.to_container(composed, resolve=True))  # what the builder and the loop check too
     _check_out_dir(composed, multirun)
-    steppers = [OmegaConf.select(composed, "solver.stepper")]
+    steppers = [own_scheme(OmegaConf.select(composed, "solver.name"))]
     for i, o in sweeps:
         for value in (_sweep_values(o) or [])[1:]:
             other = compose(
@@ -359,7 +362,7 @@ def check_command_line(argv: list[str]) -> None:
                     f"{o.input_line.split('=', 1)[0]}={value}",
                 ]
             )
-            steppers.append(OmegaConf.select(other, "solver.stepper"))
+            steppers.append(own_scheme(OmegaConf.select(other, "solver.name")))
     for stepper in dict.fromkeys(s for s in steppers if s is not None):  # last: after all else is checked
         try:  # in a sweep, a module not found is its job's failed row (the job's build looks it up)
             check_scheme_name(stepper, find=not multirun)

@@ -56,12 +56,9 @@ def run_labels(configs: list[dict[str, Any] | None], names: list[str]) -> list[s
     others = [k for k in differing if not k.startswith("solver.")]
     labels = []
     for flat, name in zip(flats, names):
-        head = str(flat.get("solver.name") or flat.get("solver") or name)
-        if flat.get("solver.stepper"):
-            head = str(flat["solver.stepper"])
-        parts = [head]
+        parts = [str(flat.get("solver.name") or flat.get("solver") or name)]
         for key in [*solver_options, *solver_keys, *others]:
-            if key == "solver.stepper" or key not in flat:
+            if key not in flat:
                 continue
             parts.append(f"{_short(key)}={_value(flat[key])}")
         labels.append(" ".join(parts))

@@ -7,7 +7,7 @@ returns that run's model with its best weights.
 A config only reaches the package's registered builders: a solver node's ``_target_`` is one of
 :data:`SOLVER_TARGETS`, a model node's a registered task model's (:func:`model_targets`), the dataset a name of
 :data:`odeformer.data.DATASETS`, and a config read from a file (``source=``) names only registered solvers: a scheme
-of your own (``solver.stepper: module.Class``) is imported only when the command line names it (``stepper=``),
+of your own (``solver.name: module.Class``) is imported only when the command line names it (``stepper=``),
 never because a file says so. Sizes are checked, and the memory a run needs estimated (:func:`estimate_memory`),
 before the model is built.
 """
@@ -36,7 +36,7 @@ from .bounds import source_prefix as _from
 from .checkpoints import load_checkpoint, load_weights
 from .config import UsageError as UsageError  # a configuration that cannot run (defined where no torch is needed)
 from .identity import default_model, model_targets, run_record
-from .schemes import SchemeNameError, check_scheme_name, import_scheme
+from .schemes import SchemeNameError, check_scheme_name, import_scheme, own_scheme
 from .upgrade import CONTINUOUS_TARGET, SOLVER_TARGET, upgrade_config
 
 SOLVER_TARGETS = (SOLVER_TARGET, CONTINUOUS_TARGET)
@@ -73,6 +73,11 @@ def _arguments(node: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in node.items() if not k.startswith("_")}
 
 
+def _own(solver: dict[str, Any]) -> str | None:
+    """The ``module.Class`` of a scheme of the user's own that a (discrete) solver node names, else ``None``."""
+    return own_scheme(solver.get("name")) if solver.get("_target_") != CONTINUOUS_TARGET else None
+
+
 def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | None) -> None:
     """A config read from a file names registered solvers only; its scheme of the user's own is imported only if the
     command line names the same ``module.Class`` (``stepper``)."""
@@ -80,11 +85,11 @@ def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | No
 
     if source is None:
         return
-    own = solver.get("stepper")
+    own = _own(solver)
     if own is not None and own != stepper:
         asked = f"; the command line names {stepper!r}" if stepper else ""
         raise UsageError(
-            f"{source}: its config names a scheme of your own, solver.stepper={own!r}{asked}; refused: a path stored "
+            f"{source}: its config names a scheme of your own, solver={own!r}{asked}; refused: a path stored "
             "in a file is not imported (a file could name any code). If you trust it, name it on the command line "
             f"(--stepper {own})."
         )
@@ -106,19 +111,18 @@ def build(
     config (``solver``, ``model``, ``data``).
 
     ``source``: the file the config was read from (a checkpoint), named in errors; such a config's own scheme
-    (``solver.stepper``) is imported only if ``stepper`` (from the command line) names the same class. A scheme of
-    the user's own is imported last, after its name (:func:`~odeformer.app.run.schemes.check_scheme_name`), the
-    sizes, the data and the cost are checked, so that nothing else it could be refused for waits on running its
-    module. Sizes that are
-    not positive, and a model that cannot fit in this machine's memory, are one-line errors before it is built. A
-    config read from a file is read as today's (:func:`~odeformer.app.upgrade.upgrade_config`)."""
+    (``solver.name: module.Class``) is imported only if ``stepper`` (from the command line) names the same class. A
+    scheme of the user's own is imported last, after its name (:func:`~odeformer.app.run.schemes.check_scheme_name`),
+    the sizes, the data and the cost are checked, so that nothing else it could be refused for waits on running its
+    module. Sizes that are not positive, and a model that cannot fit in this machine's memory, are one-line errors
+    before it is built. A config read from a file is read as today's (:func:`~odeformer.app.upgrade.upgrade_config`)."""
     if source is not None:
         config = upgrade_config(config)
     solver, model_node, data_node = config["solver"], config["model"], config["data"]
     solver_target = target(solver, SOLVER_TARGETS, "solver", source)
     spec = target(model_node, tuple(model_targets()), "model", source)
     _check_solver(solver, source, stepper)
-    own = solver.get("stepper")  # a scheme of the user's: its module is imported (run) after every other check
+    own = _own(solver)  # a scheme of the user's: its module is imported (run) after every other check
     if own is not None:
         try:
             check_scheme_name(own)

@@ -44,13 +44,13 @@ CONTINUOUS_TARGET = "odeformer.continuous.continuous"
 
 @dataclass
 class SolverConfig:
-    """The block dynamics: a solver name (a named layer or a registered scheme) and its changes, which
-    :func:`odeformer.solver` applies. The ``_target_`` is an identifier the builder's table looks up
-    (``odeformer.app.run.builder.SOLVER_TARGETS``), never imported."""
+    """The block dynamics: a solver name (a row of :data:`solvers.STEPPERS`, or ``module.Class`` for a scheme of
+    your own, whose layer follows from its declarations) and its changes, which :func:`odeformer.solver` applies. The
+    ``_target_`` is an identifier the builder's table looks up (``odeformer.app.run.builder.SOLVER_TARGETS``), never
+    imported."""
 
     _target_: str = SOLVER_TARGET
-    name: str = "diffusion"
-    stepper: Optional[str] = None  # module.Class: a scheme of your own (its layer follows from its declarations)
+    name: str = "diffusion"  # a registered name, or module.Class (a scheme of your own)
     form: Optional[str] = None  # residual | laplacian; None: the solver's
     splitting: Optional[str] = None  # lie | strang (split schemes only); None: the solver's (lie)
     ffn: Optional[str] = None  # the FFN sub-step's scheme, a registered name (split schemes only); None: the solver's
@@ -214,8 +214,9 @@ def _default(value: Any) -> Any:
 def stepper_options(name: str) -> dict[str, Any]:
     """The options a solver's stepper takes, with the solver's defaults: what ``solver.options`` may set."""
     import solvers
+    from solvers import stepper_parameters
 
-    from ...registry import as_solver, stepper_parameters
+    from ...registry import as_solver
 
     chosen = as_solver(name)
     out = {}

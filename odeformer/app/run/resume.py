@@ -299,7 +299,7 @@ def own_overrides(overrides: list[str]) -> tuple[list[str], int]:
     """The overrides among ``overrides`` (read from a file) that set the package's own groups and keys — a
     ``solver``, ``model``, ``data``, ``train`` or ``experiment`` choice or key, a ``+solver.options.<key>`` — with a
     plain value, and how many others were left out: a ``hydra.…`` key, a ``+``/``~`` on anything else, a value that
-    interpolates (``${…}``), and a module named as a scheme (``solver.stepper=mod.Class``, ``solver=mod.Class``:
+    interpolates (``${…}``), and a module named as a scheme (``solver=mod.Class``, or the old ``solver.stepper``:
     naming a module runs it, so a file never chooses one for a command it prints)."""
     kept, dropped = [], 0
     for override in overrides:

@@ -5,7 +5,7 @@ training loop takes.
 model (``CausalLM``) from the config stored there, and returns it with its vocabulary. The config reaches only the
 package's own builders: the model's ``_target_`` must name a registered task model that continues text
 (:func:`text_models`, looked up in :data:`odeformer.tasks.TASK_MODELS`, never imported) and the solver a registered
-preset, scheme or continuous solver; a scheme of your own that the run names (``solver.stepper``) is imported only
+preset, scheme or continuous solver; a scheme of your own that the run names (``solver=module.Class``) is imported only
 if the caller names the same class (``stepper``, the command line's ``--stepper``), never because a file says so.
 The vocabulary is the one the run stored (runs before it did are read from their dataset, under ``data.root`` or
 ``$ODEFORMER_DATA``). What cannot be used is one line (:class:`SampleError`).
@@ -29,6 +29,7 @@ from .bounds import check_cost, check_sizes
 from .builder import SOLVER_TARGETS
 from .checkpoints import load_checkpoint, load_weights
 from .identity import model_targets, run_record
+from .schemes import own_scheme
 
 
 class SampleError(ValueError):
@@ -75,7 +76,7 @@ def _stepper_class(path: str | None, allowed: str | None) -> type | None:
     if path != allowed:
         named = f"; --stepper names {allowed!r}" if allowed else ""
         raise SampleError(
-            f"the run's config names a scheme of your own, solver.stepper={path!r}{named}; a path stored in a file is "
+            f"the run's config names a scheme of your own, solver={path!r}{named}; a path stored in a file is "
             f"not imported (a file could name any code). If you trust it, name it: --stepper {path}"
         )
     from .schemes import import_scheme
@@ -126,7 +127,7 @@ def build_model(
             raise SampleError(f"the run's continuous solver {options.get('name')!r} is not registered; refused.")
         chosen = continuous(**options)
     else:
-        own = _stepper_class(options.get("stepper"), stepper)
+        own = _stepper_class(own_scheme(options.get("name")), stepper)
         names = solver_names("discrete")
         if options.get("name") not in names and own is None:
             raise SampleError(
@@ -134,7 +135,7 @@ def build_model(
             )
         if options.get("ffn") is not None and options["ffn"] not in names:
             raise SampleError(f"the run's ffn scheme {options['ffn']!r} is not registered; refused.")
-        chosen = solver(**{**options, "stepper": own})
+        chosen = solver(**{**options, "name": own or options.get("name")})
     arguments = {k: v for k, v in model.items() if not k.startswith("_")}
     try:
         return spec.model(vocab_size=vocab_size, solver=chosen, **arguments)

@@ -27,16 +27,22 @@ SHAPE = (
 """What a scheme's name must look like, as an error says it."""
 
 
+def own_scheme(name: object) -> str | None:
+    """The ``module.Class`` a solver name spells when it is a class of the user's own (a dotted name: every registered
+    solver's name is one identifier), else ``None``. Reads the name only."""
+    return name if isinstance(name, str) and "." in name else None
+
+
 class SchemeNameError(ValueError):
     """A ``module.Class`` name that cannot name a scheme of the user's own; one line."""
 
 
-def check_scheme_name(path: object, key: str = "solver.stepper", find: bool = True) -> str:
+def check_scheme_name(path: object, key: str = "solver", find: bool = True) -> str:
     """``path`` if it can name a stepper class of the user's own (see the module docstring), else a one-line
     :class:`SchemeNameError` that names ``key`` and says what a name must look like. ``find=False`` leaves out the
     look-up of its module (a sweep's job does it, so that a module not found fails that job's row only). Imports
     nothing."""
-    shown = f"{key}={path}" if "." in key else f"{key} {path}"  # a config key (solver.stepper=), or a word
+    shown = f"{key}={path}" if key == "solver" else f"{key} {path}"  # a config key (solver=), or a word
     if not isinstance(path, str):
         raise SchemeNameError(f"{shown} is not a scheme's name; give {SHAPE}.")
     parts = path.split(".")
@@ -56,7 +62,7 @@ def check_scheme_name(path: object, key: str = "solver.stepper", find: bool = Tr
     return path
 
 
-def import_scheme(path: str, key: str = "solver.stepper") -> type:
+def import_scheme(path: str, key: str = "solver") -> type:
     """The stepper class ``path`` names, imported now, after :func:`check_scheme_name`: a module that raises
     anything while it runs (a syntax error, an exception of its own) or holds no such stepper class is one line,
     :class:`SchemeNameError`."""

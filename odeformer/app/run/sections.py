@@ -9,8 +9,8 @@ file's header says what each setting means.
 
 A sections file is data, never code: it is read with YAML's safe loader (no tags, no objects), a setting is one of
 :data:`SETTINGS`, an override may set a key of the ``solver``, ``model``, ``data`` or ``train`` group or choose an
-``experiment`` (not Hydra's own settings, which could point it at other files), and a ``solver.stepper`` may name
-only a stepper class the ``solvers`` package exports (nothing is imported because a file names it). A file that
+``experiment`` (not Hydra's own settings, which could point it at other files), and a ``solver`` is a registered
+name, never a ``module.Class`` path (nothing is imported because a file names it). A file that
 breaks any of this is one line, :class:`SectionError`, naming the file and the key.
 """
 
@@ -235,7 +235,6 @@ def _table(node: Any, setting: str, fail) -> dict[str, list[str]]:
 
 def _overrides(node: Any, fail) -> list[str]:
     """A list of ``odeformer-train`` overrides a sections file may give (see the module docstring)."""
-    import solvers
 
     if not isinstance(node, list) or not all(isinstance(o, str) for o in node):
         raise fail(f"must be a list of overrides (key=value text), got {node!r}.")
@@ -247,14 +246,13 @@ def _overrides(node: Any, fail) -> list[str]:
                 f"{override!r} is not an override a section may give: it sets a key of one of "
                 f"{', '.join(GROUPS)} (key=value)."
             )
+        if key.lstrip("+~") in ("solver", "solver.name", "solver.stepper") and "." in value:
+            raise fail(
+                f"{override!r}: a sections file names registered solvers only (solver=<name>); a path in a file is "
+                "never imported."
+            )
         if key.lstrip("+~") == "solver.stepper":
-            module, _, name = value.rpartition(".")
-            found = getattr(solvers, name, None) if module == "solvers" else None
-            if not (isinstance(found, type) and issubclass(found, solvers.AbstractStepper)):
-                raise fail(
-                    f"{override!r}: a sections file may name only a stepper class of the solvers package "
-                    "(solvers.<Class>); a path in a file is never imported."
-                )
+            raise fail(f"{override!r}: solver.stepper is no key; a sections file names a solver as solver=<name>.")
     return list(node)
 
 

@@ -8,7 +8,8 @@ is an entry below and :func:`upgrade_config` / :func:`upgrade_overrides` apply t
 - ``solver=tableau solver.options.name=X`` is ``solver=X`` (a named scheme is picked by its name; ``tableau`` takes
   coefficients with no name), and ``symplectic_euler`` is ``semi_implicit_euler``;
 - ``solver.stepper=solvers.C`` for a class registered as ``n`` is ``solver=n`` (read from the ``solvers`` package's
-  own names: nothing is imported because a file says so);
+  own names: nothing is imported because a file says so), and ``solver.stepper=module.Class`` for a class of one's
+  own is ``solver=module.Class`` (one spelling; its layer is the one its claims call for);
 - a continuous solver's ``dynamics`` is ``equation``.
 """
 
@@ -41,7 +42,7 @@ def registered_name(path: Any) -> str | None:
     if not isinstance(path, str) or not path.startswith("solvers.") or path.count(".") != 1:
         return None
     cls = vars(solvers).get(path.split(".", 1)[1])  # not getattr: the package loads some modules when asked
-    return next((name for name, c in solvers.STEPPERS.items() if c is cls), None)
+    return solvers.STEPPERS.name_of(cls) if isinstance(cls, type) else None
 
 
 def upgrade_solver(node: dict[str, Any]) -> dict[str, Any]:
@@ -64,12 +65,25 @@ def upgrade_solver(node: dict[str, Any]) -> dict[str, Any]:
             _warn("tableau", f"a saved solver=tableau solver.options.name={named} is read as solver={named}")
             node["name"] = SCHEME_NAMES.get(named, named)
             node["options"] = {k: v for k, v in options.items() if v is not None}
-    name = registered_name(node.get("stepper"))
+    path = node.pop("stepper", None)
+    name = registered_name(path)
     if name is not None:
-        _warn("stepper", f"a saved solver.stepper={node['stepper']} is read as solver={name}")
-        node["name"], node["stepper"] = name, None
+        _warn("stepper", f"a saved solver.stepper={path} is read as solver={name}")
+        node["name"] = name
         node["options"] = {**_defaults(name), **(node.get("options") or {})}  # what solver=<name> fills in
+    elif path is not None:  # stored under a registered solver's name, which filled in that solver's options
+        _warn("own", f"a saved solver.stepper={path} is read as solver={path}")
+        filled = _defaults(node["name"]) if node.get("name") in _names() else {}
+        node["name"] = path
+        kept = {k: v for k, v in (node.get("options") or {}).items() if k not in filled or filled[k] != v}
+        node["options"] = kept
     return node
+
+
+def _names() -> list[str]:
+    from ...registry import solver_names
+
+    return solver_names("discrete")
 
 
 def _defaults(name: str) -> dict[str, Any]:
@@ -85,8 +99,8 @@ def upgrade_config(config: Any) -> Any:
 
 def upgrade_overrides(overrides: list[str]) -> list[str]:
     """Command-line overrides as today's spelling (the same run): ``solver=tableau solver.options.name=X`` as
-    ``solver=X``, a registered ``solver.stepper=solvers.C`` as ``solver=<its name>``, ``solver.dynamics`` as
-    ``solver.equation``."""
+    ``solver=X``, a registered ``solver.stepper=solvers.C`` as ``solver=<its name>`` and any other
+    ``solver.stepper=module.Class`` as ``solver=module.Class``, ``solver.dynamics`` as ``solver.equation``."""
     out = list(overrides)
 
     def value(key: str) -> tuple[int, str] | None:
@@ -108,9 +122,9 @@ def upgrade_overrides(overrides: list[str]) -> list[str]:
         del out[named[0]]
         set_solver(SCHEME_NAMES.get(named[1], named[1]))
     stepper = value("solver.stepper")
-    if stepper is not None and registered_name(stepper[1]) is not None:
+    if stepper is not None:
         del out[stepper[0]]
-        set_solver(registered_name(stepper[1]))
+        set_solver(registered_name(stepper[1]) or stepper[1])
     for old, new in CONTINUOUS_KEYS.items():
         found = value(f"solver.{old}")
         if found is not None:
