@@ -97,3 +97,13 @@ def test_diagnose_writes_fresh_models_and_runs_to_folders_of_their_own(tmp_path,
     runs = [tmp_path / "a", tmp_path / "b"]
     assert default_out(runs, fresh=False)[0] != default_out([], fresh=True)[0]
     assert default_out(runs[:1], fresh=False) == (tmp_path / "a" / "diagnostics", tmp_path / "a")
+
+
+def test_a_misspelled_class_is_refused_with_the_nearest_before_anything_runs(tmp_path, monkeypatch):
+    (tmp_path / "typo_schemes.py").write_text(
+        "import pathlib\npathlib.Path('ran.txt').touch()\nimport solvers\n\n\nclass Yoshida4(solvers.Heun):\n    pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    line = _line(cli_in_process(*DEBUG, "solver=typo_schemes.Yoshida", f"train.out_dir={tmp_path / 'run'}"))
+    assert "typo_schemes.py defines no Yoshida; did you mean typo_schemes.Yoshida4?" in line
+    assert not (tmp_path / "ran.txt").exists() and not (tmp_path / "run").exists()

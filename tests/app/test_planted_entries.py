@@ -220,3 +220,24 @@ def test_a_resume_refuses_a_metrics_file_that_is_a_fifo(tmp_path):
     _plant(out / "metrics.jsonl", "fifo")
     done = cli_in_process(*run, "train.resume=true", "train.max_steps=3")
     assert done.returncode == 2 and "metrics.jsonl is not a regular file" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", ["analyze", "compare", "reproduce"])
+def test_a_read_only_folder_is_one_line_before_any_work(tmp_path, command, capsys, monkeypatch):
+    """The refusal itself, whoever runs it (root included): the writability probe answers no for one folder, as a
+    read-only folder or file system does."""
+    from odeformer.app import files
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "splitting", run)
+    probe = files.writable
+    monkeypatch.setattr(files, "writable", lambda path: Path(path).resolve() != run.resolve() and probe(path))
+    argv = {
+        "analyze": (analyze.main, [str(run), "--batch", "2"]),
+        "compare": (compare.main, ["rk4", "--out", str(run / "cmp"), *TINY]),
+        "reproduce": (reproduce.main, ["--smoke", "--out", str(run / "docs")]),
+    }[command]
+    before = sorted(p.name for p in run.iterdir())
+    assert argv[0](argv[1]) == 2
+    assert f"{run} is read-only for this user" in _one(capsys)
+    assert sorted(p.name for p in run.iterdir()) == before

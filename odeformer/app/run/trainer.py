@@ -415,7 +415,7 @@ class Trainer:
 
     def _say(self, text: str) -> None:
         if self.main:
-            (self.bar.write if self.bar is not None else print)(text)
+            (self.bar.write if self.bar is not None else print)(files.printable(text))  # a name's escapes shown
 
     def _on_signal(self, signum, frame) -> None:
         self.stop_signal = signum
