@@ -241,3 +241,14 @@ def test_a_read_only_folder_is_one_line_before_any_work(tmp_path, command, capsy
     assert argv[0](argv[1]) == 2
     assert f"{run} is read-only for this user" in _one(capsys)
     assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_a_folder_the_user_linked_above_the_output_is_followed(tmp_path, capsys, monkeypatch):
+    """``outputs`` linked to a larger disk is the user's own choice: a default output folder below it is written
+    there (only the entries below the folder a command writes are never links)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (tmp_path / "outputs").symlink_to(disk, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    assert analyze.main(["rk4"]) == 0, capsys.readouterr().err
+    assert (disk / "analysis" / "rk4" / "report.md").exists()

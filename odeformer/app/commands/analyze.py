@@ -90,7 +90,7 @@ def _main(args: argparse.Namespace) -> int:
         raise ValueError(f"give one solver name, module.Class or run directory, or overrides; got {target}.")
     from ..reporting.analysis import scheme_report, write_json
 
-    out = args.out or files.folder(Path("outputs") / "analysis" / label, Path("."))
+    out = args.out or files.folder(Path("outputs") / "analysis" / label)
     numbers = scheme_report(stepper, label, out)
     if args.json is not None:
         write_json(args.json, {key: numbers.get(key) for key in JSON_KEYS} | numbers)

@@ -45,12 +45,13 @@ def load_run(*args: Any, **kwargs: Any) -> Any:
 
 
 def default_out(runs: list[Path], fresh: bool) -> tuple[Path, Path]:
-    """The figures' folder when ``--out`` is not given, and the folder the user named above it (a link there is
-    followed; none below it): one run's figures beside it, a comparison of several runs in ``outputs/diagnostics``
-    (it belongs to none of them), fresh models alone in ``outputs/diagnostics_fresh``."""
+    """The figures' folder when ``--out`` is not given, and the folder below which no link is followed (a run's
+    ``diagnostics`` may not be one): one run's figures beside it, a comparison of several runs in
+    ``outputs/diagnostics`` (it belongs to none of them), fresh models alone in ``outputs/diagnostics_fresh``."""
     if len(runs) == 1 and not fresh:
         return runs[0] / "diagnostics", runs[0]
-    return Path("outputs") / ("diagnostics" if runs else "diagnostics_fresh"), Path(".")
+    out = Path("outputs") / ("diagnostics" if runs else "diagnostics_fresh")
+    return out, out
 
 
 def main(argv: list[str] | None = None) -> int:
