@@ -54,7 +54,6 @@ TRAIN = {
     "bad-loop-value": ["train.lr=-1"],
     "zero-step": ["model.dt=0"],
     "float32-zero-rate": ["train.lr=1e-320"],
-    "unknown-option": ["--nonesuch"],
     "hydra-callback": ["+hydra.callbacks.x._target_=os.getcwd"],
 }
 """``odeformer-train``'s ``--help`` and usage errors whose start-up is checked."""
