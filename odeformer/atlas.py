@@ -505,12 +505,14 @@ def verdict(found: dict[str, Any], order: int, metric: str = "metric", tolerance
     own = next((row.get(metric) for row in rows if row["k"] == 1), None)
     finest = rows[-1].get(metric)
     values = [row[metric] for row in rows if row.get(metric) is not None]
-    moves = (
-        f" Its {metric} ranges over {max(values) - min(values):.3f} across k = {rows[0]['k']:g} to {rows[-1]['k']:g}"
-    )
-    moves = moves + (f" ({own:.4f} as trained, {finest:.4f} at k = {rows[-1]['k']:g})." if values else ".")
+    moves = ""
+    if values:
+        moves = f" Its {metric} ranges over {max(values) - min(values):.3f} across k = {rows[0]['k']:g} to {rows[-1]['k']:g}"
+        if own is not None and finest is not None:
+            moves += f" ({own:.4f} as trained, {finest:.4f} at k = {rows[-1]['k']:g})"
+        moves += "."
     if order < 1:
-        return f"Its layers have no small-step limit (order 0): it discretises no ODE.{moves if values else ''}"
+        return f"Its layers have no small-step limit (order 0): it discretises no ODE.{moves}"
     if observed is None:
         return "Its outputs do not change with k (or a difference is zero): no order can be read."
     converges = observed >= min(order, 2) - 0.5

@@ -537,10 +537,7 @@ def rkn_fsal(A: Sequence[Sequence[Any]], bbar: Sequence[Any], b: Sequence[Any], 
     same = _same if exact else _near
     last = tuple(A[-1][: s - 1])
     return (
-        same(c[0], 0)
-        and same(c[-1], 1)
-        and same(bbar[-1], 0)
-        and all(same(x, y) for x, y in zip(last, bbar[: s - 1]))
+        same(c[0], 0) and same(c[-1], 1) and same(bbar[-1], 0) and all(same(x, y) for x, y in zip(last, bbar[: s - 1]))
     )
 
 

@@ -160,9 +160,7 @@ def test_reproduce_reports_an_interrupt_in_one_line_and_exits_130(monkeypatch, c
 
 @pytest.mark.slow  # a sweep in two worker processes, signalled as a terminal's Ctrl-C signals it (about 30 s)
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_one_signal_to_the_process_group_stops_a_reproduction_sweep_and_leaves_nothing_running(
-    tmp_path, signum, code
-):
+def test_one_signal_to_the_process_group_stops_a_reproduction_sweep_and_leaves_nothing_running(tmp_path, signum, code):
     import subprocess
     import sys
     import time
@@ -180,7 +178,10 @@ def test_one_signal_to_the_process_group_stops_a_reproduction_sweep_and_leaves_n
         "sys.exit(r.main([]))\n"
     )
     process = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     deadline = time.time() + 240

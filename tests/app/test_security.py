@@ -86,9 +86,12 @@ def test_the_package_has_one_checkpoint_loader():
     assert len(loader) == 1, offenders
     others = [where for where in offenders if where not in loader]
     assert not others, f"load checkpoints with odeformer.app.run.checkpoints.load_checkpoint, not: {others}"
-    assert "weights_only=True" in (ROOT / "odeformer" / "app" / "run" / "checkpoints.py").read_text().splitlines()[
-        int(loader[0].rsplit(":", 1)[1]) - 1
-    ]
+    assert (
+        "weights_only=True"
+        in (ROOT / "odeformer" / "app" / "run" / "checkpoints.py")
+        .read_text()
+        .splitlines()[int(loader[0].rsplit(":", 1)[1]) - 1]
+    )
 
 
 def test_a_pickled_call_in_a_checkpoint_is_refused_naming_the_file(tmp_path):

@@ -183,9 +183,12 @@ def test_no_root_is_one_line_naming_odeformer_data(capsys, sources):
         "no data root: pass --root DIR or set ODEFORMER_DATA to the folder the loaders read."
     )
     code, out, err = _run(capsys, sources, "--list")  # listing is not a failure: `make data ARGS=--list` passes
-    assert code == 0 and not err and out.splitlines() == [
-        "no data root: nothing to list (pass --root DIR or set ODEFORMER_DATA; `odeformer-data` fills it)."
-    ]
+    assert (
+        code == 0
+        and not err
+        and out.splitlines()
+        == ["no data root: nothing to list (pass --root DIR or set ODEFORMER_DATA; `odeformer-data` fills it)."]
+    )
     code, _, err = _run(capsys, sources, "--list", "nonsense")
     assert code == 2 and "unknown dataset(s) 'nonsense'" in err.splitlines()[-1]
     code, _, err = _run(capsys, sources, "--root", "somewhere", "--timeout", "0")

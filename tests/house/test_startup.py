@@ -14,6 +14,8 @@ LAZY = {
     "analyze": (["--help"], ["--refine", "0"]),
     "reproduce": (["--help"], ["--sections", "nonesuch"]),
     "data": (["--help"], ["nonesuch"]),
+    "sample": (["--help"], ["run", "--tokens", "x"]),
+    "diagnose": (["--help"], ["--depth", "x"]),
 }
 """Each command whose start-up is checked: its ``--help`` and one usage error."""
 
@@ -50,6 +52,9 @@ TRAIN = {
     "bad-type": ["model.depth=abc"],
     "unknown-solver": ["solver=nonesuch"],
     "bad-loop-value": ["train.lr=-1"],
+    "zero-step": ["model.dt=0"],
+    "float32-zero-rate": ["train.lr=1e-320"],
+    "hydra-callback": ["+hydra.callbacks.x._target_=os.getcwd"],
 }
 """``odeformer-train``'s ``--help`` and usage errors whose start-up is checked."""
 

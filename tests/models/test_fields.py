@@ -185,7 +185,6 @@ def test_bad_field_arguments():
             odeformer.transformer(1, 8, 2, "diffusion", mlp_hidden=hidden)
 
 
-
 def test_fields_of_ones_own_build_the_backbone_and_refuse_standard_options_beside_them():
     """``transformer(..., fields=Fields(...))``: the layers are built from those fields (here simple attention, no
     FFN, one attention per layer); a standard-field option set beside them would be ignored, so it is an error."""

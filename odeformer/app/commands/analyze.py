@@ -19,9 +19,12 @@ line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
+
+from .. import files
+from ..run.bounds import check_refinement, check_stages
+from . import Parser, file_argument, folder_argument, run
 
 JSON_KEYS = (
     "order",
@@ -36,15 +39,15 @@ JSON_KEYS = (
 """The keys a scheme's ``--json`` always has (``None`` where one does not apply)."""
 
 
-def parser() -> argparse.ArgumentParser:
-    made = argparse.ArgumentParser(prog="odeformer-analyze", description=__doc__.splitlines()[0])
+def parser() -> Parser:
+    made = Parser(prog="odeformer-analyze", description=__doc__.splitlines()[0])
     made.add_argument(
         "target",
         nargs="+",
         help="a solver name, module.Class, a run directory, or training overrides (solver=... solver.options....)",
     )
-    made.add_argument("--out", type=Path, default=None, help="folder of report.md and its figures")
-    made.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the numbers as JSON")
+    made.add_argument("--out", type=folder_argument, default=None, help="folder of report.md and its figures")
+    made.add_argument("--json", type=file_argument, default=None, metavar="FILE", help="write the numbers as JSON")
     made.add_argument(
         "--refine", type=float, nargs="+", default=None, metavar="K", help="a run: K steps per layer step (0.5: half)"
     )
@@ -56,46 +59,21 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        return _main(args)
-    except KeyboardInterrupt:
-        print("odeformer-analyze: interrupted (Ctrl-C).", file=sys.stderr)
-        return 130
-    except Exception as error:  # noqa: BLE001 - the one-line contract; the kinds are listed in _errors
-        if not isinstance(error, _errors()):
-            raise
-        print(f"odeformer-analyze: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-
-
-def _errors() -> tuple[type[BaseException], ...]:
-    from ...data import DatasetNotFound
-    from ..run.builder import UsageError
-    from ..run.checkpoints import CheckpointError
-
-    return (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, FileNotFoundError)
+    return run("odeformer-analyze", lambda: _main(parser().parse_args(argv)))
 
 
 def _check(args: argparse.Namespace) -> None:
-    if args.batch < 1 or args.eigenvalues < 1:
-        raise ValueError(f"--batch and --eigenvalues must be positive, got {args.batch} and {args.eigenvalues}.")
-    if args.refine is not None and not all(_resolution(k) for k in args.refine):
+    if not 1 <= args.batch <= MAX_BATCH or not 1 <= args.eigenvalues <= MAX_BATCH:
         raise ValueError(
-            f"--refine takes steps per layer step: whole numbers from 2 to {MAX_REFINE} (finer), or 1/m such as 0.5 "
-            f"(coarser: every m-th layer), got {' '.join(f'{k:g}' for k in args.refine)}."
+            f"--batch and --eigenvalues must be positive (at most {MAX_BATCH}), got {args.batch} and "
+            f"{args.eigenvalues}."
         )
+    if args.refine is not None:
+        check_refinement(args.refine)
 
 
-MAX_REFINE = 64
-"""The finest ``--refine``: 64 steps per layer step (the model's cost grows with it)."""
-
-
-def _resolution(k: float) -> bool:
-    """Whether ``k`` can be a resolution of some model: a whole number from 2 to :data:`MAX_REFINE`, or ``1/m``."""
-    if not (k > 0 and k <= MAX_REFINE):
-        return False
-    return k == int(k) and k >= 2 if k >= 1 else abs(1 / round(1 / k) - k) <= 1e-12
+MAX_BATCH = 4096
+"""The most validation items (and eigenvalues per layer) an atlas reads."""
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -114,11 +92,11 @@ def _main(args: argparse.Namespace) -> int:
         raise ValueError(f"give one solver name, module.Class or run directory, or overrides; got {target}.")
     from ..reporting.analysis import scheme_report, write_json
 
-    out = args.out or Path("outputs") / "analysis" / label
+    out = args.out or files.folder(Path("outputs") / "analysis" / label)
     numbers = scheme_report(stepper, label, out)
     if args.json is not None:
         write_json(args.json, {key: numbers.get(key) for key in JSON_KEYS} | numbers)
-    print(f"wrote {out / 'report.md'}")
+    print(f"wrote {files.printable(out / 'report.md')}")
     return 0
 
 
@@ -136,7 +114,10 @@ def _stepper_of(chosen: Any, label: str) -> Any:
 
 def _from_name(name: str) -> tuple[Any, str]:
     from ...registry import as_solver
+    from ..run.schemes import import_scheme
 
+    if "." in name:
+        import_scheme(name, key="target")  # its name checked, its module run: one line if either fails
     chosen = as_solver(name)
     return _stepper_of(chosen, name), name.rsplit(".", 1)[-1]
 
@@ -148,19 +129,22 @@ def _from_overrides(overrides: list[str]) -> tuple[Any, str]:
     from .train import compose
 
     node = OmegaConf.to_container(compose(overrides).solver, resolve=True)
+    check_stages({"solver": node})  # a tableau's stages and coefficients bounded before its claims are derived
     build = target(node, SOLVER_TARGETS, "solver")
     chosen = build(**{k: v for k, v in node.items() if not k.startswith("_")})
     return _stepper_of(chosen, node.get("name", "solver")), str(node.get("name", "solver"))
 
 
 def _run(run_dir: Path, args: argparse.Namespace) -> int:
+    out = args.out or files.folder(run_dir / "analysis", run_dir)  # before the work: a read-only run, a link
     from ..reporting.analysis import run_markdown, write_json
     from ..run.analysis import analyse_run
+    from ..run.launch import use_idle_threads
 
+    use_idle_threads()
     numbers, model = analyse_run(run_dir, args.batch, args.eigenvalues, args.refine, args.checkpoint, args.stepper)
-    out = args.out or run_dir / "analysis"
     run_markdown(numbers, model, out)
     if args.json is not None:
         write_json(args.json, numbers)
-    print(f"wrote {out / 'report.md'}")
+    print(f"wrote {files.printable(out / 'report.md')}")
     return 0

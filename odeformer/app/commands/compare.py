@@ -33,14 +33,15 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import signal
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import stopped
+from .. import files
+from ..run.bounds import MAX_SEEDS
+from . import Parser, folder_argument, run
 
 BUDGETS = ("evals", "time", "steps")
 _OVERRIDE = re.compile(r"^[+~]*[A-Za-z_][\w.\-]*=")  # key=value, the key without a colon
@@ -110,8 +111,8 @@ def budget_steps(budget: str, rows: list[str], base_steps: int, per_token: dict[
     return out
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def _parser() -> Parser:
+    parser = Parser(
         prog="odeformer-compare",
         description=__doc__.splitlines()[0].strip("`").split("``: ")[-1],
         epilog="Example: odeformer-compare my_schemes.DampedVerlet --against diffusion full_wave "
@@ -133,7 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--experiment", default="digits_vit", help="the task's experiment config (default digits_vit)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per row (default 3)")
     parser.add_argument("--budget", choices=BUDGETS, default="evals", help="what is equal across rows (default evals)")
-    parser.add_argument("--out", type=Path, required=True, help="folder of comparison.md/.json, figures/ and runs/")
+    parser.add_argument(
+        "--out", type=folder_argument, required=True, help="folder of comparison.md/.json, figures/ and runs/"
+    )
     parser.add_argument("--workers", type=int, default=2, help="training processes side by side (default 2)")
     parser.add_argument("--rounds", type=int, default=7, help="timed steps per row for the step costs (default 7)")
     return parser
@@ -141,36 +144,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """The command: bad input, a refused checkpoint, a scheme that cannot be one and missing data are one line and
-    exit 2; an interrupt says how to resume."""
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        return stopped("odeformer-compare", signal.SIGINT, saved=True)
-    except Exception as error:  # noqa: BLE001 - sorted by kind below; anything else goes on as a traceback
-        if isinstance(error, ValueError):  # a usage error among them: answered before anything heavy is loaded
-            print(f"odeformer-compare: error: {' '.join(str(error).split())}", file=sys.stderr)
-            return 2
-        from ...data import DatasetNotFound
-        from ..run.checkpoints import CheckpointError
-        from ..run.locks import RunDirectoryError
-        from ..run.sweep import Interrupted
-
-        if isinstance(error, Interrupted):
-            return stopped("odeformer-compare", error.signum, error.saved)
-        if isinstance(error, (CheckpointError, RunDirectoryError, DatasetNotFound)):
-            print(f"odeformer-compare: error: {' '.join(str(error).split())}", file=sys.stderr)
-            return 2
-        if isinstance(error, (TypeError, ImportError)):  # a scheme of one's own that cannot be one, or be imported
-            print(f"odeformer-compare: error: {type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
-            return 2
-        raise
+    exit 2; an interrupt says how to resume (:func:`odeformer.app.commands.run`)."""
+    return run("odeformer-compare", lambda: _main(argv), sweeps=True)
 
 
 def _refuse(message: str) -> None:
     raise CompareError(message)
 
 
-def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Row], list[str]]:
+def _check(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
     words, fixed = split_words(args.words)
     if args.seeds < 1:
         _refuse(f"--seeds must be a whole number ≥ 1, got {args.seeds}")
@@ -183,6 +165,8 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[l
             f"--experiment takes an experiment config's name (digits_vit, shakespeare_char, ...), got "
             f"{args.experiment!r}"
         )
+    if args.seeds > MAX_SEEDS:
+        _refuse(f"--seeds {args.seeds} is more than the {MAX_SEEDS} seeds a row may have")
     for override in fixed:
         key = override.split("=", 1)[0].lstrip("+~")
         if key in ("solver", "experiment") or key.startswith("solver.") or key in ("train.seed", "train.out_dir"):
@@ -191,6 +175,14 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[l
                 "the experiment (--experiment), the seed (--seeds) or the run folder (--out)"
             )
     rows = [parse_scheme(text) for text in [*words, *args.against]]
+    for row in rows:  # what the command sets for every run is no row's own
+        for override in row.overrides[1:]:
+            key = override.split("=", 1)[0]
+            if key in ("experiment", "train.seed", "train.out_dir", "train.max_steps"):
+                _refuse(
+                    f"scheme {row.label!r}: {key} is set by the command for every run (--experiment, --seeds, --out, "
+                    "and the budget from train.max_steps after the schemes), not by one row"
+                )
     seen: dict[str, Row] = {}
     for row in rows:
         seen.setdefault(row.label, row)  # a scheme that is also a baseline is one row
@@ -202,8 +194,6 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[l
             from ..run.schemes import check_scheme_name
 
             check_scheme_name(row.stepper, key="scheme")
-    if args.out.exists() and not args.out.is_dir():
-        _refuse(f"--out {args.out} is a file; give a folder")
     return rows, [f"experiment={args.experiment}", *fixed]
 
 
@@ -226,8 +216,9 @@ def _main(argv: list[str] | None = None) -> int:
     rest, overrides = _without_overrides(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_intermixed_args(rest)
     args.words = [*args.words, *overrides]
-    rows, fixed = _check(args, parser)  # every usage error before anything heavy is imported
+    rows, fixed = _check(args)  # every usage error before anything heavy is imported
 
+    from ..run.bounds import check_config
     from ..run.sections import slug
     from ..run.sweep import Job, Sweep
     from .train import compose_config
@@ -236,11 +227,12 @@ def _main(argv: list[str] | None = None) -> int:
     overrides = {row.label: list(row.overrides) for row in rows}
     reference = rows[0].label if not args.against else parse_scheme(args.against[0]).label
     order = [reference, *(label for label in by_label if label != reference)]
-    base = compose_config([*fixed, *overrides[reference]])
-    base_steps = int(base["train"]["max_steps"])
+    for label in order:  # every row's config as a run would check it, before any run starts
+        check_config(compose_config([*fixed, *overrides[label]]))
+    base_steps = int(compose_config([*fixed, *overrides[reference]])["train"]["max_steps"])
     sweep = Sweep(compose_config, args.workers)
-    runs = args.out / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
+    files.refuse_links(args.out, ["comparison.md", "comparison.json"])  # where it writes: refused now if a link
+    runs, _ = files.folder(args.out / "runs", args.out), files.folder(args.out / "figures", args.out)
     counted = sweep.evaluations(fixed, {label: overrides[label] for label in order})
     per_token = {label: counted[label]["per_token"] for label in order}
     costs = sweep.step_costs(
@@ -260,12 +252,13 @@ def _main(argv: list[str] | None = None) -> int:
     ]
     results = sweep.run(jobs, runs)
     comparison = _comparison(args, overrides, order, reference, base_steps, steps, per_token, counted, costs, results)
-    figures = _figures(results, runs, by_label, args.out / "figures")
+    figures = _figures(results, runs, by_label, args.out)
     comparison["figures"] = figures
-    (args.out / "comparison.json").write_text(json.dumps(comparison, indent=2, ensure_ascii=False) + "\n")
-    (args.out / "comparison.md").write_text(comparison_markdown(comparison))
+    files.write_text(args.out / "comparison.json", json.dumps(comparison, indent=2, ensure_ascii=False) + "\n")
+    files.write_text(args.out / "comparison.md", comparison_markdown(comparison))
     print(comparison_markdown(comparison), end="")
-    print(f"wrote {args.out / 'comparison.md'}, {args.out / 'comparison.json'} and {len(figures)} figures")
+    shown = files.printable(args.out)
+    print(f"wrote {shown}/comparison.md, {shown}/comparison.json and {len(figures)} figures in {shown}/figures")
     return 0
 
 
@@ -361,8 +354,9 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
 
 
 def _figures(results, runs: Path, rows: dict[str, Row], out: Path) -> list[str]:
-    """The per-layer diagnostics of every row's seed-0 run, one curve per row labelled by its solver and options."""
-    from ..reporting.diagnostics import DIAGNOSED, diagnose
+    """The per-layer diagnostics of every row's seed-0 run, one curve per row labelled by its solver and options,
+    into ``out/figures``; the files written."""
+    from ..reporting.diagnostics import diagnose
     from ..run.builder import load_run
 
     chosen = [r for r in results if r.seed == 0 and r.summary.get("status") == "completed"]
@@ -372,8 +366,8 @@ def _figures(results, runs: Path, rows: dict[str, Row], out: Path) -> list[str]:
         loaded.append((result.row, data, model))
     if not loaded:
         return []
-    diagnose(loaded, out, size=64)
-    return [f"figures/{m}.png" for m in DIAGNOSED if (out / f"{m}.png").exists()]
+    written = diagnose(loaded, files.folder(out / "figures", root=out), size=64)
+    return [f"figures/{name}" for name in written if name.endswith(".png")]
 
 
 if __name__ == "__main__":

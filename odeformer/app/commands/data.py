@@ -28,7 +28,6 @@ whatever it finds, so ``make data ARGS="--list"`` is not a failed make.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import http.client
 import os
@@ -43,6 +42,7 @@ from tqdm import tqdm
 
 from ...data import ENV_VAR, one_line
 from ...data.sources import SOURCES, Remote, Sources
+from . import Parser, run
 
 MIRROR_VAR = "ODEFORMER_DATA_MIRROR"
 CHUNK = 1 << 16
@@ -263,7 +263,11 @@ def listing(root: Path, names: Iterable[str] | None = None, sources: Sources = S
 def main(argv: Sequence[str] | None = None, sources: Sources | None = None) -> int:
     """The ``odeformer-data`` command (``sources`` replaces the table of files, for tests)."""
     sources = SOURCES if sources is None else sources
-    parser = argparse.ArgumentParser(
+    return run("odeformer-data", lambda: _main(argv, sources))
+
+
+def _main(argv: Sequence[str] | None, sources: Sources) -> int:
+    parser = Parser(
         prog="odeformer-data",
         description="Download the file-based datasets (verified by SHA-256) into the data root, or list them.",
     )
@@ -277,16 +281,13 @@ def main(argv: Sequence[str] | None = None, sources: Sources | None = None) -> i
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--force", action="store_true", help="replace files that are there with the wrong checksum")
     args = parser.parse_args(argv)
-    try:
-        names = select(args.names, sources)
-        if args.list and not (args.root or os.environ.get(ENV_VAR)):
-            print(f"no data root: nothing to list (pass --root DIR or set {ENV_VAR}; `odeformer-data` fills it).")
-            return 0
-        root = data_root(args.root)
-        if not args.timeout > 0:
-            raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}.")
-    except ValueError as error:
-        parser.error(str(error))
+    names = select(args.names, sources)
+    if args.list and not (args.root or os.environ.get(ENV_VAR)):
+        print(f"no data root: nothing to list (pass --root DIR or set {ENV_VAR}; `odeformer-data` fills it).")
+        return 0
+    root = data_root(args.root)
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}.")
     if args.list:
         lines, complete = listing(root, names, sources)
         origin = "--root" if args.root else f"${ENV_VAR}"

@@ -24,15 +24,14 @@ training time: running some sections rewrites their blocks and leaves the others
 
 from __future__ import annotations
 
-import argparse
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import stopped
+from .. import files
+from . import Parser, folder_argument, run
 
 if TYPE_CHECKING:
     from ..run.sections import Section
@@ -96,8 +95,8 @@ def oversmoothing(section: Section, column: str, results: list[Result], runs_dir
     for row, name in chosen:
         data, model, _ = load_run(runs_dir / name)
         runs.append((row, data, model))
-    diagnose(runs, out, size=64)
-    return [f"{m}.png" for m in DIAGNOSED if (out / f"{m}.png").exists()]
+    written = diagnose(runs, out, size=64)
+    return [f"{m}.png" for m in DIAGNOSED if f"{m}.png" in written]
 
 
 def stability_atlas(section: Section, results: list[Result], runs_dir: Path, key: str, figures: Path) -> str:
@@ -118,7 +117,9 @@ def stability_atlas(section: Section, results: list[Result], runs_dir: Path, key
             continue
         numbers, model = analyse_run(runs_dir / name, refine=section.atlas)
         folder = f"{key}_{slug(row)}"
-        run_markdown(numbers, model, figures / folder, title=f"{row}: stability atlas and refinement")
+        run_markdown(
+            numbers, model, files.folder(figures / folder, figures), title=f"{row}: stability atlas and refinement"
+        )
         layers = numbers["layers"]
         low = min(layers, key=lambda entry: entry["headroom"])
         ratios = sorted(entry["predicted_contraction"] / entry["measured_contraction"] for entry in layers)
@@ -167,33 +168,21 @@ def refinement_table(section: Section, results: list[Result], runs_dir: Path, ke
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command: bad input, a damaged or refused checkpoint and missing data are one line and exit 2."""
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        return stopped("odeformer-reproduce", signal.SIGINT, saved=True)
-    except Exception as error:  # noqa: BLE001 - sorted by kind below; anything else goes on as a traceback
-        from ...data import DatasetNotFound
-        from ..run.checkpoints import CheckpointError
-        from ..run.locks import RunDirectoryError
-        from ..run.sweep import Interrupted
-
-        if isinstance(error, Interrupted):
-            return stopped("odeformer-reproduce", error.signum, error.saved)
-        if isinstance(error, (ValueError, CheckpointError, RunDirectoryError, DatasetNotFound)):
-            print(f"odeformer-reproduce: error: {' '.join(str(error).split())}", file=sys.stderr)
-            return 2
-        raise
+    """The command: bad input, a damaged or refused checkpoint and missing data are one line and exit 2
+    (:func:`odeformer.app.commands.run`)."""
+    return run("odeformer-reproduce", lambda: _main(argv), sweeps=True)
 
 
 def _main(argv: list[str] | None = None) -> int:
     keys = _section_keys()  # the choices, read without checking the sections (that loads torch; after parsing)
-    parser = argparse.ArgumentParser(prog="odeformer-reproduce", description=__doc__.splitlines()[0])
+    parser = Parser(prog="odeformer-reproduce", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", nargs="+", choices=keys, default=keys)
     parser.add_argument(
-        "--runs", type=Path, default=None, help="where runs are written (default: <out>/runs, or runs/reproduce)"
+        "--runs", type=folder_argument, default=None, help="where runs are written (default: <out>/runs)"
     )
-    parser.add_argument("--out", type=Path, default=None, help="folder of RESULTS.md and its figures (default: docs)")
+    parser.add_argument(
+        "--out", type=folder_argument, default=None, help="folder of RESULTS.md and its figures (default: docs)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
         "--smoke",
@@ -213,13 +202,12 @@ def _main(argv: list[str] | None = None) -> int:
         args.out = Path(tempfile.mkdtemp(prefix="odeformer-smoke-"))
         print(f"odeformer-reproduce --smoke: writing into {args.out} (--out chooses the folder)")
     if args.runs is None:
-        args.runs = args.out / "runs" if args.out is not None else Path("runs") / "reproduce"
+        args.runs = files.folder(args.out / "runs", args.out) if args.out is not None else Path("runs") / "reproduce"
     if args.out is None:
         args.out = Path("docs")
     smoke = smoke_section()
     sections = {"smoke": smoke} if args.smoke else {name: known[name] for name in args.sections}
-    figures = args.out / "results"
-    figures.mkdir(parents=True, exist_ok=True)
+    figures = files.folder(args.out / "results", root=args.out)
     started = time.time()
     results_md = args.out / "RESULTS.md"
     split_combined_block(results_md, {"smoke": smoke.title, **{key: s.title for key, s in known.items()}})
@@ -246,7 +234,7 @@ def _main(argv: list[str] | None = None) -> int:
             parts.append(refinement_table(section, results, args.runs / key, key, figures) + "\n")
         for column in section.diagnose:
             folder = f"{key}_oversmoothing_{slug(column)}" if column else f"{key}_oversmoothing"
-            pngs = oversmoothing(section, column, results, args.runs / key, figures / folder)
+            pngs = oversmoothing(section, column, results, args.runs / key, files.folder(figures / folder, figures))
             links = " ".join(f"[{p[:-4]}](results/{folder}/{p})" for p in pngs)
             where = f", {column}" if column else ""
             parts.append(f"Per layer{where} (seed 0, trained; numbers beside each PNG): {links}\n")
@@ -254,7 +242,7 @@ def _main(argv: list[str] | None = None) -> int:
                 parts.append(f"![{key} token cosine per layer{where}](results/{folder}/{pngs[0]})\n")
         # after every section, so a stopped sweep keeps what it finished
         write_section(results_md, key, parts, ["smoke", *known], args.workers)
-    print(f"wrote {args.out / 'RESULTS.md'} ({(time.time() - started) / 60:.1f} min)")
+    print(f"wrote {files.printable(args.out / 'RESULTS.md')} ({(time.time() - started) / 60:.1f} min)")
     return 0
 
 

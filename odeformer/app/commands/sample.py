@@ -4,23 +4,24 @@ run.
     odeformer-sample outputs/2026-01-01/12-00-00 --prompt "ROMEO:" --tokens 200 --temperature 0.8 --top-k 40
 
 It rebuilds the run's model from its ``best.pt`` (:func:`odeformer.app.run.sampling.load`: weights only, through the
-package's registered builders) and prints the prompt and its continuation. Bad input — a run directory without
-``best.pt``, a run of another model, a prompt character the vocabulary lacks — is one line on stderr and exit code 2.
+package's registered builders) and prints the prompt and its continuation as it is made, a few characters at a time:
+Ctrl-C stops it with what was made printed. Bad input — a run directory without ``best.pt``, a run of another model, a
+prompt character the vocabulary lacks — is one line on stderr and exit code 2, before torch is imported where the
+command line alone shows it.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-import torch
+from . import Parser, run
 
-from ...generate import sample_text
-from ..run.sampling import SampleError, load
+CHUNK = 64
+"""Characters generated per call: each is printed as soon as its call returns."""
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def parser() -> Parser:
+    p = Parser(
         prog="odeformer-sample", description="Print text from a character-level CausalLM run (its best weights)."
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (holding best.pt)")
@@ -35,19 +36,33 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    return run("odeformer-sample", lambda: _sample(parser().parse_args(argv)))
+
+
+def _sample(args) -> int:
+    if args.tokens < 0 or args.seed < 0:
+        raise ValueError(f"--tokens and --seed must be 0 or more, got {args.tokens} and {args.seed}.")
+    import torch
+
+    from ...generate import sample_text
+    from ..run.sampling import load
+
+    model, itos = load(args.run_dir, args.checkpoint, args.stepper)
+    generator = torch.Generator().manual_seed(args.seed)
+    text, made = args.prompt, 0
     try:
-        if args.tokens < 0:
-            raise SampleError(f"--tokens must be 0 or more, got {args.tokens}.")
-        if args.seed < 0:
-            raise SampleError(f"--seed must be 0 or more, got {args.seed}.")
-        model, itos = load(args.run_dir, args.checkpoint, args.stepper)
-        generator = torch.Generator().manual_seed(args.seed)
-        text = sample_text(model, itos, args.prompt, args.tokens, args.temperature, args.top_k, generator)
-    except (ValueError, TypeError, OSError, RuntimeError) as error:  # also CheckpointError, DatasetNotFound
-        print(f"odeformer-sample: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    print(text)
+        while made < args.tokens or not made:
+            count = min(CHUNK, args.tokens - made)
+            context = text[-model.max_len :]
+            new = sample_text(model, itos, context, count, args.temperature, args.top_k, generator)[len(context) :]
+            print(args.prompt + new if not made else new, end="", flush=True)  # the prompt once it is known good
+            text, made = text + new, made + max(count, 1)
+    except KeyboardInterrupt:
+        print(flush=True)
+        print(f"odeformer-sample: interrupted (Ctrl-C) after {len(text) - len(args.prompt)} of {args.tokens} "
+              "characters; the text above is what was made.", file=sys.stderr)  # fmt: skip
+        return 130
+    print()
     return 0
 
 

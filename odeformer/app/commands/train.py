@@ -29,7 +29,6 @@ import contextlib
 import difflib
 import errno
 import json
-import math
 import os
 import re
 import signal
@@ -50,13 +49,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ...data import DatasetNotFound
 from .. import files
-from ..files import UnsafeFile
+from ..files import UnsafeFile, printable
 from ..reporting.tables import sweep_table
-from ..run.bounds import check_cost, check_sizes
-from ..run.config import Config, LoopConfig, SolverConfig, UsageError
+from ..run.bounds import check_config
+from ..run.config import Config, SolverConfig, UsageError
 from ..run.groups import groups
 from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
 from ..run.schemes import SHAPE, SchemeNameError, check_scheme_name, own_scheme
+from . import EXPECTED, one_line
 from .help import solver_options_text
 
 # torch (and what the run imports with it) is imported by run() and _main(), once the command line is checked: a
@@ -156,7 +156,9 @@ def compose(overrides: list[str]) -> DictConfig:
 
     with _user_solvers(overrides), _initialized():
         try:
-            return hydra_compose(config_name="train", overrides=overrides)
+            composed = hydra_compose(config_name="train", overrides=overrides)
+            OmegaConf.to_container(composed, resolve=True)  # an interpolation that cannot resolve: one line, here
+            return composed
         except (HydraException, OmegaConfBaseException) as error:
             raise UsageError(_one_line(error, overrides)) from None
 
@@ -189,6 +191,11 @@ def _one_line(error: Exception, overrides: list[str]) -> str:
             return f"unknown {group} {value!r}; {hint}choose one of: {', '.join(options)}{own}."
     if isinstance(error, OverrideParseException):
         return f"cannot parse the override: {' '.join(text.split())}"
+    if getattr(error, "full_key", None) and "interpolation" in text:
+        first = text.splitlines()[0]
+        if "HydraConfig was not set" in first:
+            first = "${hydra:...} is known to a running job only; give the value itself"
+        return f"bad value for {error.full_key}: {first}"
     match = re.search(r"Could not (?:override|append to) '([^']+)'", text) or re.search(
         r"Error merging override \+?([\w.]+)=", text
     )
@@ -280,6 +287,15 @@ def check_command_line(argv: list[str]) -> None:
                 f"{flag} {value} is refused: odeformer-train composes its own config (train, from the package); "
                 "choose its parts with overrides (experiment=..., solver=..., model.depth=...)."
             )
+    known = {*_SKIP, *_FLAGS_WITH_VALUE, "-m", "--multirun", "-r", "--run"}
+    for arg in argv:
+        if arg.startswith("-") and arg.partition("=")[0] not in known:
+            raise UsageError(
+                f"unknown option {printable(arg)}; odeformer-train takes overrides (key=value) and Hydra's options "
+                "(--help, --hydra-help, -m, --cfg job, ...)."
+            )
+    if {"--shell-completion", "-sc"} & set(argv) and not any(re.match(r"(install|uninstall|query)=", a) for a in argv):
+        raise UsageError("--shell-completion takes install=SHELL, uninstall=SHELL or query=... (e.g. install=bash).")
     if any(arg in _SKIP for arg in argv):
         return
     for arg in argv:
@@ -304,6 +320,15 @@ def check_command_line(argv: list[str]) -> None:
         raise UsageError(f"cannot parse the overrides: {' '.join(str(error).split())}") from None
     multirun = any(a in ("-m", "--multirun") for a in argv)
     for override in parsed:
+        key = override.key_or_group
+        if key.startswith(("hydra.", "hydra/")) and not key.startswith(HYDRA_KEYS):
+            raise UsageError(
+                f"{override.input_line.split('=', 1)[0]} is refused: of Hydra's own settings the command line takes "
+                f"{', '.join(HYDRA_KEYS)} (callbacks and logging handlers could call any function or write any file)."
+            )
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and files.unwritable(Path(str(override.value()))):
+            verb, why = files.unwritable(Path(str(override.value())))
+            raise UsageError(f"{key}={printable(override.value())} cannot be {verb}: {why}.")
         if override.is_delete():
             raise UsageError(
                 f"{override.input_line} removes {override.key_or_group} from the config; a run reads every key of it, "
@@ -326,15 +351,8 @@ def check_command_line(argv: list[str]) -> None:
     _check_output_subdir(plain)
     _check_added_keys(parsed)
     composed = compose(plain)
-    _check_values(composed)
-    resolved = OmegaConf.to_container(composed, resolve=True)
-    check_sizes(resolved)  # what the builder and the loop check too, here before torch is imported
-    check_cost(resolved)
-    try:
-        LoopConfig(**resolved["train"], batch_size=resolved["data"]["batch_size"])
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    _check_out_dir(composed, multirun=any(a in ("-m", "--multirun") for a in argv))
+    check_config(OmegaConf.to_container(composed, resolve=True))  # what the builder and the loop check too
+    _check_out_dir(composed, multirun)
     steppers = [own_scheme(OmegaConf.select(composed, "solver.name"))]
     for i, o in sweeps:
         for value in (_sweep_values(o) or [])[1:]:
@@ -356,6 +374,10 @@ MAX_KEY, MAX_VALUE, MAX_DIGITS = 200, 2000, 60  # far beyond any setting's key, 
 
 
 _ADDABLE = ("solver", "model", "data", "train", "experiment", "hydra")  # what a ``+key=value`` may add to
+HYDRA_KEYS = (
+    "hydra.run.dir", "hydra.sweep.", "hydra.output_subdir", "hydra.searchpath", "hydra.launcher", "hydra/launcher",
+)  # fmt: skip
+"""Hydra's own settings a command line may give: where runs and sweeps go, the search path, the launcher."""
 
 
 def _check_added_keys(parsed: list[Any]) -> None:
@@ -363,56 +385,16 @@ def _check_added_keys(parsed: list[Any]) -> None:
     (``+foo=bar``) would be accepted and never read, so it is refused, naming the key."""
     for override in parsed:
         key = override.key_or_group
+        if override.input_line.lstrip().startswith("+") and key.split(".")[-1].startswith("_"):
+            raise UsageError(
+                f"{override.input_line.split('=', 1)[0]} adds the key {key}: a key starting with _ (such as _target_) "
+                "is the package's own, never set from the command line."
+            )
         if override.input_line.lstrip().startswith("+") and key.split(".")[0] not in _ADDABLE:
             raise UsageError(
                 f"{override.input_line.split('=', 1)[0]} adds the key {key}, which nothing reads; keys are added "
                 f"only under {', '.join(_ADDABLE[:-1])} (e.g. +solver.options.<name>=...)."
             )
-
-
-FLOAT32_MAX = 3.4028234663852886e38  # the model computes in float32: a larger finite value overflows to inf
-MAX_SEED = 2**63 - 1
-
-
-def _check_values(cfg: DictConfig) -> None:
-    """Values the config's types accept that no run can use, each one line naming the key and what is allowed: a
-    non-finite or float32-overflowing ``model.dt``, a ``model.dropout`` outside [0, 1), a ``model.norm_eps`` that is
-    not positive and finite, a learning rate beyond the largest float, a seed beyond 64-bit, more ``train.threads``
-    than this machine's cores, an empty ``train.out_dir``."""
-    model, train = cfg.get("model") or {}, cfg.get("train") or {}
-
-    def number(node: Any, key: str) -> Any:
-        value = node.get(key) if hasattr(node, "get") else None
-        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-    dt = number(model, "dt")
-    if dt is not None and not (math.isfinite(dt) and abs(dt) <= FLOAT32_MAX):
-        raise UsageError(f"model.dt={dt} is not a finite float32 step size; give a positive number below 3.4e38.")
-    dropout = number(model, "dropout")
-    if dropout is not None and not (0 <= dropout < 1):
-        raise UsageError(f"model.dropout={dropout} must be a probability from 0 up to (not including) 1.")
-    eps = number(model, "norm_eps")
-    if eps is not None and not (math.isfinite(eps) and 0 < eps <= FLOAT32_MAX):
-        raise UsageError(f"model.norm_eps={eps} must be a positive finite number (e.g. 1e-5).")
-    lr = number(train, "lr")
-    if lr is not None and math.isinf(lr):
-        raise UsageError(
-            "train.lr is beyond the largest float (it reads as inf); give a positive finite learning rate (e.g. 1e-3)."
-        )
-    seed = number(train, "seed")
-    if seed is not None and isinstance(seed, int) and seed > MAX_SEED:  # a negative seed is the trainer's to name
-        raise UsageError(f"train.seed={seed} must be from 0 to 2**63 - 1.")
-    threads, cores = number(train, "threads"), _cores()
-    if isinstance(threads, int) and threads > cores:
-        raise UsageError(f"train.threads={threads} is more than this machine's {cores} CPU cores; give 1 to {cores}.")
-    if "out_dir" in train and train.get("out_dir") is not None and not str(train.get("out_dir")).strip():
-        raise UsageError("train.out_dir='' names no folder; give the run directory's path (or leave it unset).")
-
-
-def _cores() -> int:
-    with contextlib.suppress(AttributeError, OSError):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
@@ -423,16 +405,16 @@ def _check_out_dir(cfg: DictConfig, multirun: bool) -> None:
     if multirun or not OmegaConf.select(cfg, "train.out_dir"):
         return
     path = Path(str(cfg.train.out_dir)).expanduser()
+    refused = files.unwritable(path, APPENDED)
+    if refused is not None:
+        verb, why = refused
+        after = " (nothing was written); choose a writable train.out_dir." if verb == "written" else "."
+        raise UsageError(f"train.out_dir={printable(path)} cannot be {verb}: {why}{after}")
     if os.environ.get("RANK", "0") == "0":  # torchrun's other ranks start beside rank 0, which holds the lock
         try:
             check_not_locked(path)  # also refuses a run directory whose entries are links
         except RunDirectoryError as error:
             raise UsageError(" ".join(str(error).split())) from None
-    refused = files.unwritable(path, APPENDED)
-    if refused is not None:
-        verb, why = refused
-        after = " (nothing was written); choose a writable train.out_dir." if verb == "written" else "."
-        raise UsageError(f"train.out_dir={path} cannot be {verb}: {why}{after}")
 
 
 APPENDED = ("metrics.jsonl", "history.jsonl")
@@ -495,10 +477,10 @@ class SweepSummary(Callback):
 
 
 def _bad_input() -> tuple[type[BaseException], ...]:
-    """What a run refuses in one line and exit code 2."""
+    """What a run refuses in one line and exit code 2 (a full disk is code 1, sorted out first)."""
     from ..run.checkpoints import CheckpointError
 
-    return (UsageError, ValueError, TypeError, DatasetNotFound, CheckpointError, RunDirectoryError, UnsafeFile)
+    return (*EXPECTED, UsageError, DatasetNotFound, CheckpointError, RunDirectoryError, UnsafeFile)
 
 
 _FAILED_JOBS: list[int] = []  # exit codes of the sweep's jobs that failed (a sweep goes on past them)
@@ -522,18 +504,17 @@ def _main(cfg: DictConfig) -> None:
         _failed(cfg, out_dir, str(error), 1, sweep)
     except RunDirectoryBusy as error:  # another process took the lock after this command checked it
         # the snapshot folder is named to the second, so it may be the other run's too: it is left as it is
-        _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep, record=False)
+        _failed(cfg, out_dir, one_line(error), 2, sweep, record=False)
     except bad_input as error:
         if os.environ.get("ODEFORMER_DEBUG"):
             raise
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            where = f" while writing {error.filename}" if error.filename else ""
+            message = f"no space left on device{where}; the checkpoints written before are intact."
+            return _failed(cfg, out_dir, message, 1, sweep)
         if _written(out_dir) == before and not sweep:  # refused before training: the command leaves no trace
             _forget_snapshot(out_dir, hydra_config.output_subdir)
-        _failed(cfg, out_dir, " ".join(str(error).split()), 2, sweep)
-    except OSError as error:
-        if error.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-            raise
-        where = f" while writing {error.filename}" if error.filename else ""
-        _failed(cfg, out_dir, f"no space left on device{where}; the checkpoints written before are intact.", 1, sweep)
+        _failed(cfg, out_dir, one_line(error), 2, sweep)
     except KeyboardInterrupt:
         if _written(out_dir) == before:  # stopped before training: no trace
             if not sweep:
@@ -552,7 +533,7 @@ def _failed(cfg: DictConfig, out_dir: Path, error: str, code: int, sweep: bool, 
     goes on; the command exits ``code`` at its end."""
     from ..run.identity import model_name
 
-    message = f"odeformer-train: {'error: ' if code == 2 else ''}{error}"
+    message = f"odeformer-train: {'error: ' if code == 2 else ''}{printable(error)}"
     if not sweep:
         print(message, file=sys.stderr)
         sys.exit(code)
@@ -621,7 +602,7 @@ def main() -> None:
         check_command_line(sys.argv[1:])
     except UsageError as error:
         _forget_solvers(added)
-        print(f"odeformer-train: error: {error}", file=sys.stderr)
+        print(f"odeformer-train: error: {printable(error)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("odeformer-train: interrupted (Ctrl-C) during start-up; nothing was written.", file=sys.stderr)
@@ -629,6 +610,8 @@ def main() -> None:
     finally:
         GlobalHydra.instance().clear()
     _FAILED_JOBS.clear()
+    if "--hydra-help" in sys.argv:  # Hydra's own help composes Hydra's config alone: the overrides are not its
+        sys.argv[1:] = ["--hydra-help"]
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 writes the invocation's one config snapshot
         sys.argv.append("hydra.output_subdir=null")
     try:

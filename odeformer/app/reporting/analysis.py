@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ... import atlas as atlas_module
+from .. import files
 
 
 def pyplot() -> Any:
@@ -50,13 +52,97 @@ def _interval(value: Any) -> str:
     return "unbounded" if isinstance(value, float) and math.isinf(value) else f"{value:.6g}"
 
 
+def _title(text: str, width: int = 52) -> str:
+    """A figure's title wrapped to its width (a long one is cut off at the figure's edge)."""
+    return textwrap.fill(text, width)
+
+
+def _time_dependent(stepper: Any) -> bool:
+    """Whether the scheme's step on ``y' = -y`` (``x'' = -x``) at ``t = 0`` differs from the one at ``t = 0.75``: its
+    coefficients change with the time, and an analysis holds at one time only."""
+    from solvers import PhaseState
+
+    try:
+        copy = atlas_module._float64(stepper)
+        y: Any = torch.ones(1, 2, 3, dtype=torch.float64)
+        y = PhaseState(y, 0.5 * y) if copy.second_order else y
+        steps = []
+        for t in (0.0, 0.75):
+            with torch.no_grad():
+                y1, _ = copy.step(lambda t, z: -z, t, y, 0.1, copy.init(lambda t, z: -z, t, y))
+            steps.append(torch.cat([y1.x, y1.v]) if isinstance(y1, PhaseState) else y1)
+        return not torch.allclose(*steps, rtol=1e-12, atol=0.0)
+    except Exception:  # noqa: BLE001 - a probe: a scheme that cannot take it is analysed as it is
+        return False
+
+
+def _plain(value: Any) -> str:
+    return "unbounded" if value is None or (isinstance(value, float) and math.isinf(value)) else f"{value:.4g}"
+
+
+def scheme_verdicts(numbers: dict[str, Any], time_dependent: bool) -> list[str]:
+    """What a scheme's numbers mean, in words: its order, where it is stable, its phase and amplitude errors, its error
+    constant (or why there is none), and at which time a time-dependent scheme was analysed."""
+    order = numbers["order"]
+    said = [
+        f"Order {order}: halving dt divides a step-size-limited error by about {2**order}."
+        if order > 0
+        else "Order 0: part of the step does not shrink with dt, so there is no small-step limit (refining does not "
+        "converge)."
+    ]
+    if numbers["second_order"]:
+        r = numbers.get("oscillator_stability_interval")
+        said.append(
+            f"An oscillation x'' = −ω²x is stable for ω·dt up to {_plain(r)}; a wave layer's field (ω² up to 2 for a "
+            f"symmetric attention) is stable for dt up to {_plain(None if r is None or math.isinf(r) else r / 2**0.5)}."
+        )
+        phase, amplitude = numbers.get("dispersion_order"), numbers.get("dissipation_order")
+        if numbers.get("dispersion_note"):
+            said.append(f"No phase or amplitude error is defined: {numbers['dispersion_note']}")
+        else:
+            said.append(
+                ("Its phase is exact (no dispersion)" if phase is None else f"Its phase errs by O((ω dt)^{phase})")
+                + " and "
+                + (
+                    "it keeps the amplitude (no dissipation: the oscillation's energy neither decays nor grows)."
+                    if amplitude is None
+                    else f"its amplitude changes by O((ω dt)^{amplitude}) per step."
+                )
+            )
+    else:
+        real, imaginary = numbers.get("real_stability_interval"), numbers.get("imaginary_stability_interval")
+        half = None if real is None or math.isinf(real) else real / 2
+        said.append(
+            f"On a decaying spectrum (negative real λ, diffusion's) it is stable for dt·|λ| up to {_plain(real)}: a "
+            f"laplacian attention layer with symmetric attention (λ in [−2, 0]) for dt up to {_plain(half)}."
+        )
+        said.append(
+            "On an oscillating spectrum (imaginary λ) no step is stable: waves grow at any dt."
+            if imaginary == 0
+            else f"On an oscillating spectrum (imaginary λ) it is stable for dt·|λ| up to {_plain(imaginary)}."
+        )
+    if numbers.get("principal_error_norm") is None:
+        said.append(
+            "No error constant: it is read from a scheme's coefficients (a Butcher or Nyström tableau, a splitting), "
+            "and this one gives none; its measured errors are in solvers.testing.stepper_report."
+        )
+    else:
+        said.append(
+            f"Its principal error norm is {numbers['principal_error_norm']:.4g}: of two schemes of one order, the one "
+            "with the smaller norm makes the smaller error."
+        )
+    if time_dependent:
+        said.append("Its step depends on the time t: every number here is at t = 0 (an analysis holds one t).")
+    return said
+
+
 def scheme_report(stepper: Any, label: str, out: Path) -> dict[str, Any]:
-    """Analyse ``stepper`` (:func:`solvers.analysis.analyze`), draw its figures into ``out``, write ``report.md``;
-    return the numbers."""
+    """Analyse ``stepper`` (:func:`solvers.analysis.analyze`), draw its figures into ``out``, write ``report.md``
+    ending with its verdicts in words (:func:`scheme_verdicts`); return the numbers."""
     from solvers import analysis
 
     numbers = analysis.analyze(stepper)
-    out.mkdir(parents=True, exist_ok=True)
+    files.folder(out)
     plt = pyplot()
     second = numbers["second_order"]
     reach = 4.0
@@ -89,53 +175,66 @@ def scheme_report(stepper: Any, label: str, out: Path) -> dict[str, Any]:
             axis.plot([0, 0], [-i, i], color="#27ae60", lw=3, label=f"imaginary interval {i:.4g}")
         axis.set_xlabel("Re λ dt")
         axis.set_ylabel("Im λ dt")
-    axis.set_title(f"{label}: stability region (spectral radius ≤ 1)")
+    axis.set_title(_title(f"{label}: stability region (spectral radius ≤ 1)"), fontsize=10)
     if axis.get_legend_handles_labels()[0]:
         axis.legend(loc="upper left", fontsize=8)
     figure.tight_layout()
-    figure.savefig(out / "region.png", dpi=120)
-    plt.close(figure)
+    files.write_figure(out / "region.png", figure, dpi=120)
     at_least = " (at least: every condition the engine derives holds)" if numbers.get("order_at_least") else ""
     lines = [f"# Analysis of {label}", "", f"Order {numbers['order']}{at_least}.", ""]
     figures = ["region.png"]
     if second:
         lines.append(f"- oscillator stability interval in ω·dt: {_interval(numbers['oscillator_stability_interval'])}")
         orders = numbers.get("dispersion_order"), numbers.get("dissipation_order")
-        lines.append(f"- dispersion order: {orders[0]}; dissipation order: {orders[1]} (None: no error of that kind)")
+        shown = [f"{o}" if o is not None else "none (exact)" for o in orders]
         if numbers.get("dispersion_note"):
-            lines.append(f"- {numbers['dispersion_note']}")
+            shown = ["not defined"] * 2
+            lines.append(f"- dispersion and dissipation: {numbers['dispersion_note']}")
+        lines.append(f"- dispersion order: {shown[0]}; dissipation order: {shown[1]}")
         top = numbers.get("oscillator_stability_interval") or 2.0
         top = min(top, 4.0) if math.isfinite(top) else 4.0
-        samples = [top * k / 60 for k in range(1, 60)]
         try:
-            measured = analysis.dispersion(stepper, samples)
+            measured = analysis.dispersion(stepper, [top * k / 60 for k in range(1, 60)])
         except ValueError:
             measured = None
         if measured is not None:
-            figure, axis = plt.subplots(figsize=(5.5, 4))
-            axis.semilogy(measured.omega_dt, [abs(v) + 1e-300 for v in measured.phase_error], label="|phase error|")
-            axis.semilogy(
-                measured.omega_dt, [abs(v) + 1e-300 for v in measured.amplitude_error], label="|amplitude error|"
-            )
-            axis.set_xlabel("ω dt")
-            axis.set_ylabel("error per step")
-            axis.set_title(f"{label}: dispersion and dissipation")
-            axis.legend(fontsize=8)
-            figure.tight_layout()
-            figure.savefig(out / "dispersion.png", dpi=120)
-            plt.close(figure)
-            figures.append("dispersion.png")
+            figures.append(_dispersion_plot(plt, measured, label, out))
     else:
         if numbers.get("stability_polynomial") is not None:
             shown = numbers.get("stability_polynomial_exact") or [f"{c:.6g}" for c in numbers["stability_polynomial"]]
             lines.append("- stability polynomial R(z), coefficients from z⁰ up: " + ", ".join(shown))
         lines.append(f"- real stability interval: {_interval(numbers['real_stability_interval'])}")
         lines.append(f"- imaginary stability interval: {_interval(numbers['imaginary_stability_interval'])}")
-    if numbers.get("principal_error_norm") is not None:
-        lines.append(f"- principal error norm: {numbers['principal_error_norm']:.6g}")
-    lines += ["", *(f"![{f[:-4]}]({f})" for f in figures), ""]
-    (out / "report.md").write_text("\n".join(lines))
+    error = numbers.get("principal_error_norm")
+    lines.append(
+        f"- principal error norm: {'none (no coefficients to read it from)' if error is None else f'{error:.6g}'}"
+    )
+    numbers["time_dependent"] = _time_dependent(stepper)
+    lines += ["", *(f"![{f[:-4]}]({f})" for f in figures), "", "## Verdicts", ""]
+    lines += [f"- {line}" for line in scheme_verdicts(numbers, numbers["time_dependent"])] + [""]
+    files.write_text(out / "report.md", "\n".join(lines))
     return numbers
+
+
+FLOOR = 1e-16
+"""The smallest error a dispersion plot shows: below it, double precision's rounding (a drawn zero has no place on a
+log axis)."""
+
+
+def _dispersion_plot(plt: Any, measured: Any, label: str, out: Path) -> str:
+    """``dispersion.png``: the phase and amplitude errors per step against ``ω dt`` on a log axis that starts at
+    :data:`FLOOR` (an error below it, an exact zero included, is drawn on the floor)."""
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    for values, name in ((measured.phase_error, "|phase error|"), (measured.amplitude_error, "|amplitude error|")):
+        axis.semilogy(measured.omega_dt, [max(abs(v), FLOOR) for v in values], label=name)
+    axis.set_ylim(bottom=FLOOR / 2)
+    axis.set_xlabel("ω dt")
+    axis.set_ylabel(f"error per step (floor {FLOOR:g}: rounding)")
+    axis.set_title(_title(f"{label}: dispersion and dissipation"), fontsize=10)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    files.write_figure(out / "dispersion.png", figure, dpi=120)
+    return "dispersion.png"
 
 
 def _region_grid(stepper: Any, dt: float, power: int, reach: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -150,12 +249,14 @@ def _region_grid(stepper: Any, dt: float, power: int, reach: float) -> tuple[tor
 
 def run_report(layers: list[dict[str, Any]], steppers: list[Any], label: str, out: Path) -> list[str]:
     """The atlas's figures for one run into ``out``; return their file names."""
-    out.mkdir(parents=True, exist_ok=True)
+    from matplotlib.ticker import MaxNLocator
+
+    files.folder(out)
     plt = pyplot()
     count = len(layers)
     columns = min(count, 4)
     rows = math.ceil(count / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.0 * rows), squeeze=False)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.0 * rows + 0.4), squeeze=False)
     for entry, stepper, axis in zip(layers, steppers, axes.flat):
         power = 2 if entry["second_order"] else 1
         points = [complex(re, im) * entry["dt"] ** power for re, im in entry["eigenvalues"]]
@@ -175,33 +276,36 @@ def run_report(layers: list[dict[str, Any]], steppers: list[Any], label: str, ou
         axis.axvline(0, color="grey", lw=0.5)
         axis.set_title(f"layer {entry['layer']}: headroom {entry['headroom']:.3g}", fontsize=9)
         axis.set_xlabel("Re dt²λ" if power == 2 else "Re dt λ", fontsize=8)
+        axis.set_ylabel("Im dt²λ" if power == 2 else "Im dt λ", fontsize=8)
     for axis in list(axes.flat)[count:]:
         axis.axis("off")
-    figure.suptitle(f"{label}: measured spectrum over the scheme's region", fontsize=10)
+    figure.suptitle(
+        _title(f"{label}: measured spectrum (red) over the scheme's region (blue)", 22 * columns), fontsize=10
+    )
     figure.tight_layout()
-    figure.savefig(out / "atlas.png", dpi=110)
-    plt.close(figure)
+    files.write_figure(out / "atlas.png", figure)
     index = [entry["layer"] for entry in layers]
-    figure, axis = plt.subplots(figsize=(5.5, 3.5))
+    figure, axis = plt.subplots(figsize=(5.5, 3.8))
     axis.semilogy(index, [max(entry["headroom"], 1e-3) for entry in layers], marker="o")
-    axis.axhline(1.0, color="#c0392b", lw=0.8, ls="--")
+    axis.axhline(1.0, color="#c0392b", lw=0.8, ls="--", label="1: the step at its region's edge")
     axis.set_xlabel("layer")
     axis.set_ylabel("headroom (factor on dt)")
-    axis.set_title(f"{label}: stability headroom per layer")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_title(_title(f"{label}: stability headroom per layer"), fontsize=10)
+    axis.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(out / "headroom.png", dpi=120)
-    plt.close(figure)
-    figure, axis = plt.subplots(figsize=(5.5, 3.5))
+    files.write_figure(out / "headroom.png", figure, dpi=120)
+    figure, axis = plt.subplots(figsize=(5.5, 3.8))
     axis.plot(index, [entry["predicted_contraction"] for entry in layers], marker="o", label="predicted (linearised)")
     axis.plot(index, [entry["measured_contraction"] for entry in layers], marker="s", label="measured (the layer)")
     axis.axhline(1.0, color="grey", lw=0.5)
     axis.set_xlabel("layer")
-    axis.set_ylabel("Dirichlet energy ratio across the layer")
-    axis.set_title(f"{label}: contraction of the mean-free part")
+    axis.set_ylabel("Dirichlet energy after / before")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_title(_title(f"{label}: contraction of the mean-free part per layer"), fontsize=10)
     axis.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(out / "contraction.png", dpi=120)
-    plt.close(figure)
+    files.write_figure(out / "contraction.png", figure, dpi=120)
     return ["atlas.png", "headroom.png", "contraction.png"]
 
 
@@ -209,27 +313,76 @@ def refinement_plot(found: dict[str, Any], label: str, out: Path) -> str:
     """``refinement.png``: the logits' change against the finest ``k``; return its file name."""
     plt = pyplot()
     rows = [row for row in found["refinement"] if row["logit_change"] > 0]
-    figure, axis = plt.subplots(figsize=(5.5, 3.5))
+    figure, axis = plt.subplots(figsize=(5.5, 3.8))
     axis.loglog([row["k"] for row in rows], [row["logit_change"] for row in rows], marker="o", label="logits")
     axis.loglog([row["k"] for row in rows], [row["hidden_change"] for row in rows], marker="s", label="last state")
     order = found.get("observed_order")
-    axis.set_title(f"{label}: refinement (observed order {'–' if order is None else f'{order:.2f}'})")
+    axis.set_title(
+        _title(f"{label}: refinement (observed order {'–' if order is None else f'{order:.2f}'})"), fontsize=10
+    )
     axis.set_xlabel("k (each layer's step as k steps of dt/k)")
     axis.set_ylabel("relative change vs the finest k")
     axis.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(out / "refinement.png", dpi=120)
-    plt.close(figure)
+    files.write_figure(out / "refinement.png", figure, dpi=120)
     return "refinement.png"
 
 
 def write_json(path: Path, numbers: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(finite(numbers), indent=2) + "\n")
+    """``numbers`` as JSON (:func:`finite`) at ``path``, never through a link."""
+    files.write_text(files.folder(Path(path).parent) / Path(path).name, json.dumps(finite(numbers), indent=2) + "\n")
+
+
+def run_verdicts(numbers: dict[str, Any]) -> list[str]:
+    """What a run's atlas and refinement mean, in words: whether every step is inside its scheme's region (and the
+    tightest layer), the modes that grow whatever the step, how far the attention's linearisation explains each
+    layer's contraction, and whether refining the steps converges as a discretisation of one ODE would (the
+    refinement's ``verdict``, :func:`odeformer.atlas.verdict`)."""
+    layers = numbers["layers"]
+    low = min(layers, key=lambda entry: entry["headroom"])
+    said = [
+        f"Every layer's step is inside its scheme's stability region on its measured spectrum; the tightest is layer "
+        f"{low['layer']}, whose dt could grow by a factor {low['headroom']:.3g}."
+        if low["headroom"] >= 1
+        else f"Layer {low['layer']}'s step is outside its scheme's stability region (headroom {low['headroom']:.3g} < "
+        "1): a mode of its measured spectrum grows from step to step; a smaller model.dt brings it inside."
+    ]
+    growing = sum(entry["growing"] for entry in layers)
+    if growing:
+        said.append(
+            f"{growing} measured eigenvalues (over all layers) have a positive real part: their exact flow grows, so "
+            "no step makes them decay, and they set no bound on dt."
+        )
+    above = [e["layer"] for e in layers if e["measured_contraction"] > 1.1 * e["predicted_contraction"]]
+    below = [e["layer"] for e in layers if e["measured_contraction"] < e["predicted_contraction"] / 1.1]
+    agree = len(layers) - len(above) - len(below)
+    said.append(
+        f"Predicted contraction (the scheme stepping the attention field's linearisation, nothing else) and measured "
+        f"(the whole layer) agree within 10 % in {agree} of {len(layers)} layers: there the attention explains how the "
+        "layer spreads or smooths the tokens."
+    )
+    if above:
+        said.append(
+            f"In {_layers(above)} the layer spreads the tokens more than its attention predicts: "
+            "what the layer adds besides the linearised attention (the FFN, the normalisation, attention's own "
+            "non-linearity) pushes them apart."
+        )
+    if below:
+        said.append(f"In {_layers(below)} the layer smooths the tokens more than predicted.")
+    if not numbers.get("small_step_limit", True):
+        said.append("A layer's step has a part that does not shrink with dt (order 0): refinement cannot converge.")
+    elif numbers.get("verdict"):
+        said.append(numbers["verdict"])  # the refinement's, odeformer.atlas.verdict: is the trained model an ODE?
+    return said
+
+
+def _layers(indices: list[int]) -> str:
+    return f"layer{'s' if len(indices) > 1 else ''} {', '.join(map(str, indices))}"
 
 
 def run_markdown(numbers: dict[str, Any], model: Any, out: Path, title: str | None = None) -> str:
-    """The figures and ``report.md`` of a run's atlas (and refinement) into ``out``; return the Markdown."""
+    """The figures and ``report.md`` of a run's atlas (and refinement) into ``out``, ending with its verdicts in words
+    (:func:`run_verdicts`); return the Markdown."""
     label = f"{numbers['solver']} (depth {numbers['depth']})"
     figures = run_report(numbers["layers"], [layer.stepper for layer in model.backbone.layers], label, out)
     if "refinement" in numbers:
@@ -260,8 +413,9 @@ def run_markdown(numbers: dict[str, Any], model: Any, out: Path, title: str | No
             solver = f"ODE ({limit['method']}, {limit['evaluations']} evaluations)"
             lines.append(f"| {solver} | {limit['logit_change']:.3g} | – | 0 | {metric} |")
         order = numbers.get("observed_order")
-        lines += ["", f"Observed order: {'–' if order is None else f'{order:.2f}'}.", "", numbers["verdict"]]
-    lines += ["", *(f"![{f[:-4]}]({f})" for f in figures), ""]
+        lines += ["", f"Observed order: {'–' if order is None else f'{order:.2f}'}."]
+    lines += ["", *(f"![{f[:-4]}]({f})" for f in figures), "", "## Verdicts", ""]
+    lines += [f"- {line}" for line in run_verdicts(numbers)] + [""]
     text = "\n".join(lines)
-    (out / "report.md").write_text(text)
+    files.write_text(out / "report.md", text)
     return text

@@ -25,6 +25,7 @@ import torch
 from ...data import TaskData
 from ...diagnostics import layer_measures
 from ...tasks import task_of
+from .. import files
 
 
 class Measure(NamedTuple):
@@ -147,8 +148,9 @@ def batch_of(data: TaskData, model: torch.nn.Module, size: int) -> tuple[tuple[A
     return task_of(model).diagnostic_batch(data, model, size)
 
 
-def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size: int) -> dict[str, Any]:
-    """Measure every run, write the PNGs and JSON files into ``out``; return the numbers.
+def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size: int) -> list[str]:
+    """Measure every run, write the PNGs and JSON files into ``out`` (never through a link:
+    :mod:`odeformer.app.files`); return the names of the files written.
 
     Each ``<measure>.json`` holds ``measure``, ``title``, ``definition``, ``units``, ``axis``, ``y_scale``,
     ``batch`` and ``runs: {label: {"layers": [...], "values": [...]}}`` (``wave_energy.json`` also says, per run,
@@ -160,8 +162,8 @@ def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    out.mkdir(parents=True, exist_ok=True)
-    results, first_tokens = {}, {}
+    files.folder(out)
+    results, first_tokens, written = {}, {}, []
     for label, data, model in runs:
         inputs, options = batch_of(data, model, size)
         results[label], first_tokens[label] = layer_measures(model, *inputs, **options), task_of(model).first_token
@@ -203,8 +205,7 @@ def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size:
             _readable_log_ticks(ax.yaxis, min(values), max(values))
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(out / f"{measure}.png", dpi=110)
-        plt.close(fig)
+        files.write_figure(out / f"{measure}.png", fig)
         record = {
             "measure": measure,
             "title": " ".join(spec.title.split()),
@@ -220,11 +221,13 @@ def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size:
                 "(first-order) are plotted too, dashed, with that quotient as their velocity"
             )
         record["runs"] = curves
-        (out / f"{measure}.json").write_text(_json(record))
+        files.write_text(out / f"{measure}.json", _json(record))
+        written += [f"{measure}.png", f"{measure}.json"]
     phases = {label: r for label, r in results.items() if "phase" in r}
     if phases:
         _phase_portraits(plt, phases, first_tokens, out)
-    return results
+        written += ["phase.png", "phase.json"]
+    return written
 
 
 def _readable_log_ticks(axis: Any, low: float, high: float) -> None:
@@ -275,8 +278,7 @@ def _phase_portraits(plt: Any, phases: dict[str, dict[str, Any]], first_tokens: 
             "v": [p["v"] for p in points],
         }
     fig.tight_layout()
-    fig.savefig(out / "phase.png", dpi=110)
-    plt.close(fig)
+    files.write_figure(out / "phase.png", fig)
     first = next(iter(runs.values()))
     record = {
         "measure": "phase",
@@ -293,7 +295,7 @@ def _phase_portraits(plt: Any, phases: dict[str, dict[str, Any]], first_tokens: 
     }
     if all(run["token"] == first["token"] and run["channels"] == first["channels"] for run in runs.values()):
         record = {**record, "token": first["token"], "channels": first["channels"]}  # the same in every run
-    (out / "phase.json").write_text(_json(record))
+    files.write_text(out / "phase.json", _json(record))
 
 
 def _json(record: dict) -> str:

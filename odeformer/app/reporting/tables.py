@@ -11,13 +11,15 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from ..files import printable, read_text
+
 
 def print_summary(summary: dict[str, Any], out_dir: Path) -> None:
     metric = summary["metric"]
     test = "-" if summary["test"] is None else f"{summary['test']:.4f}"
     print(f"\n{'solver':<16} {'depth':>5} {'test ' + metric:>14} {'time':>8}")
     print(f"{summary['solver']:<16} {summary['depth']:>5} {test:>14} {summary['wall_s']:>7.1f}s")
-    print(f"run directory: {out_dir}")
+    print(f"run directory: {printable(out_dir)}")
 
 
 SWEEP_COLUMNS = (
@@ -31,7 +33,7 @@ def sweep_table(sweep_dir: Path) -> tuple[str, list[dict[str, Any]]]:
     """A Markdown table of every run's ``summary.json`` under ``sweep_dir`` (one row per run), and the rows."""
     rows = []
     for path in sorted(Path(sweep_dir).glob("*/summary.json"), key=lambda p: _job_number(p.parent.name)):
-        summary = json.loads(path.read_text())
+        summary = json.loads(read_text(path, limit=4 << 20))
         evaluations = summary.get("evaluations") or {}
         row = {"run": path.parent.name, **{k: summary.get(k) for k in SWEEP_COLUMNS[1:]}}
         rows.append(row | {"evals/token": evaluations.get("per_token")})

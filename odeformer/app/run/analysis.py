@@ -9,8 +9,11 @@ from typing import Any
 
 import torch
 
+from solvers import PhaseState
+
 from ... import atlas
 from ...tasks import task_of
+from .bounds import check_refinement
 from .builder import load_run
 from .objectives import make_objective
 
@@ -33,7 +36,17 @@ def analyse_run(
     data, model, record = load_run(run_dir, checkpoint, stepper=stepper)
     if not getattr(model.backbone, "layers", None):
         raise ValueError(f"{run_dir} is a continuous-depth run: one adaptive block, no layer steps to analyse.")
+    if refine:
+        check_refinement(list(refine), len(model.backbone.layers))
     inputs, _ = task_of(model).diagnostic_batch(data, model, batch)
+    states: list = []
+    with torch.no_grad():
+        model(*inputs, record=states)
+    if not all(bool(torch.isfinite(s.x if isinstance(s, PhaseState) else s).all()) for s in states):
+        raise ValueError(
+            f"{run_dir}: the model's states on its validation batch are not finite (its weights overflow float32 as "
+            "they compute), so there is no spectrum to read; nothing was written."
+        )
     numbers: dict[str, Any] = {
         "run": str(run_dir),
         "solver": record["solver"],

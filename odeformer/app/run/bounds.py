@@ -1,14 +1,20 @@
-"""Bounds on a config's sizes and cost, checked without torch: by ``odeformer-train`` on its command line before
-anything starts, and by the builder (:func:`odeformer.app.run.builder.build`) for every config, a config read from a
-file included (``source``, named in the error). A file does not set what a command costs."""
+"""Bounds on a config's sizes, values and cost, checked without torch: by ``odeformer-train`` on its command line
+before anything starts, by ``odeformer-compare`` for every row, and by the builder
+(:func:`odeformer.app.run.builder.build`) and ``odeformer-sample`` for every config, a config read from a file included
+(``source``, named in the error). A file does not set what a command costs. One bound per quantity: the layers of a
+forward pass (:data:`MAX_DEPTH`, also a refinement's ``depth · k``), of a weight-tied stack (:data:`MAX_TIED_DEPTH`),
+the context (:data:`MAX_LEN`), a scheme's stages and coefficients (:data:`MAX_STAGES`, :data:`MAX_COEFFICIENT`), the
+seeds of a table (:data:`MAX_SEEDS`) and a measured step cost (:data:`MAX_COST`)."""
 
 from __future__ import annotations
 
 import math
+import os
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from .config import UsageError
+from .config import LoopConfig, UsageError
 
 
 def source_prefix(source: Path | None) -> str:
@@ -42,34 +48,166 @@ def check_sizes(config: dict[str, Any], source: Path | None = None) -> None:
 
 
 MAX_DEPTH = 100_000
-"""The most layers a model may have: a bound on the time a forward pass takes, which the memory estimate does not see
-(tied weights with activation checkpointing need little memory at any depth)."""
+"""The most layer steps one forward pass may take (``model.depth``, and a refined model's ``depth · k``): a bound on
+the time a forward pass takes, which the memory estimate does not see."""
+MAX_TIED_DEPTH = 10_000
+"""The most layers a weight-tied stack (``model.tie_weights``) may have: each is a module of its own, built one by one
+(about a millisecond each), while the memory estimate, which counts the one shared block, bounds nothing."""
 MAX_LEN = 1_000_000
 """The longest context ``model.max_len`` may ask for (its position table is allocated whole)."""
 MAX_STAGES = 64
 """The most stages a scheme given by coefficients may have (``solver.options`` ``A``, ``b``, ``drifts``, ...)."""
+MAX_COEFFICIENT = 1e6
+"""The largest magnitude a scheme's coefficient may have (a step ``a · dt`` must stay a float32 number)."""
+MAX_SEEDS = 1000
+"""The most seeds one row of a table (``odeformer-compare --seeds``, a section's ``seeds``) may have."""
+MAX_COST = 1000.0
+"""A row's step cost against the reference's lies within ``[1 / MAX_COST, MAX_COST]``, or it is no measurement."""
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.1754943508222875e-38
+"""The largest and the smallest normal float32: the model computes in float32, where a step or a learning rate below
+the smallest is 0 (or loses its precision) and one above the largest is inf."""
 
 
 def check_cost(config: dict[str, Any], source: Path | None = None) -> None:
     """Bounds on what the memory estimate does not measure, the same for a command line and for a config read from a
-    file (``source``): the depth (:data:`MAX_DEPTH`), the context (:data:`MAX_LEN`) and a coefficient scheme's stages
-    (:data:`MAX_STAGES`). A file does not set what a command costs."""
+    file (``source``): the depth (:data:`MAX_DEPTH`, :data:`MAX_TIED_DEPTH` with tied weights), the context
+    (:data:`MAX_LEN`) and a coefficient scheme's stages and coefficients (:func:`check_stages`). A file does not set
+    what a command costs."""
     model = config["model"]
+    depth = model.get("depth")
     for key, bound in (("depth", MAX_DEPTH), ("max_len", MAX_LEN)):
         value = model.get(key)
         if isinstance(value, int) and value > bound:
             raise UsageError(f"{_from(source)}model.{key}={value} is more than the {bound} allowed.")
+    if model.get("tie_weights") and isinstance(depth, int) and depth > MAX_TIED_DEPTH:
+        raise UsageError(
+            f"{_from(source)}model.depth={depth} with model.tie_weights=true is more than the {MAX_TIED_DEPTH} "
+            "layers a tied stack may have (each is built as a module of its own)."
+        )
     check_stages(config, source)
 
 
+MAX_REFINE = 64
+"""The finest resolution a refinement takes: 64 steps per layer step."""
+
+
+def is_resolution(k: Any) -> bool:
+    """Whether ``k`` can be a refinement's resolution: a whole number from 2 to :data:`MAX_REFINE` (each layer's step
+    as ``k`` steps), or ``1/m`` (``0.5``: every other layer over twice the step)."""
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not (math.isfinite(k) and 0 < k <= MAX_REFINE):
+        return False
+    if k >= 1:
+        return k == int(k) and k >= 2
+    return abs(1 / round(1 / k) - k) <= 1e-12
+
+
+def check_refinement(parts: list[float], depth: int = 1, source: Path | None = None) -> None:
+    """A refinement's resolutions (:func:`is_resolution`), at most 16 of them, each keeping the refined forward's
+    ``depth · k`` layer steps within :data:`MAX_DEPTH`."""
+    if not parts or len(parts) > 16 or not all(is_resolution(k) for k in parts):
+        shown = " ".join(f"{k:g}" if isinstance(k, (int, float)) else repr(k) for k in parts or [])
+        raise UsageError(
+            f"{_from(source)}a refinement takes 1 to 16 resolutions: whole numbers from 2 to {MAX_REFINE} (finer), "
+            f"or 1/m such as 0.5 (coarser: every m-th layer), got {shown or 'none'}."
+        )
+    top = MAX_DEPTH // max(depth, 1)
+    if max(parts) > top:
+        raise UsageError(
+            f"{_from(source)}a refinement by k={max(parts):g} of a depth-{depth} model takes "
+            f"{depth * max(parts):g} layer steps per forward, more than the {MAX_DEPTH} allowed; give k up to {top}."
+        )
+
+
+def _coefficients(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [c for item in value for c in _coefficients(item)]
+    return [value]
+
+
 def check_stages(config: dict[str, Any], source: Path | None = None) -> None:
-    """A scheme given by coefficients has at most :data:`MAX_STAGES` stages (checked before it is built: deriving
-    its claims costs time with every stage)."""
+    """A scheme given by coefficients has at most :data:`MAX_STAGES` stages, and each coefficient (a number, or a
+    fraction such as ``1/2``) is at most :data:`MAX_COEFFICIENT` in magnitude (checked before it is built: deriving
+    its claims costs time with every stage, and a step ``a · dt`` beyond float32 fails mid-training)."""
     options = (config.get("solver") or {}).get("options") or {}
-    if isinstance(options, dict):
-        for key in ("A", "b", "c", "bbar", "drifts", "kicks"):
-            value = options.get(key)
-            if isinstance(value, (list, tuple)) and len(value) > MAX_STAGES:
+    if not isinstance(options, dict):
+        return
+    for key in ("A", "b", "c", "bbar", "drifts", "kicks"):
+        value = options.get(key)
+        if isinstance(value, (list, tuple)) and len(value) > MAX_STAGES:
+            raise UsageError(
+                f"{_from(source)}solver.options.{key} has {len(value)} stages, more than the {MAX_STAGES} allowed."
+            )
+        for c in _coefficients(value) if value is not None else ():
+            try:
+                number = float(Fraction(str(c).strip())) if isinstance(c, str) else c
+            except (ValueError, ZeroDivisionError, OverflowError):
+                continue  # not a number: the scheme's own parser says what is wrong
+            if isinstance(number, (int, float)) and not (math.isfinite(number) and abs(number) <= MAX_COEFFICIENT):
                 raise UsageError(
-                    f"{_from(source)}solver.options.{key} has {len(value)} stages, more than the {MAX_STAGES} allowed."
+                    f"{_from(source)}solver.options.{key} holds the coefficient {c}; a coefficient is a finite number "
+                    f"of magnitude at most {MAX_COEFFICIENT:g}."
                 )
+
+
+def _number(node: Any, key: str) -> Any:
+    value = node.get(key) if isinstance(node, dict) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def cores() -> int:
+    """The CPU cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def check_values(config: dict[str, Any], source: Path | None = None) -> None:
+    """Values the config's types accept that no run can use, each one line naming the key and what is allowed: a
+    ``model.dt`` that is not a positive normal float32 (``1e-320`` is 0 there; ``1e308`` is inf), a ``model.dropout``
+    outside [0, 1), a ``model.norm_eps`` that is not positive and finite, a ``train.lr`` beyond the largest float or
+    below float32's smallest normal, a seed beyond 64-bit, more ``train.threads`` than this machine's cores, an empty
+    ``train.out_dir``."""
+    model, train = config.get("model") or {}, config.get("train") or {}
+    dt = _number(model, "dt")
+    if dt is not None and not (math.isfinite(dt) and abs(dt) <= FLOAT32_MAX):
+        raise UsageError(
+            f"{_from(source)}model.dt={dt} is not a finite float32 step size; give a positive number below 3.4e38."
+        )
+    if dt is not None and dt <= 0:
+        raise UsageError(f"{_from(source)}model.dt={dt}: dt must be positive and finite (a step forward in depth).")
+    if dt is not None and dt < FLOAT32_TINY:
+        raise UsageError(f"{_from(source)}model.dt={dt} is 0 in float32; give a step of at least {FLOAT32_TINY:.3g}.")
+    dropout = _number(model, "dropout")
+    if dropout is not None and not (0 <= dropout < 1):
+        raise UsageError(f"{_from(source)}model.dropout={dropout} must be a probability in [0, 1).")
+    eps = _number(model, "norm_eps")
+    if eps is not None and not (math.isfinite(eps) and 0 < eps <= FLOAT32_MAX):
+        raise UsageError(f"{_from(source)}model.norm_eps={eps} must be a positive finite number (e.g. 1e-5).")
+    lr = _number(train, "lr")
+    if lr is not None and math.isinf(lr):
+        raise UsageError(
+            "train.lr is beyond the largest float (it reads as inf); give a positive finite learning rate (e.g. 1e-3)."
+        )
+    if lr is not None and 0 < lr < FLOAT32_TINY:
+        raise UsageError(f"train.lr={lr} is 0 in float32; give a learning rate of at least {FLOAT32_TINY:.3g}.")
+    seed = _number(train, "seed")
+    if seed is not None and isinstance(seed, int) and seed > 2**63 - 1:  # a negative seed is the loop's to name
+        raise UsageError(f"train.seed={seed} must be from 0 to 2**63 - 1.")
+    threads = _number(train, "threads")
+    if isinstance(threads, int) and threads > cores():
+        count = cores()
+        raise UsageError(f"train.threads={threads} is more than this machine's {count} CPU cores; give 1 to {count}.")
+    if train.get("out_dir") is not None and not str(train.get("out_dir")).strip():
+        raise UsageError("train.out_dir='' names no folder; give the run directory's path (or leave it unset).")
+
+
+def check_config(config: dict[str, Any], source: Path | None = None) -> None:
+    """Every check of this module on a resolved config, its values, sizes and cost, then the loop's own
+    (:class:`~odeformer.app.run.config.LoopConfig`: ``train.max_steps`` at least 1, ...)."""
+    check_values(config, source)
+    check_sizes(config, source)
+    check_cost(config, source)
+    if config.get("train"):
+        try:
+            LoopConfig(**config["train"], batch_size=(config.get("data") or {}).get("batch_size", 1))
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"{_from(source)}{error}") from None

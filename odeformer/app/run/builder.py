@@ -14,6 +14,7 @@ before the model is built.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -23,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+import solvers
+
 from ...data import TaskData, data_kind, load
 from ...tasks import TaskSpec
 from .bounds import MAX_DEPTH as MAX_DEPTH
@@ -30,10 +33,10 @@ from .bounds import MAX_LEN as MAX_LEN
 from .bounds import MAX_STAGES as MAX_STAGES
 from .bounds import check_cost, check_sizes, check_stages
 from .bounds import source_prefix as _from
-from .checkpoints import load_checkpoint
+from .checkpoints import load_checkpoint, load_weights
 from .config import UsageError as UsageError  # a configuration that cannot run (defined where no torch is needed)
 from .identity import default_model, model_targets, run_record
-from .schemes import SchemeNameError, check_scheme_name, own_scheme
+from .schemes import SchemeNameError, check_scheme_name, import_scheme, own_scheme
 from .upgrade import CONTINUOUS_TARGET, SOLVER_TARGET, upgrade_config
 
 SOLVER_TARGETS = (SOLVER_TARGET, CONTINUOUS_TARGET)
@@ -136,6 +139,10 @@ def build(
     check_memory(config, data.meta, source)
     check_cost(config, source)  # what the estimate does not see: time, a position table, a scheme's stages
     if chosen is None:  # nothing left to check without the user's class: import its module now
+        try:
+            import_scheme(own)  # a module that raises as it runs, or holds no such class: one line
+        except SchemeNameError as error:
+            raise UsageError(f"{_from(source)}{error}") from None
         chosen = solver_target(**_arguments(solver))
     try:
         model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
@@ -159,6 +166,8 @@ def build(
         record["splitting"] = chosen.splitting  # how the FFN enters the layer: lie or strang
     if getattr(chosen, "scheme", None):  # a scheme made from coefficients: they and its derived claims
         record["scheme"] = chosen.scheme
+    elif own is not None:  # a class of one's own: what it claims, which a resume checks it still does
+        record["scheme"] = {"class": own, "claims": dataclasses.asdict(solvers.Claims.of(chosen.stepper))}
     return data, model, record
 
 
@@ -186,7 +195,7 @@ def load_run(
     if not isinstance(config, dict) or not all(isinstance(config.get(k), dict) for k in ("solver", "model", "data")):
         raise UsageError(f"{path} stores no run config (solver, model, data), so its run cannot be rebuilt.")
     data, model, record = build(config, source=path, stepper=stepper)
-    model.load_state_dict(payload["model"])
+    load_weights(model, payload["model"], path)
     return data, model.eval(), record
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def error_text(error: BaseException, doing: str) -> str:
     return f"{type(error).__name__}: {text[:160]}" if text else f"{type(error).__name__} while {doing}"
 
 
-def _check_archive(path: Path) -> None:
+def _check_archive(path: Path, file: Any) -> None:
     """Refuse, before ``torch.load`` allocates anything, a checkpoint whose zip directory declares a record that is
     compressed (``torch.save`` writes every record stored as it is, so a compressed one is not torch's: a few
     megabytes can inflate to gigabytes) or whose sizes exceed the file's own size. A file that is not a zip archive
@@ -88,11 +89,13 @@ def _check_archive(path: Path) -> None:
     import zipfile
 
     try:
-        size = path.stat().st_size
-        with zipfile.ZipFile(path) as archive:
+        size = os.fstat(file.fileno()).st_size
+        with zipfile.ZipFile(file) as archive:
             records = archive.infolist()
     except (OSError, zipfile.BadZipFile, ValueError, EOFError):
         return
+    finally:
+        file.seek(0)
     for info in records:
         if info.compress_type != zipfile.ZIP_STORED:
             raise CheckpointError(
@@ -109,16 +112,24 @@ def _check_archive(path: Path) -> None:
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint with ``weights_only=True`` (never unpickles code): the package's one checkpoint reader.
 
-    A file whose zip records are compressed or larger than the file is refused before anything is allocated
-    (:func:`_check_archive`). A file that names a global a checkpoint never holds (``os.system``, a class of
-    someone's) is refused without running anything; a truncated, empty or foreign file is a one-line
-    :class:`CheckpointError` naming the file."""
+    Anything but a regular file (a FIFO, a device node, a link to ``/dev/zero``) is refused before it is opened
+    (:func:`odeformer.app.files.open_regular`). A file whose zip records are compressed or larger than the file is
+    refused before anything is allocated (:func:`_check_archive`). A file that names a global a checkpoint never
+    holds (``os.system``, a class of someone's) is refused without running anything; a truncated, empty or foreign
+    file is a one-line :class:`CheckpointError` naming the file."""
     path = Path(path)
-    _check_archive(path)
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        file = os.fdopen(files.open_regular(path), "rb")  # a FIFO or a device (/dev/zero) is refused unopened
     except FileNotFoundError:
-        raise CheckpointError(f"{path} does not exist.") from None
+        raise CheckpointError(f"{files.printable(path)} does not exist.") from None
+    except files.UnsafeFile as error:
+        raise CheckpointError(str(error)) from None
+    try:
+        with file:
+            _check_archive(path, file)
+            payload = torch.load(file, map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
     except Exception as error:  # truncated zip, foreign pickle, ...
         refused = re.search(r"(?:unsupported|Unsupported) (?:GLOBAL|global:? (?:GLOBAL )?)\s*([\w.]+)", str(error))
         if refused:
@@ -181,3 +192,39 @@ def _check_structure(path: Path, payload: Any) -> None:
         return total
 
     size(payload, 0)
+
+
+def check_weights(model: torch.nn.Module, weights: Any, path: Path) -> None:
+    """``weights`` (a state dict read from ``path``) fit ``model`` before anything is loaded: a mapping of tensors,
+    each of its entry's shape and, where the model's entry is floating point, itself real floating point (an
+    integer, bool or complex tensor would be cast without a word) and finite. Anything else is one line naming the
+    file and the key."""
+    own = model.state_dict()
+    if not isinstance(weights, dict):
+        raise CheckpointError(f"{path} holds no weights (a mapping of tensors); use a checkpoint of odeformer-train.")
+    for key, value in weights.items():
+        mine = own.get(key)
+        if mine is None:
+            continue  # load_state_dict names an entry the model lacks
+        why = None
+        if not isinstance(value, torch.Tensor):
+            why = f"is a {type(value).__name__}, not a tensor"
+        elif value.shape != mine.shape:
+            why = f"has shape {tuple(value.shape)}, the model's {tuple(mine.shape)}"
+        elif mine.is_floating_point() and not value.is_floating_point():
+            why = f"is {str(value.dtype).removeprefix('torch.')}, not a real floating-point tensor"
+        elif mine.is_floating_point() and not bool(torch.isfinite(value).all()):
+            why = "holds non-finite values (NaN or inf)"
+        if why is not None:
+            raise CheckpointError(f"{path}: the weight {key} {why}; the weights were not loaded.")
+
+
+def load_weights(model: torch.nn.Module, weights: Any, path: Path) -> None:
+    """``weights`` read from ``path`` into ``model`` once :func:`check_weights` passes; entries missing or too many
+    are one line naming the file."""
+    check_weights(model, weights, path)
+    try:
+        model.load_state_dict(weights)
+    except (RuntimeError, ValueError, KeyError) as error:
+        reason = " ".join(str(error).split())[:200]
+        raise CheckpointError(f"{path}: the weights do not fit the run's model ({reason}).") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,10 +32,10 @@ def record(out_dir: Path, event: dict[str, Any]) -> None:
 def history(out_dir: Path) -> list[dict[str, Any]]:
     """The events of ``history.jsonl`` (a line cut short by a kill is skipped)."""
     path = Path(out_dir) / HISTORY
-    if not path.exists():
+    if not os.path.lexists(path):
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    for line in files.read_text(path).splitlines():  # a regular file only (a FIFO never ends a read)
         with contextlib.suppress(json.JSONDecodeError):
             row = json.loads(line)
             if isinstance(row, dict):

@@ -35,6 +35,16 @@ def idle_threads() -> int:
     return max(1, min(torch.get_num_threads(), cores, int(cores - load + 0.5)))
 
 
+def use_idle_threads(how: str = "") -> None:
+    """Compute with :func:`idle_threads`, saying so in one line when that is fewer than torch's default (``how``: the
+    setting that chooses instead)."""
+    default, chosen = torch.get_num_threads(), idle_threads()
+    if chosen < default:
+        busy = f"computing with {chosen} of {default} CPU threads: the machine's cores are busy"
+        print(f"{busy} (load {os.getloadavg()[0]:.1f}){'; ' + how if how else ''}")
+        torch.set_num_threads(chosen)
+
+
 def train(
     config: dict[str, Any], out_dir: Path, overrides: list[str] | None = None, choose_threads: bool = True
 ) -> dict[str, Any]:
@@ -50,13 +60,7 @@ def train(
     if loop.threads is not None:
         torch.set_num_threads(loop.threads)
     elif choose_threads and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        default, chosen = torch.get_num_threads(), idle_threads()
-        if chosen < default:
-            print(
-                f"computing with {chosen} of {default} CPU threads: the machine's cores are busy "
-                f"(load {os.getloadavg()[0]:.1f}); train.threads=N chooses"
-            )
-            torch.set_num_threads(chosen)
+        use_idle_threads("train.threads=N chooses")
     with lock_run_directory(out_dir) if writer else contextlib.nullcontext():
         changes = check_run_directory(out_dir, loop.resume, config)
         torch.manual_seed(loop.seed)  # the model's initial weights are part of the run's seed

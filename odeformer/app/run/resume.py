@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import yaml
 
+from .. import files
 from .checkpoints import CheckpointError, load_checkpoint
 from .history import diverged_after, non_finite
 from .identity import IDENTITY, describe, run_record
@@ -331,7 +332,7 @@ def run_overrides(out_dir: Path, payload: dict[str, Any]) -> list[str] | None:
     if not snapshots:
         return None
     try:
-        overrides = yaml.safe_load(snapshots[0].read_text())
-    except (OSError, yaml.YAMLError):
+        overrides = yaml.safe_load(files.read_text(snapshots[0], limit=1 << 20))
+    except (OSError, yaml.YAMLError, files.UnsafeFile):
         return None
     return upgrade_overrides([str(o) for o in overrides]) if isinstance(overrides, list) else None

@@ -16,6 +16,7 @@ logged to ``metrics.jsonl`` and shown (the last one) in the run's summary.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ from torch import nn
 
 from ...generate import sample_text
 from ...tasks import TaskSpec
+from .bounds import check_cost, check_sizes
 from .builder import SOLVER_TARGETS
-from .checkpoints import load_checkpoint
+from .checkpoints import load_checkpoint, load_weights
 from .identity import model_targets, run_record
 from .schemes import own_scheme
 
@@ -77,9 +79,9 @@ def _stepper_class(path: str | None, allowed: str | None) -> type | None:
             f"the run's config names a scheme of your own, solver={path!r}{named}; a path stored in a file is "
             f"not imported (a file could name any code). If you trust it, name it: --stepper {path}"
         )
-    from ...registry import import_stepper
+    from .schemes import import_scheme
 
-    return import_stepper(path)
+    return import_scheme(path)
 
 
 def text_models() -> dict[str, TaskSpec]:
@@ -92,9 +94,13 @@ def text_models() -> dict[str, TaskSpec]:
     }
 
 
-def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = None) -> nn.Module:
-    """The run's model (a registered text model, e.g. ``CausalLM``) from its stored config, through the package's
-    registered builders only: the model's ``_target_`` is looked up in the task registry, never imported."""
+def build_model(
+    config: dict[str, Any], vocab_size: int, stepper: str | None = None, source: Path | None = None
+) -> nn.Module:
+    """The run's model (a registered text model, e.g. ``CausalLM``) from its stored config (read from ``source``),
+    through the package's registered builders only: the model's ``_target_`` is looked up in the task registry, never
+    imported. Its sizes and cost are checked first (:mod:`odeformer.app.run.bounds`: a depth or ``max_len`` a file
+    sets beyond the bounds is one line, nothing built)."""
     from ...continuous import continuous
     from ...registry import solver, solver_names
     from .upgrade import upgrade_config
@@ -103,6 +109,8 @@ def build_model(config: dict[str, Any], vocab_size: int, stepper: str | None = N
     chosen_solver, model = config.get("solver"), config.get("model")
     if not isinstance(chosen_solver, dict) or not isinstance(model, dict):
         raise SampleError("the checkpoint stores no run config (solver, model), so its model cannot be rebuilt.")
+    check_sizes({"data": {}, **config}, source)
+    check_cost(config, source)
     models = text_models()
     spec = models.get(model.get("_target_"))
     if spec is None:
@@ -141,7 +149,7 @@ def load(run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None =
     if not run.is_dir():
         raise SampleError(f"{run} does not exist or is not a folder; give a run directory (one holding {checkpoint}).")
     path = run / checkpoint
-    if not path.is_file():
+    if not os.path.lexists(path):  # anything else there is the checkpoint reader's to refuse
         raise SampleError(
             f"{path} does not exist: the run has not evaluated yet (best.pt is written at its first evaluation); "
             "try --checkpoint last.pt."
@@ -151,15 +159,11 @@ def load(run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None =
     config = record.get("config") or {}
     itos = record.get("vocabulary")
     itos = list(itos) if isinstance(itos, str) else _dataset_vocabulary(config)
-    model = build_model(config, len(itos), stepper)
+    model = build_model(config, len(itos), stepper, path)
     weights = payload.get("best_model") if checkpoint == "last.pt" and payload.get("best_model") else payload["model"]
     if weights is None:
         raise SampleError(f"{path} holds no weights yet (the run has not evaluated).")
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as error:
-        reason = " ".join(str(error).split())[:200]
-        raise SampleError(f"{path}: the weights do not fit the run's config ({reason}).") from None
+    load_weights(model, weights, path)
     return model.eval(), itos
 
 

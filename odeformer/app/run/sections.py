@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from .bounds import is_resolution
 from .sweep import Job, Result, Sweep
 
 MATCH_ABOVE = 1.1  # rows costing more than this many times diffusion's training time get a compute-matched row
@@ -199,7 +200,7 @@ def _section(path: Path, key: str, node: Any) -> Section:
     if not isinstance(atlas, list) or not all(_natural(k) and k >= 2 for k in atlas):
         raise fail("atlas", f"must be a list of whole numbers of at least 2 (a refinement's k), got {atlas!r}.")
     refine = node.get("refine", [])
-    if not isinstance(refine, list) or not all(_resolution(k) for k in refine):
+    if not isinstance(refine, list) or not all(is_resolution(k) for k in refine):
         raise fail(
             "refine", f"must be a list of resolutions (whole numbers from 2, or 1/m such as 0.5), got {refine!r}."
         )
@@ -222,13 +223,6 @@ def _section(path: Path, key: str, node: Any) -> Section:
     except ValueError as error:
         raise fail("rows", str(error)) from None
     return section
-
-
-def _resolution(value: Any) -> bool:
-    """A refinement's ``k``: a whole number from 2 to 64, or ``1/m``."""
-    if not _number(value) or not 0 < value <= 64 or value == 1:
-        return False
-    return value == int(value) if value > 1 else abs(1 / round(1 / value) - value) <= 1e-12
 
 
 def _natural(value: Any) -> bool:

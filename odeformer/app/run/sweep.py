@@ -30,14 +30,17 @@ import json
 import os
 import signal
 import statistics
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor, as_completed, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .. import files
 from ..reporting.labels import flatten
+from .bounds import MAX_COST
 
 Compose = Callable[[list[str]], dict[str, Any]]
 """Overrides to the resolved config (plain containers) ``odeformer-train`` would run with them."""
@@ -86,23 +89,23 @@ class Sweep:
 
     def run(self, jobs: list[Job], runs_dir: Path) -> list[Result]:
         """Train every job into ``runs_dir / job.name`` (reusing finished runs); one :class:`Result` per job."""
-        runs_dir = Path(runs_dir)
+        runs_dir = files.folder(runs_dir, root=Path(runs_dir).parent)  # the table's folder: not a link
         _reuse(jobs, runs_dir, runs_dir.parent)
         for name, _, _, _, overrides in jobs:  # what each run is made of, for reuse by other tables
-            record = runs_dir / name / "overrides.json"
-            if not (runs_dir / name).is_symlink():
-                record.parent.mkdir(parents=True, exist_ok=True)
-                record.write_text(json.dumps(overrides) + "\n")
+            if not _reused(runs_dir / name, runs_dir.parent):
+                made = files.folder(runs_dir / name, runs_dir)
+                files.write_text(made / "overrides.json", json.dumps(overrides) + "\n")
         work = [(name, overrides, str(runs_dir / name)) for name, _, _, _, overrides in jobs]
         train = functools.partial(_train, compose=self.compose)
+        said = Progress(len(work))
         if self.workers == 1:
             summaries = []
             for job in work:
-                summaries.append(train(job))
+                summaries.append(said(job[0], train(job)))
                 if summaries[-1].get("status") == "interrupted":  # the job saved its checkpoint: the sweep stops
                     raise Interrupted(int(summaries[-1].get("signal") or signal.SIGINT))
         else:
-            summaries = _in_pool(train, work, self.workers)
+            summaries = _in_pool(train, work, self.workers, said)
         return [Result(*job, summary) for job, summary in zip(jobs, summaries)]
 
     def drift(self, run_dir: Path, overrides: list[str]) -> list[str]:
@@ -126,23 +129,23 @@ class Sweep:
         measured again. Empty without a baseline and another row."""
         if baseline not in rows or len(rows) < 2:
             return {}
-        path = Path(runs_dir) / "costs.json"
+        path = files.folder(runs_dir, root=Path(runs_dir).parent) / "costs.json"
         measured = {"fixed": fixed, "rows": rows, "columns": columns, "rounds": rounds}
         if baseline != "diffusion":
             measured["baseline"] = baseline
         if path.exists():
-            saved = json.loads(path.read_text())
-            if "costs" not in saved and set(saved) == set(rows) - {baseline}:
-                saved = {"measured": measured, "costs": saved}  # a file from before the key was kept: adopted once
-                path.write_text(json.dumps(saved, indent=2, ensure_ascii=False) + "\n")
-            if saved.get("measured") == measured:
-                return saved["costs"]
+            saved = read_json(path)
+            if isinstance(saved, dict) and "costs" not in saved and set(saved) == set(rows) - {baseline}:
+                saved = {"measured": measured, "costs": _checked_costs(path, saved, set(rows) - {baseline})}
+                files.write_text(path, json.dumps(saved, indent=2, ensure_ascii=False) + "\n")  # adopted once
+            if isinstance(saved, dict) and saved.get("measured") == measured:
+                return _checked_costs(path, saved.get("costs"), set(rows) - {baseline})
         measure = functools.partial(_measure_costs, compose=self.compose)
         (costs,) = _in_pool(measure, [(fixed, rows, columns, rounds, baseline)], 1)
         if "interrupted" in costs:
             raise Interrupted(costs["interrupted"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"measured": measured, "costs": costs}, indent=2, ensure_ascii=False) + "\n")
+        _checked_costs(path, costs, set(rows) - {baseline})
+        files.write_text(path, json.dumps({"measured": measured, "costs": costs}, indent=2, ensure_ascii=False) + "\n")
         return costs
 
     def evaluations(self, fixed: list[str], rows: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
@@ -159,24 +162,63 @@ class Sweep:
 # -- in a worker ----------------------------------------------------------------------------------------------------
 
 _IN_WORKER = False  # whether this process is a sweep's worker (set by _worker_start)
+_PARENT: int | None = None  # the process that started this worker
+_BUSY = False  # whether this worker runs a job now
 
 
-def _worker_start() -> None:
+def _worker_start(parent: int | None = None) -> None:
     """A worker process's signal handling: Ctrl-C or SIGTERM (to the process group, or forwarded by the parent)
     asks the running job to save its checkpoint and stop (the trainer's own handler while it trains, a pending stop
-    it finds before that), and no job starts after it; nothing is printed from the worker."""
+    it finds before that), and no job starts after it; nothing is printed from the worker.
+
+    A worker dies with its ``parent``: a thread watches it, and once it is gone (killed with ``kill -9``, say) sends
+    this worker SIGTERM, so the running job saves its checkpoint and stops; an idle worker, or one whose job has
+    ended (:func:`_job`), then exits."""
     from . import trainer
 
-    global _IN_WORKER
-    _IN_WORKER = True
+    global _IN_WORKER, _PARENT
+    _IN_WORKER, _PARENT = True, parent
 
     def stop(signum, frame):
         trainer.PENDING_STOP = signum
+        if _orphaned() and not _BUSY:
+            os._exit(128 + signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stop)
+    if parent is not None:
+        threading.Thread(target=_watch_parent, daemon=True, name="parent-watch").start()
 
 
+def _orphaned() -> bool:
+    return _PARENT is not None and os.getppid() != _PARENT
+
+
+def _watch_parent() -> None:
+    while not _orphaned():
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _job(function: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """A worker's job: while it runs the worker is busy; when it ends in a worker whose parent is gone, the worker
+    exits (nobody is left to take the result, and no job comes after it)."""
+
+    @functools.wraps(function)
+    def job(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        global _BUSY
+        _BUSY = True
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _BUSY = False
+            if _orphaned():
+                os._exit(128 + signal.SIGTERM)
+
+    return job
+
+
+@_job
 def _train(job: tuple[str, list[str], str], compose: Compose) -> dict[str, Any]:
     """Worker: compose and train one configuration (one thread); return its summary."""
     import torch
@@ -187,15 +229,15 @@ def _train(job: tuple[str, list[str], str], compose: Compose) -> dict[str, Any]:
     name, overrides, out_dir = job
     if trainer.PENDING_STOP is not None:  # the sweep was stopped before this job began
         return {"status": "interrupted", "signal": trainer.PENDING_STOP}
-    summary_path = Path(out_dir) / "summary.json"
-    if summary_path.exists() and json.loads(summary_path.read_text())["status"] == "completed":
+    summary = read_json(Path(out_dir) / "summary.json") if (Path(out_dir) / "summary.json").exists() else None
+    if isinstance(summary, dict) and summary.get("status") == "completed":
         drift = config_drift(Path(out_dir), overrides, compose)
         if drift:
             raise ValueError(
                 f"{out_dir} was trained with {'; '.join(drift)} (then → now): its overrides compose to another "
                 "configuration today, so its numbers are not this run's; delete the folder to train it again."
             )
-        return json.loads(summary_path.read_text())
+        return summary
     resume = ["train.resume=true"] if (Path(out_dir) / "last.pt").exists() else []  # an interrupted sweep
     config = compose([*overrides, *resume, "train.progress=false"])
     summary = launch.train(config, Path(out_dir), choose_threads=False)  # one thread: the workers fill the cores
@@ -204,6 +246,7 @@ def _train(job: tuple[str, list[str], str], compose: Compose) -> dict[str, Any]:
     return summary
 
 
+@_job
 def _measure_costs(
     job: tuple[list[str], dict[str, list[str]], dict[str, list[str]], int, str], compose: Compose
 ) -> dict[str, Any]:
@@ -249,6 +292,7 @@ def _measure_costs(
     return {row: statistics.median(c[row] for c in per_column) for row in rows if row != baseline}
 
 
+@_job
 def _measure_evaluations(job: tuple[list[str], dict[str, list[str]]], compose: Compose) -> dict[str, Any]:
     """Worker: per row, :func:`odeformer.app.run.cost.evaluations` of its model (see :meth:`Sweep.evaluations`)."""
     import torch
@@ -275,6 +319,7 @@ def _measure_evaluations(job: tuple[list[str], dict[str, list[str]]], compose: C
             counted = evaluations(model)
         out[row] = counted
     return out
+
 
 # -- reuse and drift ------------------------------------------------------------------------------------------------
 
@@ -308,36 +353,101 @@ def _reuse(jobs: list[Job], runs_dir: Path, runs_root: Path) -> None:
     done: dict[frozenset[str], Path] = {}
     for summary in sorted(runs_root.glob("*/*/summary.json")):
         overrides = summary.parent / "overrides.json"
-        if overrides.exists() and json.loads(summary.read_text()).get("status") == "completed":
-            done.setdefault(frozenset(json.loads(overrides.read_text())), summary.parent)
+        if summary.parent.is_symlink() or summary.parent.parent.is_symlink() or not overrides.exists():
+            continue  # only the engine's own runs are twins
+        made, status = read_json(overrides), read_json(summary)
+        if isinstance(made, list) and isinstance(status, dict) and status.get("status") == "completed":
+            done.setdefault(frozenset(str(o) for o in made), summary.parent)
     for name, _, _, _, overrides in jobs:
         target, twin = runs_dir / name, done.get(frozenset(overrides))
-        if twin is not None and not target.exists() and twin.parent != runs_dir:
-            runs_dir.mkdir(parents=True, exist_ok=True)
+        if twin is not None and not os.path.lexists(target) and twin.parent != runs_dir:
+            files.folder(runs_dir, root=runs_root)
             target.symlink_to(os.path.relpath(twin, runs_dir), target_is_directory=True)
+
+
+def _reused(path: Path, runs_root: Path) -> bool:
+    """Whether the job folder ``path`` is a link :func:`_reuse` made (relative, to a real run folder of another table
+    under ``runs_root``); any other link there is refused (:class:`~odeformer.app.files.UnsafeFile`): a run would be
+    trained into, or read from, wherever it points."""
+    if not path.is_symlink():
+        return False
+    real, root = Path(os.path.realpath(path)), Path(os.path.realpath(runs_root))
+    twin = Path(runs_root) / real.relative_to(root) if root in real.parents else None
+    if os.path.isabs(os.readlink(path)) or twin is None or len(twin.relative_to(runs_root).parts) != 2:
+        raise files.UnsafeFile(f"{files.printable(path)} is a link out of the sweep's runs; nothing was written there.")
+    if not (twin / "summary.json").is_file():
+        raise files.UnsafeFile(f"{files.printable(path)} is a link to no finished run; nothing was written there.")
+    return True
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value of a run's small file (``summary.json``, ``overrides.json``, ``costs.json``): a regular file
+    of at most a few megabytes (:func:`odeformer.app.files.read_text`); anything else is one line naming it."""
+    try:
+        return json.loads(files.read_text(path, limit=4 << 20))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{files.printable(path)} is not JSON ({error}); remove it (or its run) to redo it.") from None
+
+
+def _checked_costs(path: Path, costs: Any, rows: set[str]) -> dict[str, float]:
+    """Step costs (``costs.json``'s, or just measured): one per row, each a finite number within
+    ``[1 / MAX_COST, MAX_COST]`` of the baseline's; anything else is one line naming the file."""
+    good = isinstance(costs, dict) and set(costs) == rows
+    good = good and all(isinstance(v, (int, float)) and 1 / MAX_COST <= v <= MAX_COST for v in costs.values())
+    if not good:
+        raise ValueError(
+            f"{files.printable(path)} holds step costs {str(costs)[:80]}: each row's must be a number from "
+            f"{1 / MAX_COST:g} to {MAX_COST:g} (its step's time over the baseline's); remove the file to measure again."
+        )
+    return costs
 
 
 # -- the pool -------------------------------------------------------------------------------------------------------
 
 
-def _in_pool(function: Callable[[Any], dict[str, Any]], work: list[Any], workers: int) -> list[dict[str, Any]]:
-    """``function`` of each of ``work`` in ``workers`` processes. One Ctrl-C or SIGTERM stops the sweep: no job
-    starts after it, the running ones save their checkpoints (the signal is forwarded to them) and are waited for,
-    then :class:`Interrupted`; a second signal while waiting kills the workers. Nothing is left running."""
+class Progress:
+    """Says, as each of ``total`` runs ends, ``run i of N done`` with its name and status, and about how long the rest
+    will take: the time so far over the runs trained so far (one that ends within a second of the one before was
+    reused, and counts for none)."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.trained = total, 0, 0
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, name: str, summary: dict[str, Any]) -> dict[str, Any]:
+        now = time.monotonic()
+        self.done, self.trained, self.last = self.done + 1, self.trained + (now - self.last > 1), now
+        left = (now - self.started) / self.trained * (self.total - self.done) if self.trained else 0
+        rest = f"; about {left / 60:.1f} min left" if self.done < self.total and self.trained else ""
+        print(
+            f"run {self.done} of {self.total} done: {files.printable(name)} ({summary.get('status')}){rest}", flush=True
+        )
+        return summary
+
+
+def _in_pool(
+    function: Callable[[Any], dict[str, Any]], work: list[Any], workers: int, said: Progress | None = None
+) -> list[dict[str, Any]]:
+    """``function`` of each of ``work`` in ``workers`` processes (each ended by ``said``, when given, as it ends).
+    One Ctrl-C or SIGTERM stops the sweep: no job starts after it, the running ones save their checkpoints (the
+    signal is forwarded to them) and are waited for, then :class:`Interrupted`; a second signal while waiting kills
+    the workers. A worker whose parent is killed (``kill -9``) stops too (:func:`_worker_start`). Nothing is left
+    running."""
 
     def on_term(signum, frame):
         raise Interrupted(signum)
 
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_start)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_start, initargs=(os.getpid(),))
     previous = signal.signal(signal.SIGTERM, on_term)
     futures = [pool.submit(function, job) for job in work]
     try:
-        summaries = []
-        for future in futures:
-            summaries.append(future.result())
-            if summaries[-1].get("status") == "interrupted":
-                raise Interrupted(int(summaries[-1].get("signal") or signal.SIGINT))
-        return summaries
+        for future in as_completed(futures):
+            summary = future.result()
+            if summary.get("status") == "interrupted":
+                raise Interrupted(int(summary.get("signal") or signal.SIGINT))
+            if said is not None:
+                said(work[futures.index(future)][0], summary)
+        return [future.result() for future in futures]
     except (KeyboardInterrupt, Interrupted) as error:
         signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
         for future in futures:

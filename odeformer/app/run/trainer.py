@@ -44,12 +44,12 @@ from ... import atlas
 from ...data import TaskData
 from .. import files
 from ..reporting.plots import plot_curves
-from .checkpoints import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoints import FORMAT, CheckpointError, check_weights, load_checkpoint, save_checkpoint
 from .config import COMPILE_MODES as COMPILE_MODES
 from .config import LoopConfig, compile_mode
 from .cost import evaluations, scheme_parameters
 from .history import HISTORY, non_finite, record
-from .identity import RUN_RECORD
+from .identity import RUN_RECORD, run_record
 from .objectives import EvaluationStopped, TextObjective, make_objective
 from .optimizer import make_optimizer
 from .resume import resume_command
@@ -174,7 +174,12 @@ class Trainer:
         }
 
     def restore(self, payload: dict[str, Any]) -> None:
+        self._check_scheme(run_record(payload).get("scheme"))
         self._check_optimizer_state(payload.get("optimizer"))
+        last = self.out_dir / "last.pt"
+        check_weights(_unwrap(self.model), payload.get("model"), last)  # int64, bool or complex: refused, not cast
+        if payload.get("best_model") is not None:
+            check_weights(_unwrap(self.model), payload["best_model"], last)
         try:
             self.model.load_state_dict(payload["model"])
             self.optimizer.load_state_dict(payload["optimizer"])
@@ -196,6 +201,19 @@ class Trainer:
         if any(base != self.loop.lr * scale for base, scale in zip(self.scheduler.base_lrs, scales)):
             self._rescale_lr()
         self._restore_best(payload)
+
+    def _check_scheme(self, stored: Any) -> None:
+        """The scheme ``last.pt`` records (coefficients and derived claims, or a class of one's own and its claims)
+        is the one built now: a class edited since (an Euler made a Heun) would continue another scheme's run."""
+        now = self.run_record.get("scheme")
+        if stored is not None and json.dumps(stored, sort_keys=True, default=str) != json.dumps(
+            now, sort_keys=True, default=str
+        ):
+            raise CheckpointError(
+                f"{self.out_dir / 'last.pt'} was trained with the scheme {json.dumps(stored, default=str)[:160]}, "
+                f"but it is now {json.dumps(now, default=str)[:160]} (its class changed since); a resume continues "
+                "the run's own scheme only: start a new run in another train.out_dir."
+            )
 
     def _check_optimizer_state(self, state: Any) -> None:
         """The optimiser state ``last.pt`` holds fits this model: each parameter's moments have its shape (a state
@@ -264,12 +282,22 @@ class Trainer:
                     self.writer.add_scalar(key, value, row["step"])
 
     def _truncate_metrics(self) -> None:
-        """On resume, drop logged rows past the checkpoint (they will be logged again), and blank lines and a last
-        line cut short by a kill (a half-written row)."""
+        """On resume, drop the logged rows past the checkpoint (they will be logged again), and blank lines and a
+        last line cut short by a kill (a half-written row) after them: the file is cut after its last row of a step
+        the checkpoint holds. Only its tail is read (:func:`metrics_tail`), so a huge file costs what its end does."""
         path = self.out_dir / "metrics.jsonl"
-        if self.main and path.exists():
-            rows = [json.dumps(row) for row in read_metrics(self.out_dir) if row["step"] <= self.step]
-            files.write_text(path, "".join(row + "\n" for row in rows))
+        if not self.main or not os.path.lexists(path):
+            return
+        fd = files.open_nofollow(path, os.O_RDWR)  # a link, a FIFO or a device is refused
+        try:
+            start, rows = metrics_tail(fd, path)
+            kept = [end for end, row in rows if row["step"] <= self.step]
+            cut = kept[-1] if kept else start
+            if cut and os.pread(fd, 1, cut - 1) != b"\n":  # a last row without its newline: the next row starts anew
+                cut += os.pwrite(fd, b"\n", cut)
+            os.ftruncate(fd, cut)
+        finally:
+            os.close(fd)
 
     def _clear_logs(self) -> None:
         """On a fresh start, move aside what a run killed before its first ``last.pt`` left (``check_run_directory``
@@ -405,7 +433,7 @@ class Trainer:
 
     def _say(self, text: str) -> None:
         if self.main:
-            (self.bar.write if self.bar is not None else print)(text)
+            (self.bar.write if self.bar is not None else print)(files.printable(text))  # a name's escapes shown
 
     def _on_signal(self, signum, frame) -> None:
         self.stop_signal = signum
@@ -596,23 +624,52 @@ def _progress(total: int, initial: int):
     return tqdm(total=total, initial=initial, dynamic_ncols=True, leave=False)
 
 
-def read_metrics(out_dir: Path) -> Iterator[dict[str, Any]]:
-    """The rows of ``metrics.jsonl``, skipping blank lines and a last line cut short (a run killed while writing);
-    any other line that is not a JSON object with a ``step`` is a one-line error naming the file and line."""
-    path = Path(out_dir) / "metrics.jsonl"
-    if not path.exists():
-        return
-    lines = path.read_text().splitlines()
+METRICS_TAIL = 64 << 20
+"""The most of ``metrics.jsonl`` read (its end): a resume's cut and the curves; rows of millions of steps fit."""
+
+
+def metrics_tail(fd: int, path: Path, limit: int | None = None) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
+    """The rows of the last ``limit`` bytes (:data:`METRICS_TAIL`) of the metrics file open at ``fd`` (its first line,
+    cut by the window, left out), each with the offset where its line ends, and the offset where the window starts.
+    Blank lines and a last line cut short (a run killed while writing) are skipped; any other line that is not a JSON
+    object with an integer ``step`` is a one-line error naming the file and line."""
+    limit = METRICS_TAIL if limit is None else limit
+    size = os.fstat(fd).st_size
+    start = max(0, size - limit)
+    data = os.pread(fd, size - start, start)
+    if start:
+        cut = data.find(b"\n") + 1
+        start, data = start + cut, data[cut:]
+    lines = data.split(b"\n")
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    where = "" if not start else f" (of its last {limit} bytes)"
+    rows, end = [], start
     for i, line in enumerate(lines):
+        end += len(line) + 1
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
             if i == last:  # a half-written last row: the run was killed while logging; it is logged again
-                return
-            raise ValueError(f"{path} line {i + 1} is not a JSON row ({error}); remove or repair that line.") from None
+                break
+            raise ValueError(f"{path} line {i + 1}{where} is not a JSON row ({error}); remove or repair it.") from None
         if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-            raise ValueError(f"{path} line {i + 1} is not a metrics row with an integer step: {line[:80]!r}.")
-        yield row
+            text = line[:80].decode(errors="replace")
+            raise ValueError(f"{path} line {i + 1}{where} is not a metrics row with an integer step: {text!r}.")
+        rows.append((min(end, start + len(data)), row))
+    return start, rows
+
+
+def read_metrics(out_dir: Path) -> Iterator[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` (of its last :data:`METRICS_TAIL` bytes, :func:`metrics_tail`); a link, a FIFO
+    or a device in its place is refused."""
+    path = Path(out_dir) / "metrics.jsonl"
+    if not os.path.lexists(path):
+        return
+    fd = files.open_nofollow(path, os.O_RDONLY)
+    try:
+        rows = metrics_tail(fd, path)[1]
+    finally:
+        os.close(fd)
+    yield from (row for _, row in rows)
