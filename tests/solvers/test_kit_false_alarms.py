@@ -1,8 +1,8 @@
 """No false alarms: every registered stepper, named tableau and learnable family (its parameter near both ends of its
 range), and correct schemes written here (Yoshida's sixth- and eighth-order compositions, Kahan and Li's eighth-order
 one, Dormand–Prince 5, a variable-step Adams–Bashforth 2 with its start-up step, Verlet with a friction of its own that
-depends on the absolute time (Nesterov's ``3 / t`` family) or saturates in the velocity (``c tanh v``)), pass
-check_stepper whatever is drawn.
+depends on the absolute time (Nesterov's ``3 / t`` family) or saturates in the velocity (``c tanh v``)), and the
+layers a model runs (block steppers, every check on blocks), pass check_stepper whatever is drawn.
 
 The slow suite runs each once from a fixed seed. The full sweep (many seeds, and thorough runs) is this module run as
 a script: ``python tests/solvers/test_kit_false_alarms.py --runs 20 --thorough 3`` runs :func:`stepper_report` (every
@@ -207,6 +207,16 @@ def schemes():
     chosen.update(Yoshida6=Yoshida6, Yoshida8=Yoshida8, DormandPrince5=DormandPrince5, VariableStepAB2=VariableStepAB2)
     chosen.update(KahanLi8=KahanLi8, NesterovVerlet=NesterovVerlet, Nesterov=Nesterov, RegularNesterov=RegularNesterov)
     chosen.update(TanhFriction=TanhFriction)
+    chosen.update(  # the layers a model runs: every check on blocks
+        {
+            "layer full wave": solvers.Split(solvers.SemiImplicitEuler()),
+            "layer strang heun": solvers.Split(solvers.Heun(), splitting="strang"),
+            "layer whole rk4": solvers.Whole(solvers.RK4()),
+            "layer light wave": solvers.Split(solvers.LightWave()),
+            "layer reversible": solvers.Split(solvers.SemiImplicitEuler(), ffn=solvers.SemiImplicitEuler()),
+            "layer verlet forces": solvers.Split(solvers.VelocityVerlet(), ffn=solvers.VelocityVerlet()),
+        }
+    )
     return chosen
 
 
