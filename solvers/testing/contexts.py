@@ -1188,6 +1188,8 @@ def check_contexts(
     )
     given = (Context(torch.float32, "enable_grad", "given"),) if fields is not None else ()
     fixed = [_InContext(fixed_instance, c) for c in (*CONTEXTS, *given)]
+    rows = replace(fixed_instance, tokens=0)  # under vmap each sample of rows is a rank-1 state
+    fixed.append(_InContext(rows, Context(torch.float32, "no_grad", "module", transform="vmap")))
     strategy = st.builds(
         _InContext, instances(pristine, width, max_steps=4, large=False), contexts(given=fields is not None)
     )

@@ -40,9 +40,9 @@ MOVED = 0.5
 """Standard deviation of the move of learnable parameters for the order, symplectic and reversible checks."""
 
 # -- evaluations ------------------------------------------------------------------------------------------------------
-EVAL_DTS = (1.0, 0.5, 0.1, 1e-3, -0.5)
+EVAL_DTS = (1.0, 0.5, 0.1, 1e-3, -0.5, 2.5)
 """Step sizes of the deterministic evaluation count (a negative one: reversible backpropagation steps back, and a
-stage's abscissa ``c`` is the same for either sign)."""
+stage's abscissa ``c`` is the same for either sign; one above 1.5, where a residual layer of a coarse model steps)."""
 EVAL_T0 = 0.25
 """Start time of the deterministic evaluation count."""
 EVAL_STEPS = 10
