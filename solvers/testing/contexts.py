@@ -669,8 +669,8 @@ def _fresh_in(
         try:
             for p in frozen:
                 p.requires_grad_(False)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with warnings.catch_warnings(), torch.jit.optimized_execution(False):  # no fuser: its kernels (tanh)
+                warnings.simplefilter("ignore")  # round otherwise, in the field, not in the scheme
                 try:
                     traced = torch.jit.trace(
                         lambda *us: _flat(_fresh_step(stepper, field, held_t, _packed(us, y), held_dt)), parts,
