@@ -94,6 +94,7 @@ one stepper per layer, so each layer learns its own.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -432,6 +433,35 @@ def _take(stepper: AbstractStepper, field: Any, t: Any, y: Y, dt: Any, state: An
     return stepper.step(field, t, y, dt, state)
 
 
+# -- observing the loop ------------------------------------------------------------------------------------------------
+
+Observer = Callable[..., tuple[Y, Any]]
+"""``observer(take, stepper, field, t, y, dt, state) -> (y1, state1)``: takes each step :func:`iterate` takes, by
+calling ``take(stepper, field, t, y, dt, state)`` (the step, or the driver's hook) and returning what it returns; it
+sees what the step was given, the random state and modes before it, and what it returned."""
+
+_OBSERVERS: list[Observer] = []
+
+
+@contextlib.contextmanager
+def observing(observer: Observer) -> Iterator[None]:
+    """Within it, every step :func:`iterate` takes goes through ``observer`` (see :data:`Observer`), whatever drives
+    the loop (a model's forward pass included), around the driver's own hook if it has one; outside, the loop is as
+    it was (nothing is looked up per step). The property kit's ``check_in_model`` records a model's steps so."""
+    _OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        _OBSERVERS.remove(observer)
+
+
+def _observed(take: Hook, observer: Observer) -> Hook:
+    def observed(stepper: AbstractStepper, field: Any, t: Any, y: Y, dt: Any, state: Any) -> tuple[Y, Any]:
+        return observer(take, stepper, field, t, y, dt, state)
+
+    return observed
+
+
 def iterate(
     stepper: AbstractStepper | Sequence[AbstractStepper],
     fields: Sequence[Any],
@@ -470,6 +500,8 @@ def run_steps(
     (:func:`y_for`).
     """
     take = _take if hook is None else hook
+    for observer in _OBSERVERS:  # observers (:func:`observing`) take each step around the driver's hook
+        take = _observed(take, observer)
     y, t, state, previous = y0, t0, None, None
     for s, f, h in zip(steppers, fields, dts):
         if previous is None or not s.continues(previous):

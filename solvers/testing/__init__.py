@@ -40,16 +40,20 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
   float32 rounding units per term of its own arithmetic (each evaluation, and each unit of its coefficients'
   magnitudes).
 - :func:`check_contexts`: a step is the same in every context a model runs it in (:class:`Context`: float64,
-  float32, float16 or bfloat16; autograd off, on with a state that requires grad, or ``inference_mode``; bf16
-  autocast; one or two threads; a plain function, an ``nn.Module`` in training or eval mode, an attention and FFN
-  field, or the ``fields`` you give; contiguous, transposed, sliced or expanded views, 4-D states; ``t0`` and ``dt``
-  as floats, 0-d tensors or a ``dt`` that requires grad; far start times, against the reference from the instance's
-  own start on the field shifted in time; the state and field scaled by a power of two, against the reference at the
-  instance's own size; transformer sizes and ``CONTEXT_LARGE_STATE`` entries as independent tiles) as in the
-  reference (float64, no grad, a plain function): the same evaluations at the same times, the same
-  step, inverse and carried step to rounding, in training the same gradient with respect to the state and (against
-  difference quotients) a learnable ``dt``. Every value of every aspect runs first on a fixed instance
-  (:data:`CONTEXTS`), then drawn ones.
+  float32, float16 or bfloat16; autograd off, on with a state that requires grad, off with one, or
+  ``inference_mode``; bf16 or fp16 autocast; one to four threads; deterministic algorithms; called directly, under
+  ``vmap`` (rank-1 rows), ``jvp``, functional ``grad`` or ``jit.trace``; a plain function, an ``nn.Module`` with
+  trainable weights in training or eval mode, an attention and FFN field, or the ``fields`` you give; contiguous,
+  transposed, sliced, channels-last, expanded or broadcast (stride 0) views, 4-D states and several heads up to rank
+  5; ``t0`` and ``dt`` as floats, 0-d tensors or a ``dt`` that requires grad, steps up to ``CONTEXT_MAX_DT``; far
+  start times (past 8192), against the reference from the instance's own start on the field shifted in time; the
+  state and field scaled by a power of two, against the reference at the instance's own size; transformer sizes and
+  ``CONTEXT_LARGE_STATE`` entries as independent tiles) as in the reference (float64, no grad, a plain function): the
+  same evaluations at the same times, the same step, inverse and carried step to rounding, in training the same
+  gradient with respect to the state, the field's weights and the scheme's own parameters (against a float64 copy)
+  and (against difference quotients) a learnable ``dt``. A scheme whose own limit depends on the absolute time or the
+  size (a friction ``r / t`` or ``c tanh v``) is compared where the context runs it, its order measured there. Every
+  value of every aspect runs first on a fixed instance (:data:`CONTEXTS`), then drawn ones.
 - :func:`check_tableau` (if the stepper states its coefficients, ``tableau``): its step is their step
   (``tableau.step``) from the same state, to ``ONE_STEP_RTOL`` times the step's amplification of rounding, at any
   drawn step size, start time, magnitude and size: the claims derived from coefficients hold only for a scheme that
@@ -72,16 +76,26 @@ The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mo
 - :func:`check_one_step` (unless ``multistep``): a step from the carried state equals one by an unused copy of the
   stepper from a fresh ``init``, also when instances with different parameters hand the state on.
 - :func:`check_layer`: a block stepper's order on its block's ODE, and (:func:`check_layer_protocol`) its protocol on
-  drawn blocks.
+  drawn blocks. ``check_stepper`` given a built block stepper runs every check above on blocks (attention and an FFN,
+  ``BLOCK_TOKENS`` tokens of ``BLOCK_WIDTH`` channels among them), then ``check_layer``.
+- :func:`check_in_model`: every claim of every step a model's own forward pass takes (recorded through
+  :func:`solvers.iterate`), on its real fields and states, against the same computation in float64 on deep copies.
+
+A scheme defined only on some times (a friction ``r / t`` is singular at ``t = 0``) states them,
+``time_domain = (0.0, math.inf)``, and every check keeps its times inside; a step that reaches a singular time of its
+own limit without the statement fails with a message naming that time.
 
 What it cannot do: a property holds on the instances drawn, not on every state. A defect that shows only where the
 strategies never reach (a magnitude of 1e30, step 10,000, a parameter moved by 100, a device other than the CPU, a path
-taken only under ``torch.compile``) passes;
+taken only under ``torch.compile`` or distributed training) passes (:func:`check_in_model` checks what a model of
+yours does, on the CPU);
 so does a scheme that detects the kit's own problems, or inspects the call stack to find it, or whose defect is
 triggered only after millions of steps. An error constant below float64's resolution cannot be measured (coefficients
 given to the tableau engine are checked exactly instead). Orders are derived up to ``MAX_ORDER`` (9) by the tableau
 engine and measured up to 8 (the error of Yoshida's eighth-order composition falls like ``dt**8`` above the rounding
-floor). More examples search longer, not further. The kit is evidence for a claim, not a proof of it.
+floor; a fixed problem on which an eighth-order error reaches the floor before it settles, every slope at least 8, is
+reported as ``cannot resolve order 8 at this precision`` in ``report["order"].unresolved``, not failed). More examples
+search longer, not further. The kit is evidence for a claim, not a proof of it.
 
 The reference of the order check is the flow of ``stepper.limit_field(field)``: the dynamics the scheme claims to
 converge to. Problems are built from a seed with ``torch.Generator`` (float64): :mod:`~solvers.testing.problems`
@@ -114,6 +128,7 @@ from .contexts import CONTEXTS, REFERENCE, Context, check_contexts
 from .evals import RecordingField, check_evals
 from .geometry import check_reversible, check_symplectic
 from .layers import check_layer, check_layer_protocol
+from .model import check_in_model, record_steps
 from .order import OrderMeasurement, check_no_limit, check_order, measure_order
 from .problems import (
     Problem,
@@ -162,6 +177,7 @@ __all__ = [
     "REFERENCE",
     "Context",
     "check_gradients",
+    "check_in_model",
     "check_layer",
     "check_layer_protocol",
     "check_no_limit",
@@ -192,6 +208,7 @@ __all__ = [
     "pendulum_problems",
     "problems",
     "reachable_tensors",
+    "record_steps",
     "reference",
     "row_problem",
     "scaled",
@@ -224,8 +241,8 @@ def check_stepper(
     model's attention and FFN) to the fields :func:`check_contexts` draws.
 
     Given a block stepper (:class:`~solvers.Split`, :class:`~solvers.Whole`, or one of your own stepping on a
-    :class:`~solvers.Block`) it runs :func:`check_layer` (``report["layer"]``); given a block stepper's class it says
-    to check a built one.
+    :class:`~solvers.Block`) it runs every check on blocks and then :func:`check_layer` (``report["layer"]``); given a
+    block stepper's class it says to check a built one.
     """
     from .._splitting import _BlockStepper
 
@@ -282,8 +299,19 @@ def _claims(stepper: AbstractStepper, dim: int | None, examples: int, fields: An
     check returns what it measured."""
     from .._splitting import _BlockStepper
 
-    if isinstance(stepper, _BlockStepper):  # it steps on a Block, not on a field: the layer check checks its claims
-        return [("layer", lambda: check_layer(stepper, examples=examples))]
+    if isinstance(stepper, _BlockStepper):  # it steps on a Block: every check a stepper gets, on layers' blocks
+        claims = [
+            ("protocol", lambda: check_protocol(stepper, dim, examples)),
+            ("evaluations", lambda: check_evals(stepper, dim=dim, examples=examples) or stepper.evals_per_step),
+            ("contexts", lambda: check_contexts(stepper, dim, examples, fields=fields)),
+            ("precision", lambda: check_precision(stepper, dim, examples)),
+            ("gradients", lambda: check_gradients(stepper, dim, examples)),
+            ("order", lambda: check_order(stepper, dim=dim, examples=max(th.ORDER_EXAMPLES, examples // 10))),
+            ("layer", lambda: check_layer(stepper, examples=0)),
+        ]
+        if not stepper.multistep:
+            claims.append(("one_step", lambda: check_one_step(stepper, dim=dim, examples=examples)))
+        return claims
 
     def evals() -> int:
         check_evals(stepper, dim=dim, examples=examples)
@@ -298,7 +326,17 @@ def _claims(stepper: AbstractStepper, dim: int | None, examples: int, fields: An
         return check_order(stepper, dim=dim, examples=max(th.ORDER_EXAMPLES, examples // 10))
 
     claims: list[tuple[str, Any]] = [("protocol", lambda: check_protocol(stepper, dim, examples))]
-    if stated_tableau(stepper) is not None:
+    try:
+        states = stated_tableau(stepper) is not None
+    except AssertionError as error:  # its coefficients() raised: the tableau claim fails with the cause
+        message = str(error)
+        states = False
+
+        def unreadable() -> None:
+            raise AssertionError(message)
+
+        claims.append(("tableau", unreadable))
+    if states:
         claims.append(("tableau", lambda: check_tableau(stepper, dim, examples)))
     claims += [
         ("evaluations", evals),
@@ -354,7 +392,9 @@ def _figure(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"{value:.3g}"
     if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):
-        return "[" + ", ".join(f"{v:.3g}" for v in value) + "]"
+        shown = "[" + ", ".join(f"{v:.3g}" for v in value) + "]"
+        unresolved = getattr(value, "unresolved", ())
+        return shown + (f"; {unresolved[0].split(':')[0]} on {len(unresolved)} problem(s)" if unresolved else "")
     if isinstance(value, dict):
         shown = {k: v for k, v in value.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
         return ", ".join(f"{k} {_figure(v) if not isinstance(v, str) else v}" for k, v in shown.items())

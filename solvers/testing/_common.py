@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from collections.abc import Callable, Iterator
+import itertools
+import math
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -186,13 +188,51 @@ def rounding_model(eps: float, seed: int) -> Callable[[Tensor], Tensor]:
     return nudged
 
 
-def rounded_field(field: Callable, nudged: Callable[[Tensor], Tensor]) -> Callable:
-    """``field`` with every evaluation's input and result passed through ``nudged`` (:func:`rounding_model`)."""
+def rounded_field(field: Any, nudged: Callable[[Tensor], Tensor]) -> Any:
+    """``field`` with every evaluation's input and result passed through ``nudged`` (:func:`rounding_model`); a
+    :class:`~solvers.Block`'s fields each."""
 
-    def rounded(t, x):
-        return nudged(field(t, nudged(x)))
+    def rounding(f: Callable) -> Callable:
+        def rounded(t, x):
+            return nudged(f(t, nudged(x)))
 
-    return rounded
+        return rounded
+
+    return each(field, rounding)
+
+
+def is_block(stepper: Any) -> bool:
+    """Whether ``stepper`` is a block stepper (it steps on a :class:`~solvers.Block` of a layer's fields)."""
+    from .._splitting import _BlockStepper
+
+    return isinstance(stepper, _BlockStepper)
+
+
+def each(field: Any, wrap: Callable[[Callable], Any]) -> Any:
+    """``wrap(field)`` for a field; for a :class:`~solvers.Block`, the block with each of its fields wrapped (its maps
+    kept): what the kit does to a field (count it, shift it in time, scale it, tile it, round it) it does to a
+    layer's attention and FFN alike."""
+    from .._splitting import Block
+
+    if isinstance(field, Block):
+        attention = wrap(field.attention)  # the attention first: what wraps in turn (a counter) sees it first
+        return field._replace(attention=attention, ffn=None if field.ffn is None else wrap(field.ffn))
+    return wrap(field)
+
+
+def fields_of(field: Any) -> tuple[Callable, ...]:
+    """The fields ``field`` is: itself, or a :class:`~solvers.Block`'s attention and FFN."""
+    from .._splitting import Block
+
+    if isinstance(field, Block):
+        return (field.attention,) if field.ffn is None else (field.attention, field.ffn)
+    return (field,)
+
+
+def field_size(field: Any, t: Any, x: Tensor) -> float:
+    """``max |f(t, x)|`` (a :class:`~solvers.Block`: the sum over its fields): the size of the terms a step adds."""
+    with torch.no_grad():
+        return sum(float(f(t, x).abs().max()) for f in fields_of(field))
 
 
 def _float64(stepper: AbstractStepper) -> AbstractStepper:
@@ -206,3 +246,92 @@ def _float64(stepper: AbstractStepper) -> AbstractStepper:
 
 def _show(numbers: list[float]) -> str:
     return "[" + ", ".join(f"{a:.4g}" for a in numbers) + "]"
+
+
+# -- times a scheme is defined on -------------------------------------------------------------------------------------
+
+
+def time_domain(stepper: AbstractStepper) -> tuple[float, float]:
+    """The open interval of times ``stepper`` is defined on: what it states as ``time_domain = (low, high)`` (a scheme
+    whose own dynamics have a singular time, such as a friction ``r / t``, states where a model runs it, e.g.
+    ``(0.0, math.inf)``), else every time. A statement of another form is an ``AssertionError`` saying so."""
+    stated = getattr(stepper, "time_domain", None)
+    if stated is None:
+        return -math.inf, math.inf
+    try:
+        low, high = (float(u) for u in stated)
+    except (TypeError, ValueError):
+        low = high = math.nan
+    if not low < high:
+        raise AssertionError(
+            f"{_name(stepper)}.time_domain must be (low, high) with low < high, the open interval of times it is "
+            f"defined on (math.inf for no bound), got {stated!r}."
+        )
+    return low, high
+
+
+def placed(stepper: AbstractStepper, t0: float, dts: Sequence[float]) -> float | None:
+    """A start time for steps of sizes ``dts`` that keeps every time they reach (and one step beyond either end, where a
+    composition's sub-steps evaluate) inside the stepper's :func:`time_domain`, at least ``min(1, width / 4)`` from
+    an end: ``t0`` itself where it does, else the nearest such start; ``None`` where none fits."""
+    low, high = time_domain(stepper)
+    if low == -math.inf and high == math.inf:
+        return t0
+    ends = list(itertools.accumulate(dts, initial=0.0))
+    pad = max((abs(float(d)) for d in dts), default=0.0)
+    first, last = min(ends) - pad, max(ends) + pad
+    margin = min(1.0, (high - low) / 4)
+    earliest, latest = low + margin - first, high - margin - last
+    if not earliest <= latest:
+        return None
+    return min(max(float(t0), earliest), latest)
+
+
+def singular_time(stepper: AbstractStepper, field: Callable, t: Any, y: Any, dt: Any) -> float | None:
+    """The first of ``t + c dt`` (``c = 0, 1/4, ..., 1``) where the stepper's limit field raises or is not finite at
+    ``y`` (a singular time of the dynamics it claims), else ``None``."""
+    try:
+        limit = stepper.limit_field(field)
+    except Exception:  # noqa: BLE001 - no limit (order 0): nothing singular to name
+        return None
+    for c in (0.0, 0.25, 0.5, 0.75, 1.0):
+        s = t + c * dt
+        try:
+            with torch.no_grad():
+                value = limit(s, y)
+            finite = all(bool(torch.isfinite(u).all()) for u in _tensors(value))
+        except (ArithmeticError, ValueError, RuntimeError):
+            finite = False
+        if not finite:
+            return float(s)
+    return None
+
+
+def not_finite(
+    stepper: AbstractStepper, field: Callable, t: Any, y: Any, dt: Any, where: str, error: Any = None
+) -> str:
+    """The message for a step that raised ``error`` or gave a result that is not finite: its real cause, a singular
+    time of the scheme's own dynamics (with how to state where it is defined), or a step that fails where its limit
+    field is finite."""
+    what = (
+        f"raised {type(error).__name__} ({' '.join(str(error).split())[:120]})"
+        if error is not None
+        else ("gave a result that is not finite")
+    )
+    at = f"from t = {float(t):.6g} with dt = {float(dt):.4g} {where}"
+    singular = singular_time(stepper, field, t, y, dt)
+    if singular is not None:
+        return (
+            f"{_name(stepper)}'s step {at} {what}: its limit field is not finite at t = {singular:.6g}, a singular "
+            "time of the dynamics it claims; a scheme defined only on some times states them, e.g. "
+            "time_domain = (0.0, math.inf), and the kit keeps every check inside them."
+        )
+    return (
+        f"{_name(stepper)}'s step {at} {what}, from a finite state, where its limit field is finite at every time "
+        "the step spans: the step itself breaks there."
+    )
+
+
+def finite(y: Any) -> bool:
+    """Whether every entry of ``y`` (a Tensor or a ``PhaseState``) is finite."""
+    return all(bool(torch.isfinite(u.detach()).all()) for u in _tensors(y))

@@ -1,25 +1,34 @@
 """The execution context as part of what is drawn: a scheme steps the same in every context a model runs it in.
 
 A model runs a step in float32 with autograd on (training), under ``torch.inference_mode()`` (generation), under bf16
-autocast on a GPU, in half precision after ``.half()``, with one thread or several, on an ``nn.Module`` field built
-from attention and an FFN, on states of thousands to millions of entries that are views (transposed, sliced,
-expanded), of rank 2 to 4, at times up to depth times ``dt``, with ``t`` and ``dt`` as floats or 0-d tensors (a
-learnable step size requires grad), on fields in training or in eval mode. The other checks run float64, autograd off,
-a plain function on small contiguous states. A scheme that branches on any of these passes them and is wrong where it
-is used. Here every drawn instance is run in a drawn :class:`Context` and compared with the :data:`REFERENCE` context
-(float64, no grad, a plain function, contiguous, floats, one thread) from the same state.
+or fp16 autocast, in half precision after ``.half()``, with one thread or several, in deterministic-algorithms mode,
+under ``torch.jit.trace`` or a ``torch.func`` transform (each sample under ``vmap``, a ``jvp``, a functional ``grad``),
+on an ``nn.Module`` field with trainable weights built from attention and an FFN, on states of thousands to millions of
+entries that are views (transposed, sliced, channels-last, expanded over the batch or broadcast over the tokens with
+stride 0), of rank 1 to 5 with several heads, at times up to depth times ``dt``, with ``t`` and ``dt`` as floats or
+0-d tensors (a learnable step size requires grad), with a state that requires grad stepped under ``no_grad``, on
+fields in training or in eval mode. The other checks run float64, autograd off, a plain function on small contiguous
+states. A scheme that branches on any of these passes them and is wrong where it is used. Here every drawn instance is
+run in a drawn :class:`Context` and compared with the :data:`REFERENCE` context (float64, no grad, a plain function,
+contiguous, floats, one thread) from the same state: its values, and in training its gradients with respect to the
+state, a learnable ``dt``, the field's weights and the scheme's own parameters.
 
 What a scheme may branch on is also what the reference must not share. A context's far start time is therefore
 compared with the reference at the instance's own start, the context's field shifted in time to match (a step
 commutes with a shift of time); and a context's ``scale`` (a power of two) runs the state and the field scaled by it,
 compared with the reference at the instance's own magnitude (a step commutes with scaling the state and the field;
 by a power of two that is exact in floating point). A scheme that takes another path far from ``t = 0``, or for
-large or small states, is compared with its own step where the other checks vouch for it.
+large or small states, is compared with its own step where the other checks vouch for it. That holds where the
+scheme's own limit commutes with the shift or the scaling (the field itself, a momentum, a fixed friction): a scheme
+whose limit has a friction of its own depending on the absolute time (``r / t``) or saturating in the state
+(``c tanh v``) has a step that does not, and is compared with the reference where the context runs it, its order
+measured there (:func:`_held_there`).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, replace
@@ -30,11 +39,24 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from .._base import AbstractStepper, PhaseState
+from .._base import AbstractStepper, PhaseState, transforms_active
 from . import thresholds as th
-from ._common import _copy, _float64, _fresh_step, _instance, _name, rounded_field, rounding_model
+from ._common import (
+    _copy,
+    _float64,
+    _fresh_step,
+    _instance,
+    _name,
+    each,
+    field_size,
+    fields_of,
+    is_block,
+    placed,
+    rounded_field,
+    rounding_model,
+)
 from ._drawn import check_drawn, reject
-from .problems import _cos, generator, stepper_width
+from .problems import _cos, generator, stepper_width, weighted
 from .protocol import amplification, best_quotient, float32_allowance
 from .references import _flat, _unflat
 from .strategies import Instance, instances
@@ -42,18 +64,30 @@ from .strategies import Instance, instances
 DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 """The state dtypes drawn: float64, float32 (training), float16 and bfloat16 (a model cast with ``.half()``; the
 stepper is cast with it)."""
-MODES = ("no_grad", "enable_grad", "inference_mode")
-"""Autograd off, on with a state that requires grad (training), ``torch.inference_mode()`` (generation)."""
+MODES = ("no_grad", "enable_grad", "inference_mode", "no_grad, y requires grad")
+"""Autograd off, on with a state that requires grad (training), ``torch.inference_mode()`` (generation), and off with
+a state that requires grad (a training model's forward taken under ``no_grad`` for evaluation)."""
 FIELDS = ("function", "module", "eval module", "attention", "given")
-"""A plain function, the same field as an ``nn.Module`` (in training mode, as a model trains) and in eval mode (as a
-model generates), a field of softmax attention and a GELU FFN on LayerNorm'd states (an ``nn.Module`` with
-parameters, through ``scaled_dot_product_attention``), and a field you give (``check_contexts(..., fields=...)``, e.g.
-your model's own attention and FFN)."""
-LAYOUTS = ("contiguous", "transposed", "sliced", "expanded")
+"""A plain function, the same field as an ``nn.Module`` with trainable weights (in training mode, as a model trains)
+and in eval mode (as a model generates), a field of softmax attention and a GELU FFN on LayerNorm'd states
+(:class:`AttentionFFN`, an ``nn.Module`` with trainable parameters, through ``scaled_dot_product_attention``; for a
+block stepper its attention and its FFN), and a field you give (``check_contexts(..., fields=...)``, e.g. your model's
+own attention and FFN)."""
+LAYOUTS = ("contiguous", "transposed", "sliced", "expanded", "broadcast", "channels_last")
 """How the state is laid out: contiguous, a transposed view (the same values, other strides), every other entry of a
-wider tensor, and a sample expanded over the batch (stride 0)."""
+wider tensor, a sample expanded over the batch (stride 0), a token broadcast over the tokens (stride 0; a row state's
+first channel over its channels), and a channels-last copy of a 4-D or 5-D state (one is made 4-D for it)."""
 TIMES = ("float", "tensor", "learnable dt")
 """``t0`` and ``dt`` as Python floats, as 0-d float64 tensors, and with ``dt`` a 0-d tensor that requires grad."""
+TRANSFORMS = ("none", "vmap", "jvp", "grad", "trace")
+"""The step as it is called: directly; under ``torch.func.vmap`` over the batch (each sample alone: a row state is
+rank 1); under ``torch.func.jvp`` (its tangent along a drawn direction against the reference gradient); under
+``torch.func.grad`` (the gradient along a cotangent against the reference's); traced by ``torch.jit.trace`` and the
+trace run."""
+AUTOCASTS = (torch.bfloat16, torch.float16)
+"""The autocast dtypes drawn (on the CPU; a GPU's autocast is out of reach on a CPU machine)."""
+THREADS = (1, 2, 3, 4)
+"""The intra-op thread counts drawn (a kernel that splits work by thread count rounds otherwise)."""
 SCALES = th.CONTEXT_SCALES
 """The powers of two the state and the field are scaled by range between these (``CONTEXT_SCALES``)."""
 
@@ -67,19 +101,23 @@ def _eps(dtype: torch.dtype) -> float:
 @dataclass(frozen=True)
 class Context:
     """Where a step runs: its state ``dtype``; its grad ``mode`` (:data:`MODES`); its ``field`` (:data:`FIELDS`);
-    whether under bf16 ``autocast``; the intra-op ``threads``; the state's ``layout`` (:data:`LAYOUTS`); ``rank4``
-    (the state viewed with a head dimension, ``(batch, 1, tokens, width)``); how ``time`` is handed over
-    (:data:`TIMES`); a start time ``t0`` replacing the instance's (``None``: the instance's; the field is shifted in
-    time so that the run is the instance's, and the reference runs from the instance's own start); a ``size``,
-    ``(tokens, width)`` or ``"large"`` (at least ``CONTEXT_LARGE_STATE`` entries), replacing the instance's shape
-    (``None``: the instance's; a per-channel stepper keeps its width); and a ``scale``, a power of two the state and
-    the field are scaled by (``m f(t, x / m)``; the reference runs unscaled, and the run is compared after dividing by
-    it)."""
+    its ``autocast`` (``False``, ``True`` for bf16, or the dtype, :data:`AUTOCASTS`); the intra-op ``threads``; the
+    state's ``layout`` (:data:`LAYOUTS`); ``rank4`` (the state viewed with a head dimension, ``(batch, 1, tokens,
+    width)``); ``heads``, dimensions inserted after the batch (``(4,)``: four heads, ``(2, 2)``: a rank-5 state; the
+    instance's batch grows by their product, each a sample of its own); how ``time`` is handed over (:data:`TIMES`);
+    a start time ``t0`` replacing the instance's (``None``: the instance's; the field is shifted in time so that the
+    run is the instance's, and the reference runs from the instance's own start); a ``size``, ``(tokens, width)`` or
+    ``"large"`` (at least ``CONTEXT_LARGE_STATE`` entries), replacing the instance's shape (``None``: the instance's;
+    a per-channel stepper keeps its width); a ``scale``, a power of two the state and the field are scaled by (``m
+    f(t, x / m)``; the reference runs unscaled, and the run is compared after dividing by it); a step size ``dt``
+    replacing the instance's (``None``: the instance's); ``deterministic``, under
+    ``torch.use_deterministic_algorithms(True)``; and the ``transform`` the step is called under
+    (:data:`TRANSFORMS`)."""
 
     dtype: torch.dtype = torch.float64
     mode: str = "no_grad"
     field: str = "function"
-    autocast: bool = False
+    autocast: bool | torch.dtype = False
     threads: int = 1
     layout: str = "contiguous"
     rank4: bool = False
@@ -87,6 +125,22 @@ class Context:
     t0: float | None = None
     size: tuple[int, int] | str | None = None
     scale: float = 1.0
+    heads: tuple[int, ...] = ()
+    dt: float | None = None
+    deterministic: bool = False
+    transform: str = "none"
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The autocast dtype, or ``None`` for none."""
+        if self.autocast is True:
+            return torch.bfloat16
+        return self.autocast if isinstance(self.autocast, torch.dtype) else None
+
+    @property
+    def training(self) -> bool:
+        """Whether gradients are taken in this context (autograd on, float32 or float64, called directly)."""
+        return self.mode == "enable_grad" and self.dtype in (torch.float32, torch.float64) and self.transform == "none"
 
     def __str__(self) -> str:
         kinds = {
@@ -97,18 +151,26 @@ class Context:
             "given": "the field given",
         }
         parts = [str(self.dtype).removeprefix("torch."), self.mode, kinds[self.field]]
-        if self.autocast:
-            parts.append("under bf16 autocast")
+        if self.autocast_dtype is not None:
+            parts.append(f"under {'bf16' if self.autocast_dtype == torch.bfloat16 else 'fp16'} autocast")
         if self.threads != 1:
             parts.append(f"{self.threads} threads")
+        if self.deterministic:
+            parts.append("deterministic algorithms")
+        if self.transform != "none":
+            parts.append({"trace": "under torch.jit.trace"}.get(self.transform, f"under torch.func.{self.transform}"))
         if self.layout != "contiguous":
-            parts.append(f"a {self.layout} view")
+            parts.append(f"a {self.layout} view" if self.layout != "channels_last" else "a channels-last state")
         if self.rank4:
             parts.append("4-D states")
+        if self.heads:
+            parts.append(f"heads {self.heads}")
         if self.time != "float":
             parts.append("t0 and dt as 0-d tensors" if self.time == "tensor" else "dt a 0-d tensor requiring grad")
         if self.t0 is not None:
-            parts.append(f"from t = {self.t0:.4g}")
+            parts.append(f"from t = {self.t0:.6g}")
+        if self.dt is not None:
+            parts.append(f"dt = {self.dt:g}")
         if self.size == "large":
             parts.append(f"at least {th.CONTEXT_LARGE_STATE} entries")
         elif self.size is not None:
@@ -118,18 +180,29 @@ class Context:
         return ", ".join(parts)
 
     def grad(self) -> AbstractContextManager:
-        return {"no_grad": torch.no_grad, "enable_grad": torch.enable_grad, "inference_mode": torch.inference_mode}[
-            self.mode
-        ]()
+        return {
+            "no_grad": torch.no_grad,
+            "enable_grad": torch.enable_grad,
+            "inference_mode": torch.inference_mode,
+            "no_grad, y requires grad": torch.no_grad,
+        }[self.mode]()
 
     def entered(self) -> ExitStack:
-        """Enter the grad mode, autocast and thread count; leaving restores them."""
+        """Enter the grad mode, autocast, thread count and deterministic mode; leaving restores them."""
         stack = ExitStack()
         stack.enter_context(self.grad())
-        stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast else nullcontext())
+        cast = self.autocast_dtype
+        stack.enter_context(torch.autocast("cpu", dtype=cast) if cast is not None else nullcontext())
         threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         stack.callback(torch.set_num_threads, threads)
+        if self.deterministic:
+            before, warn = (
+                torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled(),
+            )
+            torch.use_deterministic_algorithms(True)
+            stack.callback(torch.use_deterministic_algorithms, before, warn_only=warn)
         return stack
 
 
@@ -157,12 +230,23 @@ CONTEXTS = (
     Context(torch.float32, "no_grad", "module", threads=2),
     Context(torch.float64, "enable_grad", "module", time="learnable dt", scale=SCALES[0]),
     Context(torch.float32, "enable_grad", "module", autocast=True),
+    Context(torch.float32, "enable_grad", "module", autocast=torch.float16),
     Context(torch.float32, "inference_mode", "module", layout="expanded"),
     Context(torch.float64, "inference_mode", "attention", layout="sliced"),
     Context(torch.float32, "enable_grad", "attention", scale=SCALES[1]),
+    Context(torch.float64, "enable_grad", "attention"),
     Context(torch.float64, "no_grad", "function", rank4=True, t0=500.0),
     Context(torch.float32, "no_grad", "eval module", time="tensor", t0=-64.0),
     Context(torch.float64, "no_grad", "function", t0=40.0, scale=SCALES[1]),
+    Context(torch.float64, "no_grad", "function", t0=-10000.0, dt=2.5),
+    Context(torch.float32, "no_grad, y requires grad", "module", threads=3, layout="broadcast"),
+    Context(torch.float64, "no_grad", "module", heads=(4,), layout="channels_last", deterministic=True),
+    Context(torch.float32, "enable_grad", "module", heads=(2, 2), threads=4),
+    Context(torch.float64, "no_grad", "function", transform="vmap"),
+    Context(torch.float32, "no_grad", "module", transform="vmap", heads=(2,)),
+    Context(torch.float64, "enable_grad", "module", transform="jvp"),
+    Context(torch.float64, "no_grad", "function", transform="grad", time="tensor"),
+    Context(torch.float32, "no_grad", "module", transform="trace"),
     Context(torch.float16),
     Context(torch.bfloat16, "enable_grad", "module"),
     Context(torch.float32, "enable_grad", "module", size=(197, 192)),
@@ -170,23 +254,28 @@ CONTEXTS = (
     Context(torch.float32, "no_grad", "module", size="large"),
 )
 """The contexts every check runs first, on a fixed instance: each value of every aspect at least once, and float64
-and float32 with each grad mode (half precision; autocast; each field kind; two threads; each layout; 4-D states;
-tensor and learnable times; far start times; states scaled up and down; a DeiT-Tiny sequence, a GPT-2 width and a
-large state). Then instances are drawn with a context each (:func:`contexts`), every transformer size among them."""
+and float32 with each grad mode (half precision; bf16 and fp16 autocast; each field kind, with trainable weights;
+two, three and four threads; deterministic algorithms; each layout; 4-D states, several heads and rank 5; ``vmap``
+(rank-1 rows), ``jvp``, functional ``grad`` and ``jit.trace``; tensor and learnable times; start times up to 10,000
+on either side and a step of 2.5; states scaled up and down; a state requiring grad under ``no_grad``; a DeiT-Tiny
+sequence, a GPT-2 width and a large state). Then instances are drawn with a context each (:func:`contexts`), every
+transformer size among them."""
 
 
 def contexts(given: bool = False):
     """Strategy: a :class:`Context` with every aspect drawn (the ``given`` field kind only when a field is given; a
     transformer size in one draw in four; see :func:`_drawable`)."""
-    low, high = (math.log10(t) for t in th.T0_RANGE)
+    low, high = (math.log10(t) for t in th.CONTEXT_T0_RANGE)
     far = st.builds(lambda e, sign: sign * 10.0**e, st.floats(low, high), st.sampled_from([1.0, -1.0]))
+    steps = st.builds(lambda e, sign: sign * 10.0**e, st.floats(math.log10(1.5), math.log10(th.CONTEXT_MAX_DT)),
+                      st.sampled_from([1.0, -1.0]))  # fmt: skip
     return st.builds(
         Context,
         dtype=st.sampled_from(DTYPES),
         mode=st.sampled_from(MODES),
         field=st.sampled_from(FIELDS if given else FIELDS[:-1]),
-        autocast=st.booleans(),
-        threads=st.sampled_from([1, 2]),
+        autocast=st.one_of(st.just(False), st.sampled_from(AUTOCASTS)),
+        threads=st.sampled_from(THREADS),
         layout=st.sampled_from(LAYOUTS),
         rank4=st.booleans(),
         time=st.sampled_from(TIMES),
@@ -195,6 +284,10 @@ def contexts(given: bool = False):
             lambda k: st.sampled_from([*th.CONTEXT_SIZES, "large"]) if k == 3 else st.none()
         ),
         scale=st.one_of(st.just(1.0), st.sampled_from(SCALES), st.integers(*_exponents()).map(lambda k: 2.0**k)),
+        heads=st.sampled_from([(), (), (3,), (2, 2)]),
+        dt=st.one_of(st.none(), st.none(), steps),
+        deterministic=st.booleans(),
+        transform=st.sampled_from(TRANSFORMS),
     ).map(_drawable)
 
 
@@ -205,60 +298,106 @@ def _exponents() -> tuple[int, int]:
 
 def _drawable(context: Context) -> Context:
     """A drawn context as a model runs: no autocast over half-precision states (a model cast to half does not run
-    under it), nor a scale (half precision keeps its magnitudes in ``HALF_MAGNITUDES``), and two threads on the
-    instance's own small state (a large state's every op at two threads on a busy machine costs seconds; the fixed
-    contexts run two threads and the sizes apart)."""
+    under it), nor a scale (half precision keeps its magnitudes in ``HALF_MAGNITUDES``); one thread on a large state
+    (a large state's every op at several threads on a busy machine costs seconds; the fixed contexts run threads and
+    the sizes apart); a transform on the instance's own shape (no tiles), outside ``inference_mode``, and ``jvp`` on
+    a state with no stride-0 layout (a tangent cannot be written into one)."""
     if context.dtype in (torch.float16, torch.bfloat16):
         context = replace(context, autocast=False, scale=1.0)
     if context.size is not None:
         context = replace(context, threads=1)
+    if context.transform != "none":
+        context = replace(context, size=None, mode="no_grad" if context.mode == "inference_mode" else context.mode)
+    if context.transform == "jvp" and context.layout in ("expanded", "broadcast"):
+        context = replace(context, layout="contiguous")  # a tangent cannot be written into a stride-0 state
     return context
 
 
 # -- fields ----------------------------------------------------------------------------------------------------------
 
 
-class AttentionFFN(nn.Module):
-    """``f(t, X) = (1 + ½ cos(2t + 0.7)) (Attn(LN(X)) + FFN(LN(X)))`` per sample, float64, weights from ``seed``:
-    softmax self-attention over the tokens (two heads where the width is even and at least 4) through
-    ``scaled_dot_product_attention``, and a GELU MLP of hidden width ``4 * width``. States ``(batch, width)`` are
-    one token each."""
+def _weight(g: torch.Generator, rows: int, cols: int) -> nn.Parameter:
+    return nn.Parameter(torch.randn(rows, cols, generator=g, dtype=torch.float64) / cols**0.5)
 
-    def __init__(self, width: int, seed: int):
+
+def _modulated(t, out: Tensor) -> Tensor:
+    return (1 + 0.5 * _cos(2 * t + 0.7)) * out
+
+
+def _as_tokens(x: Tensor) -> tuple[Tensor, bool]:
+    rows = x.dim() == 2
+    return (x.unsqueeze(-2) if rows else x), rows
+
+
+class Attention(nn.Module):
+    """``(1 + ½ cos(2t + 0.7)) Attn(LN(X))`` per sample, float64, trainable weights from ``g``: softmax
+    self-attention over the tokens (two heads where the width is even and at least 4) through
+    ``scaled_dot_product_attention``. States ``(batch, width)`` are one token each."""
+
+    def __init__(self, width: int, g: torch.Generator):
         super().__init__()
-        g = generator(seed)
-
-        def weight(rows: int, cols: int) -> nn.Parameter:
-            w = torch.randn(rows, cols, generator=g, dtype=torch.float64) / cols**0.5
-            return nn.Parameter(w, requires_grad=False)
-
         self.width, self.heads = width, 2 if width % 2 == 0 and width >= 4 else 1
-        self.qkv, self.out = weight(3 * width, width), weight(width, width)
-        self.up, self.down = weight(4 * width, width), weight(width, 4 * width)
+        self.qkv, self.out = _weight(g, 3 * width, width), _weight(g, width, width)
 
     def forward(self, t, x: Tensor) -> Tensor:
-        rows = x.dim() == 2
-        h = x.unsqueeze(-2) if rows else x
+        h, rows = _as_tokens(x)
         h = F.layer_norm(h, (self.width,))
         batch, tokens = h.shape[0], h.shape[-2]
         q, k, v = (
             u.reshape(batch, tokens, self.heads, -1).transpose(1, 2) for u in F.linear(h, self.qkv).chunk(3, dim=-1)
         )
-        attended = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, tokens, self.width)
-        out = F.linear(attended, self.out) + F.linear(F.gelu(F.linear(h, self.up)), self.down)
-        out = (1 + 0.5 * _cos(2 * t + 0.7)) * out
+        if transforms_active():  # forward-mode AD through SDPA is not implemented on the CPU: the plain formula
+            weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)  # (B, H, N, N)
+            attended = (weights @ v).transpose(1, 2).reshape(batch, tokens, self.width)
+        else:
+            attended = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, tokens, self.width)
+        out = _modulated(t, F.linear(attended, self.out))
         return out.squeeze(-2) if rows else out
 
 
-class _Peak:
-    """A field that records the largest magnitude it is evaluated at or returns (a step's stages)."""
+class FFN(nn.Module):
+    """``(1 + ½ cos(2t + 0.7)) FFN(LN(X))`` per token, float64, trainable weights from ``g``: a GELU MLP of hidden
+    width ``4 * width``."""
 
-    def __init__(self, field: Callable):
-        self.field, self.largest = field, 0.0
+    def __init__(self, width: int, g: torch.Generator):
+        super().__init__()
+        self.width = width
+        self.up, self.down = _weight(g, 4 * width, width), _weight(g, width, 4 * width)
+
+    def forward(self, t, x: Tensor) -> Tensor:
+        h = F.layer_norm(x, (self.width,))
+        return _modulated(t, F.linear(F.gelu(F.linear(h, self.up)), self.down))
+
+
+class AttentionFFN(nn.Module):
+    """``f(t, X) = Attention(t, X) + FFN(t, X)`` (:class:`Attention`, :class:`FFN`), float64, trainable weights from
+    ``seed``: a transformer layer's two sublayers as one field (for a block stepper, :meth:`block` gives them as a
+    :class:`~solvers.Block`)."""
+
+    def __init__(self, width: int, seed: int):
+        super().__init__()
+        g = generator(seed)
+        self.attention, self.ffn = Attention(width, g), FFN(width, g)
+
+    def forward(self, t, x: Tensor) -> Tensor:
+        return self.attention(t, x) + self.ffn(t, x)
+
+    def block(self) -> Any:
+        from .._splitting import Block
+
+        return Block(self.attention, self.ffn)
+
+
+class _Peak:
+    """A field that records the largest magnitude it (and the other fields sharing its ``seen`` list) is evaluated at
+    or returns (a step's stages)."""
+
+    def __init__(self, field: Callable, seen: list[float]):
+        self.field, self.seen = field, seen
 
     def __call__(self, t, x):
         f = self.field(t, x)
-        self.largest = max(self.largest, float(x.abs().max()), float(f.abs().max()))
+        self.seen[0] = max(self.seen[0], float(x.detach().abs().max()), float(f.detach().abs().max()))
         return f
 
 
@@ -273,9 +412,10 @@ class _Scaled:
 
 
 class _Counted:
-    """A field that counts its evaluations and records their times, evaluating in float64 on the instance's own
-    shape (a 4-D view is reshaped to it) and rounding the result back to the state's dtype (so the field is exact
-    and the step's own arithmetic is what a low-precision run measures)."""
+    """A field that counts its evaluations and records their times, evaluating in float64 on states of the instance's
+    own form (a view with head dimensions, or one sample under ``vmap``, is reshaped to samples of ``shape[1:]``) and
+    rounding the result back to the state's dtype (so the field is exact and the step's own arithmetic is what a
+    low-precision run measures)."""
 
     def __init__(self, field: Callable, shape: torch.Size | None = None):
         self.field, self.shape, self.calls, self.times = field, shape, 0, []
@@ -284,27 +424,72 @@ class _Counted:
         self.calls += 1
         self.times.append(float(t.detach()) if isinstance(t, Tensor) else float(t))
         z = x.to(torch.float64)
-        out = self.field(t, z if self.shape is None else z.reshape(self.shape))
-        return (out if self.shape is None else out.reshape(x.shape)).to(x.dtype)
+        if self.shape is None:
+            return self.field(t, z).to(x.dtype)
+        return self.field(t, z.reshape(-1, *self.shape[1:])).reshape(x.shape).to(x.dtype)
+
+
+def _module_in(field: Any) -> nn.Module | None:
+    """The ``nn.Module`` a field wrapped by the kit (scaled, shifted, tiled, counted) evaluates, if any."""
+    while not isinstance(field, nn.Module) and hasattr(field, "field"):
+        field = field.field
+    return field if isinstance(field, nn.Module) else None
 
 
 class _ModuleField(nn.Module):
-    """The same field as an ``nn.Module`` (every model's field is one)."""
+    """The same field as an ``nn.Module`` (every model's field is one), holding the module it evaluates (its weights
+    are the module's parameters, as a model's are)."""
 
     def __init__(self, counted: _Counted):
         super().__init__()
         self.counted = counted
+        self.net = _module_in(counted)
 
     def forward(self, t, x):
         return self.counted(t, x)
 
 
-def _field(exact: Callable, kind: str, shape: torch.Size | None = None) -> tuple[_Counted, Any]:
-    counted = _Counted(exact, shape)
-    if kind == "function":
-        return counted, counted
-    module = _ModuleField(counted)
-    return counted, (module.eval() if kind == "eval module" else module)
+class _Counts:
+    """The counters of a field's evaluations (a block's attention and FFN each)."""
+
+    def __init__(self) -> None:
+        self.counters: list[_Counted] = []
+
+    def calls(self) -> tuple[int, ...]:
+        return tuple(c.calls for c in self.counters)
+
+    @property
+    def times(self) -> list[float]:
+        """The first field's (the attention's) evaluation times."""
+        return self.counters[0].times
+
+
+def _field(exact: Any, kind: str, shape: torch.Size | None = None) -> tuple[_Counts, Any]:
+    """``exact`` (a field, or a :class:`~solvers.Block` of them) counted, as the context's field ``kind`` gives it: a
+    plain function, or an ``nn.Module`` in training or eval mode."""
+    counts = _Counts()
+
+    def made(f: Callable) -> Any:
+        counted = _Counted(f, shape)
+        counts.counters.append(counted)
+        if kind == "function":
+            return counted
+        module = _ModuleField(counted)
+        return module.eval() if kind == "eval module" else module
+
+    return counts, each(exact, made)
+
+
+def _weights(field: Any) -> list[Tensor]:
+    """The trainable weights of the modules a field (a block's fields) evaluates, each once."""
+    out, seen = [], set()
+    for f in fields_of(field):
+        module = _module_in(f)
+        for p in module.parameters() if module is not None else ():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
 
 
 class _Shifted:
@@ -318,15 +503,26 @@ class _Shifted:
 
 
 def _exact(problem, context: Context, seed: int, given: Callable | None, stepper: AbstractStepper):
-    """The float64 field of this context on the instance's own shape: the problem's, or an attention and FFN field
-    (or the one given) at the problem's magnitude."""
-    if context.field in ("function", "module", "eval module"):
-        return problem.field_for(stepper)
+    """The float64 field of this context on the instance's own shape, with trainable weights: the problem's
+    (:func:`~solvers.testing.problems.weighted`), or an attention and FFN field (or the one given) at the problem's
+    magnitude; for a block stepper a :class:`~solvers.Block` (the given field as its attention, with the problem's FFN,
+    where it is not one)."""
+    from .._splitting import Block
+
+    base = problem.field_for(stepper)
     width = problem.x0.shape[-1]
-    built = AttentionFFN(width, seed) if context.field == "attention" else given(width, seed)
-    if isinstance(built, nn.Module):
-        built = built.to(torch.float64).eval()
-    return _Scaled(built if context.field == "attention" else _AsTokens(built), problem.scale)
+    if context.field in ("function", "module", "eval module"):
+        return weighted(base, width, seed, problem.scale)
+    if context.field == "attention":
+        net = AttentionFFN(width, seed)
+        built = net.block() if isinstance(base, Block) else net
+    else:
+        built = given(width, seed)
+        if isinstance(built, nn.Module):
+            built = built.to(torch.float64).eval()
+        if isinstance(base, Block) and not isinstance(built, Block):  # the given field as the attention
+            return Block(_Scaled(_AsTokens(built), problem.scale), weighted(base.ffn, width, seed, problem.scale))
+    return each(built, lambda f: _Scaled(_AsTokens(f), problem.scale))
 
 
 class _AsTokens:
@@ -342,9 +538,13 @@ class _AsTokens:
 # -- states ----------------------------------------------------------------------------------------------------------
 
 
-def _laid_out(u: Tensor, layout: str, rank4: bool) -> Tensor:
-    """``u`` (a leaf) as the context lays it out: a view of another layout, with a head dimension if ``rank4``."""
-    if rank4:
+def _laid_out(u: Tensor, layout: str, rank4: bool, heads: tuple[int, ...] = ()) -> Tensor:
+    """``u`` (a leaf) as the context lays it out: its batch split into ``heads`` dimensions after it (each a sample
+    of its own), a view of another layout, with a head dimension if ``rank4``."""
+    if heads:
+        n = math.prod(heads)
+        u = u.reshape(u.shape[0] // n, *heads, *u.shape[1:])
+    if rank4 or (layout == "channels_last" and u.dim() < 4):
         u = u.unsqueeze(1) if u.dim() == 3 else u.unsqueeze(1).unsqueeze(1)
     if layout == "transposed":
         return u.transpose(0, -1).contiguous().transpose(0, -1)
@@ -354,18 +554,26 @@ def _laid_out(u: Tensor, layout: str, rank4: bool) -> Tensor:
         return wide[..., ::2]
     if layout == "expanded":
         return u[:1].expand_as(u)
+    if layout == "broadcast":  # a token's values over the tokens (a row's first channel over the channels)
+        return (u[..., :1, :] if u.dim() >= 3 else u[..., :1]).expand_as(u)
+    if layout == "channels_last":
+        if u.dim() == 4:
+            return u.contiguous(memory_format=torch.channels_last)
+        if u.dim() == 5:
+            return u.contiguous(memory_format=torch.channels_last_3d)
     return u
 
 
 def _start(y0: Tensor | PhaseState, context: Context) -> tuple[Any, list[Tensor]]:
-    """The state a run in ``context`` starts from (cast, laid out, requiring grad in training) and its leaves."""
+    """The state a run in ``context`` starts from (cast, laid out, requiring grad in training and where the context
+    says so under ``no_grad``) and its leaves."""
     leaves, laid = [], []
-    for u in y0 if isinstance(y0, PhaseState) else (y0,):
+    for u in _parts(y0):
         leaf = u.detach().to(context.dtype)
-        if context.mode == "enable_grad":
+        if context.mode in ("enable_grad", "no_grad, y requires grad"):
             leaf.requires_grad_(True)
         leaves.append(leaf)
-        laid.append(_laid_out(leaf, context.layout, context.rank4))
+        laid.append(_laid_out(leaf, context.layout, context.rank4, context.heads))
     return (PhaseState(*laid) if isinstance(y0, PhaseState) else laid[0]), leaves
 
 
@@ -380,62 +588,161 @@ def _detached(y: Tensor | PhaseState) -> Tensor:
     return _flat(PhaseState(*(u.detach().double() for u in y)) if isinstance(y, PhaseState) else y.detach().double())
 
 
-def _inputs(y: Tensor | PhaseState) -> list[Tensor]:
-    return [u for u in (y if isinstance(y, PhaseState) else (y,)) if u.requires_grad]
+def _packed(parts: Any, like: Any) -> Any:
+    return PhaseState(*parts) if isinstance(like, PhaseState) else parts[0]
+
+
+@dataclass
+class _Grads:
+    """The gradient of a step along a cotangent with respect to the state, a learnable ``dt``, the field's trainable
+    weights and the scheme's own parameters (each flat, float64; ``None`` where there is none)."""
+
+    y: Tensor
+    dt: float | None = None
+    weights: Tensor | None = None
+    params: Tensor | None = None
+    spread: tuple[float, float] = (0.0, 0.0)
+    """How far the weights' and the parameters' gradients move when the state moves by one rounding unit of its
+    dtype: where the step's own sums cancel (a composition's free coefficient acts at ``dt⁵``), the low-precision
+    gradient is that noisy, and is held to it."""
 
 
 @dataclass
 class _Run:
-    counts: list[int]
+    counts: list[tuple[int, ...]]
     times: list[list[float]]
     starts: list[Tensor]
     fresh: list[Tensor]
     carried: list[Tensor]
     inverses: list[Tensor | None]
-    grads: list[tuple[Tensor, float | None] | None]
+    grads: list[_Grads | None]
+    tangents: list[tuple[Tensor, float] | None]
 
 
 def _cotangent(n: int, seed: int) -> Tensor:
     return torch.randn(n, generator=generator(seed), dtype=torch.float64)
 
 
-def _run(
-    stepper: AbstractStepper, exact: Callable, y0, t0: float, dts: list[float], context: Context, seed: int
-) -> _Run:
+def _flat_grads(found: list[Tensor | None], like: list[Tensor]) -> Tensor | None:
+    if not like:
+        return None
+    return torch.cat([(torch.zeros_like(u) if g is None else g).reshape(-1).double() for u, g in zip(like, found)])
+
+
+def _fresh_in(
+    stepper: AbstractStepper, field: Any, t: Any, y: Any, dt: Any, context: Context, seed: int,
+    weights: list[Tensor], own: list[Tensor],
+) -> tuple[Any, _Grads | None, tuple[Tensor, float] | None]:  # fmt: skip
+    """A step from a fresh ``init`` from ``y`` as the context calls it (:data:`TRANSFORMS`), with what the transform
+    or training gives besides: the gradient along the cotangent drawn from ``seed`` (training: with respect to the
+    state, a learnable ``dt``, the field's ``weights`` and the scheme's ``own`` parameters; ``grad``: the state), or
+    a ``jvp``'s tangent direction and its tangent along the cotangent."""
+    transform, n = context.transform, sum(u.numel() for u in _parts(y))
+
+    def step(u: Any) -> Any:
+        return _fresh_step(stepper, field, t, u, dt)
+
+    try:
+        if transform == "vmap":
+            return torch.func.vmap(step)(y), None, None
+        if transform == "jvp":
+            g = generator(seed + 1000)
+            parts = [torch.randn(u.shape, generator=g, dtype=torch.float64).to(u.dtype) for u in _parts(y)]
+            fresh, tangent = torch.func.jvp(step, (y,), (_packed(parts, y),))
+            r = _cotangent(n, seed)
+            return fresh, None, (_detached(_packed(parts, y)), float((_detached(tangent) * r).sum()))
+        if transform == "grad":
+            r = _cotangent(n, seed).to(_parts(y)[0].dtype)
+
+            def loss(u: Any) -> tuple[Tensor, Any]:
+                out = step(u)
+                return (_flat(out) * r).sum(), out
+
+            found, fresh = torch.func.grad(loss, has_aux=True)(y)
+            return fresh, _Grads(_detached(found)), None
+    except NotImplementedError:  # an operation torch has no rule of this transform for: out of its reach
+        reject()
+    if transform == "trace":  # what the trace does not take as inputs it holds as constants: none may require grad
+        parts = tuple(u.detach() for u in _parts(y))
+        frozen = [p for p in (*weights, *own) if p.requires_grad]
+        held_t, held_dt = (u.detach() if isinstance(u, Tensor) else u for u in (t, dt))
+        try:
+            for p in frozen:
+                p.requires_grad_(False)
+            with warnings.catch_warnings(), torch.jit.optimized_execution(False):  # no fuser: its kernels (tanh)
+                warnings.simplefilter("ignore")  # round otherwise, in the field, not in the scheme
+                try:
+                    traced = torch.jit.trace(
+                        lambda *us: _flat(_fresh_step(stepper, field, held_t, _packed(us, y), held_dt)), parts,
+                        check_trace=False,
+                    )  # fmt: skip
+                except RuntimeError:  # torch cannot trace it (a torch.func transform inside): out of the tracer's reach
+                    reject()
+                return _unflat(traced(*parts), y), None, None
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
+    fresh = step(y)
+    if not context.training:
+        return fresh, None, None
+    # from leaves holding the state's values: the carried state's parts depend on each other
+    leaves = [u.detach().requires_grad_(True) for u in _parts(y)]
+    learnable = [dt] if isinstance(dt, Tensor) and dt.requires_grad else []
+    out = _flat(step(_packed(leaves, y)))
+    if not out.requires_grad:
+        return fresh, None, None
+    r = _cotangent(out.numel(), seed).to(out.dtype)
+    inputs = leaves + learnable + weights + own
+    found = list(torch.autograd.grad((out * r).sum(), inputs, allow_unused=True))
+    k, m = len(leaves), len(leaves) + len(learnable)
+    on_dt = None if not learnable else (0.0 if found[k] is None else float(found[k]))
+    on_w, on_p = _flat_grads(found[m : m + len(weights)], weights), _flat_grads(found[m + len(weights) :], own)
+    # the same gradients from the state moved by a rounding unit: how noisy the dtype makes them
+    nudge = rounding_model(_eps(_parts(y)[0].dtype), seed + 2000)
+    moved = [nudge(u.detach().double()).to(u.dtype).requires_grad_(True) for u in _parts(y)]
+    again = _flat(step(_packed(moved, y)))
+    other = list(torch.autograd.grad((again * r).sum(), moved + weights + own, allow_unused=True))
+    w_again, p_again = _flat_grads(other[k : k + len(weights)], weights), _flat_grads(other[k + len(weights) :], own)
+    spread = tuple(0.0 if a is None else float((a - b).abs().max()) for a, b in ((on_w, w_again), (on_p, p_again)))
+    return fresh, _Grads(_flat_grads(found[:k], leaves), on_dt, on_w, on_p, spread), None
+
+
+def _inverted(stepper: AbstractStepper, field: Any, t: Any, y1: Any, dt: Any, context: Context) -> Tensor:
+    """The stepper's inverse of ``y1`` (detached, flat); an inverse that raises is the reversible claim's failure."""
+    try:
+        return _detached(stepper.inverse(field, t, y1, dt))
+    except Exception as error:  # noqa: BLE001 - reported as the claim's failure, with its cause
+        raise AssertionError(
+            f"{_name(stepper)} declares reversible but its inverse raises {type(error).__name__} "
+            f"({' '.join(str(error).split())[:160]}) in context ({context})."
+        ) from None
+
+
+def _run(stepper: AbstractStepper, exact: Any, y0, t0: float, dts: list[float], context: Context, seed: int) -> _Run:
     """Take the steps in ``context`` with one field for all of them, the state carried; record each step's
-    evaluation count and times, the state it started from, a step from a fresh ``init`` from that state (and its
-    inverse where the scheme is reversible, and in training its gradient along a fixed cotangent with respect to the
-    state and a learnable ``dt``), and the carried step (all detached, flat)."""
-    native = (y0.x if isinstance(y0, PhaseState) else y0).shape
-    counted, field = _field(exact, context.field, native if context.rank4 else None)
-    run = _Run([], [], [], [], [], [], [])
+    evaluation counts and times, the state it started from, a step from a fresh ``init`` from that state as the
+    context calls it (and its inverse where the scheme is reversible; in training its gradient along a fixed
+    cotangent with respect to the state, a learnable ``dt``, the field's weights and the scheme's parameters; under a
+    transform what it gives), and the carried step (all detached, flat)."""
+    native = _parts(y0)[0].shape
+    counts, field = _field(exact, context.field, native)
+    weights = _weights(field)
+    own = [p for p in stepper.parameters() if p.requires_grad]
+    run = _Run([], [], [], [], [], [], [], [])
     with context.entered():
         y, _ = _start(y0, context)
         t = _time(t0, context, False)
         state = stepper.init(field, t, y)
         for i, dt_value in enumerate(dts):
             dt = _time(dt_value, context, True)
-            fresh = _fresh_step(stepper, field, t, y, dt)  # from the same start, for the reference to compare
-            grads = None
-            if context.mode == "enable_grad" and context.dtype in (torch.float32, torch.float64):
-                # from leaves holding the state's values: the carried state's parts depend on each other
-                leaves = [u.detach().requires_grad_(True) for u in (y if isinstance(y, PhaseState) else (y,))]
-                start = PhaseState(*leaves) if isinstance(y, PhaseState) else leaves[0]
-                inputs = leaves + ([dt] if isinstance(dt, Tensor) and dt.requires_grad else [])
-                out = _flat(_fresh_step(stepper, field, t, start, dt))
-                if out.requires_grad:
-                    r = _cotangent(out.numel(), seed + i).to(out.dtype)
-                    found = torch.autograd.grad((out * r).sum(), inputs, allow_unused=True)
-                    found = [torch.zeros_like(u) if g is None else g for u, g in zip(inputs, found)]
-                    n = len(leaves)
-                    on_y = torch.cat([g.reshape(-1) for g in found[:n]]).detach().double()
-                    grads = (on_y, float(found[n]) if len(found) > n else None)
+            fresh, grads, tangent = _fresh_in(stepper, field, t, y, dt, context, seed + i, weights, own)
             run.grads.append(grads)
-            run.inverses.append(_detached(stepper.inverse(field, t, fresh, dt)) if stepper.reversible else None)
-            after_fresh = len(counted.times)
+            run.tangents.append(tangent)
+            run.inverses.append(_inverted(stepper, field, t, fresh, dt, context) if stepper.reversible else None)
+            before, after_fresh = counts.calls(), len(counts.times)
             y1, state = stepper.step(field, t, y, dt, state)
-            run.counts.append(len(counted.times) - after_fresh)
-            run.times.append(counted.times[after_fresh:])
+            run.counts.append(tuple(b - a for a, b in zip(before, counts.calls())))
+            run.times.append(counts.times[after_fresh:])
             run.starts.append(_detached(y))
             run.fresh.append(_detached(fresh))
             run.carried.append(_detached(y1))
@@ -445,7 +752,7 @@ def _run(
 
 def _reference_grads(
     stepper: AbstractStepper,
-    exact: Callable,
+    exact: Any,
     y: Any,
     t: float,
     dt: float,
@@ -453,25 +760,29 @@ def _reference_grads(
     r: Tensor,
     rounding: float = 0.0,
     seed: int = 0,
+    weights: list[Tensor] = (),
 ):
     """The reference gradient of a step from ``y`` (float64, a plain function, autograd on) along the cotangent ``r``
-    with respect to the state and (``learnable``) ``dt``; returns it, ``r`` and the ``dt`` gradient (or ``None``).
-    With ``rounding``, every evaluation's input and result are perturbed by that relative size (a model of rounding,
-    which the backward pass sees too)."""
+    with respect to the state, (``learnable``) ``dt``, the field's ``weights`` and the stepper's parameters; returns
+    a :class:`_Grads` and ``r``. With ``rounding``, every evaluation's input and result are perturbed by that relative
+    size (a model of rounding, which the backward pass sees too)."""
     leaves = [u.detach().clone().requires_grad_(True) for u in _parts(y)]
-    start = PhaseState(*leaves) if isinstance(y, PhaseState) else leaves[0]
+    start = _packed(leaves, y)
     step = torch.tensor(dt, dtype=torch.float64, requires_grad=True) if learnable else dt
-    if rounding:
-        counted = rounded_field(exact, rounding_model(rounding, seed))
-    else:
-        counted, _ = _field(exact, "function")
+    field = rounded_field(exact, rounding_model(rounding, seed)) if rounding else _field(exact, "function")[1]
+    own = [p for p in stepper.parameters() if p.requires_grad]
+    weights = list(weights)
     with torch.enable_grad():
-        out = _flat(_fresh_step(stepper, counted, t, start, step))
-        inputs = leaves + ([step] if learnable else [])
-        found = torch.autograd.grad((out * r).sum(), inputs, allow_unused=True)
-    found = [torch.zeros_like(u) if g is None else g for u, g in zip(inputs, found)]
-    on_y = torch.cat([g.reshape(-1) for g in found[: len(leaves)]])
-    return on_y, r, (float(found[-1]) if learnable else None)
+        out = _flat(_fresh_step(stepper, field, t, start, step))
+        extra = [step] if learnable else []
+        found = list(torch.autograd.grad((out * r).sum(), leaves + extra + weights + own, allow_unused=True))
+    k, m = len(leaves), len(leaves) + len(extra)
+    on_dt = None if not learnable else (0.0 if found[k] is None else float(found[k]))
+    grads = _Grads(
+        _flat_grads(found[:k], leaves), on_dt, _flat_grads(found[m : m + len(weights)], weights),
+        _flat_grads(found[m + len(weights) :], own),
+    )  # fmt: skip
+    return grads, r
 
 
 def _parts(y: Tensor | PhaseState) -> tuple[Tensor, ...]:
@@ -540,14 +851,19 @@ class _Tiling:
         return _flat(PhaseState(*out) if isinstance(y, PhaseState) else out[0])
 
 
-def _tiling(inst: Instance, context: Context, fixed_width: int | None) -> tuple[Instance, _Tiling]:
-    """The instance whose state is one tile (a token problem for a ``(tokens, width)`` size), and how many tiles the
-    context's size takes (a per-channel stepper's channels are not tiled); in half precision the magnitude is clamped
-    into ``HALF_MAGNITUDES``."""
+def _tiling(inst: Instance, context: Context, fixed_width: int | None, block: bool = False) -> tuple[Instance, _Tiling]:
+    """The instance whose state is one tile (a token problem for a ``(tokens, width)`` size, and for a block
+    stepper), and how many tiles the context's size takes (a per-channel stepper's channels are not tiled); in half
+    precision the magnitude is clamped into ``HALF_MAGNITUDES``; with ``heads`` the batch holds their product times as
+    many samples; the context's ``dt`` replaces the instance's."""
     if context.dtype in (torch.float16, torch.bfloat16):
         low, high = th.HALF_MAGNITUDES
         inst = replace(inst, magnitude=min(max(inst.magnitude, low), high))
-    if context.size is not None and context.size != "large" and inst.tokens == 0:
+    if context.heads:
+        inst = replace(inst, batch=inst.batch * math.prod(context.heads))
+    if context.dt is not None:
+        inst = replace(inst, dt=context.dt)
+    if (block or (context.size is not None and context.size != "large")) and inst.tokens == 0:
         inst = replace(inst, tokens=1)
     base = (inst.batch, inst.tokens, inst.width) if inst.tokens else (inst.batch, inst.width)
     if context.size is None:
@@ -588,31 +904,37 @@ def check_contexts(
 ) -> float:
     """Assert a step is the same in every context a model runs it in as in the :data:`REFERENCE` (float64, no grad,
     a plain function, contiguous, floats, one thread): first in each of :data:`CONTEXTS` on a fixed instance, then on
-    ``examples`` drawn instances (:func:`~solvers.testing.strategies.instances`, up to 4 steps) each in a drawn
+    ``examples`` drawn instances (:func:`~solvers.testing.strategies.instances`, up to 4 steps; 2 at a transformer
+    size, 1 on a state of ``CONTEXT_LARGE_STATE`` entries) each in a drawn
     :func:`contexts`. In each, a run with one field for all steps, the state carried, must
 
-    1. evaluate the field as often at every step as the reference run from the same start (``evals_per_step``,
-       first-same-as-last, start-up), at the same times (to float64's rounding);
-    2. at every step, take a step from a fresh ``init`` that agrees with the reference step from the same state, and
-       (``reversible``) an inverse that agrees with the reference inverse; unless ``multistep``, a carried step that
-       agrees with the fresh one;
+    1. evaluate the field (a block stepper: its attention and its FFN) as often at every step as the reference run
+       from the same start (``evals_per_step``, first-same-as-last, start-up), at the same times (to float64's
+       rounding);
+    2. at every step, take a step from a fresh ``init`` (as the context calls it: directly, under a ``torch.func``
+       transform or ``jit.trace``) that agrees with the reference step from the same state, and (``reversible``) an
+       inverse that agrees with the reference inverse; unless ``multistep``, a carried step that agrees with the fresh
+       one;
     3. in training (``enable_grad``, float32 or float64) give the reference's gradient of the step, along a fixed
-       cotangent, with respect to the state and a learnable ``dt``.
+       cotangent, with respect to the state, the field's trainable weights and the scheme's own parameters (the
+       reference: a float64 copy of the stepper, autograd on), and a learnable ``dt`` (against difference quotients);
+       under ``torch.func.grad`` its gradient with respect to the state, under ``torch.func.jvp`` its tangent along a
+       drawn direction, the reference's.
 
     Agreement is to ``ONE_STEP_RTOL`` in float64 and to :func:`~solvers.testing.protocol.float32_allowance` rounding
     units of the state's dtype otherwise, relative to the states' sizes and ``|dt| max|f|`` (a gradient relative to
-    the cotangent's and the reference gradient's sizes; a ``dt`` gradient to ``sum|r| max|f|``). ``fields``, if
-    given, is called as ``fields(width, seed)`` and returns a field ``f(t, x)`` for states ``(batch, tokens, width)``
-    (an ``nn.Module`` is evaluated in float64 and ``eval()`` mode): your model's own attention and FFN join the drawn
-    field kinds (``"given"``). Block steppers are left to :func:`~solvers.testing.check_layer`. Returns the largest
+    the cotangent's and the reference gradient's sizes; a ``dt`` gradient to ``sum|r| max|f|``), each times how much
+    the step amplifies rounding. ``fields``, if given, is called as ``fields(width, seed)`` and returns a field
+    ``f(t, x)`` for states ``(batch, tokens, width)`` (an ``nn.Module`` is evaluated in float64 and ``eval()`` mode;
+    for a block stepper a :class:`~solvers.Block`, or a field that serves as its attention): your model's own
+    attention and FFN join the drawn field kinds (``"given"``), their weights' gradients checked. Returns the largest
     defect (relative)."""
-    from .._splitting import Block
-
     stepper = _instance(stepper)
     name, pristine = _name(stepper), _copy(stepper)
+    block = is_block(stepper)
     fixed_width = stepper_width(stepper)
     width = dim if dim is not None else fixed_width
-    allowed_units = float32_allowance(stepper)
+    allowed_units = float32_allowance(stepper, "contexts")
     worst = [0.0]
 
     def judge(
@@ -640,42 +962,60 @@ def check_contexts(
             size = f"{defect / unit:.3g} rounding units" if unit != 1.0 else f"{defect:.3g} (relative)"
             raise AssertionError(f"{name} (order {stepper.order}): {what} by {size} {where} ({rule}).")
 
+    seen: set[tuple[str, bool]] = set()
+
+    def held(kind: str, value: float) -> None:
+        """Once for each side (earlier or later times, smaller or larger states): the order measured where the
+        scheme's own dynamics differ from those the other checks measure it on."""
+        key = (kind, value > (0.0 if kind == "time" else 1.0))
+        if key not in seen:
+            seen.add(key)
+            _held_there(pristine, dim, kind, value)
+
     def claim(drawn: _InContext) -> None:
         context = drawn.context
         if context.field == "given" and fields is None:
             return
-        inst, tiling = _tiling(drawn.instance, context, fixed_width)
-        # the reference runs from the instance's own start at its own magnitude; a far start runs the field shifted
-        # in time and a scale runs state and field scaled, so that the context's run is the reference's
-        t_ref = inst.t0
-        t0 = t_ref if context.t0 is None else context.t0
-        shift, scale = t0 - t_ref, context.scale
+        inst, tiling = _tiling(drawn.instance, context, fixed_width, block)
+        dts = inst.dts()[: {None: 4, "large": 1}.get(context.size, 2)]  # a large state: one step says what it says
+        own = placed(pristine, inst.t0, dts)
+        t0 = own if context.t0 is None else placed(pristine, context.t0, dts)
+        if own is None or t0 is None:
+            reject()  # no such run inside the times the scheme states it is defined on
+        shift, scale = t0 - own, context.scale
         low = inst.steppers(pristine)[0]
         problem = inst.problem(low)
-        if isinstance(problem.field_for(low), Block):
-            return
         inner = _exact(problem, context, inst.seed, fields, low)
-
-        def exact(s, x):  # the reference's field: a plain function that holds nothing a scheme could inspect
-            return inner(s, x)
-
         ran = _in_dtype(low, context.dtype)
         high = _float64(_copy(ran))
-        dts = inst.dts()[:4]
+        # the reference runs from the instance's own start at its own magnitude where the scheme's limit is the same
+        # there (a far start runs the field shifted in time and a scale runs state and field scaled, so that the
+        # context's run is the reference's); where its own dynamics depend on the time or the size (a friction r / t,
+        # c tanh v), the reference runs where the context does, and the order is measured there (:func:`_held_there`)
+        in_time, in_size = _commutes(high, inner, problem.initial(low), own, shift, scale)
+        if not in_time:
+            held("time", t0)
+        if not in_size:
+            held("size", scale)
+        frame_shift = shift if in_time else 0.0  # how far the reference's times lie before the context's
+        frame_scale = scale if in_size else 1.0  # what the context's states are divided by to be the reference's
+        t_ref = t0 - frame_shift
+        exact = _framed(inner, shift - frame_shift, scale / frame_scale)  # plain functions, nothing to inspect
+        weights = _weights(inner)
         small = problem.initial(low)  # one tile
         whole = tiling.tiles > 1
         if whole:  # the context's size: independent tiles, each a state of the instance's shape
             g = generator(inst.seed)
             parts = [torch.randn(tiling.shape, generator=g, dtype=torch.float64) * problem.scale for _ in _parts(small)]
-            y0 = PhaseState(*parts) if isinstance(small, PhaseState) else parts[0]
-            field = _Tiled(inner, tiling)
+            y0 = _packed(parts, small)
+            field = each(inner, lambda f: _Tiled(f, tiling))
         else:
             y0, field = small, inner
         if shift != 0.0:
-            field = _Shifted(field, shift)
+            field = each(field, lambda f: _Shifted(f, shift))
         if scale != 1.0:
-            field = _Scaled(field, scale)
-            y0 = PhaseState(*(u * scale for u in y0)) if isinstance(y0, PhaseState) else y0 * scale
+            field = each(field, lambda f: _Scaled(f, scale))
+            y0 = _packed([u * scale for u in _parts(y0)], y0)
         which = tiling.picked(inst.seed) if whole else [0]
         picked = len(which) * tiling.base[0]
         like = _reshaped(small, picked)  # the form of the picked tiles stacked
@@ -683,54 +1023,55 @@ def check_contexts(
         def tiles_of(flat: Tensor) -> Tensor:
             return tiling.take(flat, y0, which) if whole else flat
 
-        got = _unscaled(_run(ran, field, y0, t0, dts, context, inst.seed), scale)
+        got = _unscaled(_run(ran, field, y0, t0, dts, context, inst.seed), frame_scale)
         start0 = _unflat(tiles_of(got.starts[0]), like)
         ref = _run(_copy(high), exact, start0, t_ref, dts, REFERENCE, inst.seed)
         for i, (n, m) in enumerate(zip(got.counts, ref.counts)):
             if n != m:
                 raise AssertionError(
-                    f"{name} declares evals_per_step = {stepper.evals_per_step}"
-                    f"{' and fsal' if stepper.fsal else ''} but evaluated the field {n} times in step {i} in context "
-                    f"({context}), {m} times in the reference context ({REFERENCE}), one field for all steps."
+                    f"{name} declares evals_per_step = {stepper.evals_per_step}{' and fsal' if stepper.fsal else ''}"
+                    f" but evaluated {_calls(n, block)} in step {i} in context ({context}), {_calls(m, block)} in "
+                    f"the reference context ({REFERENCE}), one field for all steps."
                 )
         t = t_ref
         for i, dt in enumerate(dts):
-            far = t + shift  # where the context's step starts
+            far = t + frame_shift  # where the context's step starts
             slack = 1e-12 * max(1.0, abs(far), abs(dt))
             slack += 4 * _eps(context.dtype) * (abs(far) + abs(dt))  # times from a parameter of the state's dtype
             for a, b in zip(got.times[i], ref.times[i]):
-                if abs((a - shift) - b) > slack:
+                if abs((a - frame_shift) - b) > slack:
                     raise AssertionError(
                         f"{name} evaluated the field at t = {_show(got.times[i])} in step {i} in context ({context}) "
-                        f"but at t = {_show([u + shift for u in ref.times[i]])} in the reference context shifted to "
-                        f"its start, from t = {far:.6g}, dt = {dt:.4g}."
+                        f"but at t = {_show([u + frame_shift for u in ref.times[i]])} in the reference context "
+                        f"shifted to its start, from t = {far:.6g}, dt = {dt:.4g}."
                     )
             start = tiles_of(got.starts[i])
             y = _unflat(start, like)
             fresh = tiles_of(got.fresh[i])
-            peak = _Peak(exact)
-            counted, _ = _field(peak, "function")
+            seen = [0.0]
+            counted = _field(each(exact, lambda f, seen=seen: _Peak(f, seen)), "function")[1]
             with torch.no_grad():
                 reference = _fresh_step(_copy(high), counted, t, y, dt)
-                rate = exact(t, y.x if isinstance(y, PhaseState) else y)
+                rate = field_size(exact, t, y.x if isinstance(y, PhaseState) else y)
                 back = None
                 if stepper.reversible:
                     back = _flat(_copy(high).inverse(counted, t, _unflat(fresh, like), dt))
             reference = _flat(reference)
-            reached = max(peak.largest, float(reference.abs().max()), float(start.abs().max()))
+            reached = max(seen[0], float(reference.abs().max()), float(start.abs().max()))
             if context.dtype != torch.float64 and not reached <= torch.finfo(context.dtype).max / 16:
                 reject()  # the step's own stages leave the dtype's range: it cannot hold this step
-            size = max(float(start.abs().max()), float(reference.abs().max()), abs(dt) * float(rate.abs().max()))
-            size = max(size, 1e-300)
+            size = max(float(start.abs().max()), float(reference.abs().max()), abs(dt) * rate, 1e-300)
             gain = amplification(_copy(high), exact, t, y, dt, reference, _eps(context.dtype), inst.seed + i)
             if not gain <= th.BLOWN_UP:  # outside the scheme's stability region: rounding there proves nothing
                 reject()
             times = 0.0
-            if shift != 0.0:
+            if frame_shift != 0.0:
                 moved = _time_rounding(_copy(high), exact, t, y, dt, far, inst.seed + i)
                 times = th.MODELLED_ROUNDING * float((_flat(moved) - reference).abs().max()) / size
             shown = f" (tiles {which} of {tiling.tiles} of {problem.name})" if whole else f", on {problem.name}"
-            started = f"from t = {far:.4g} (the reference from t = {t:.4g})" if shift != 0.0 else f"from t = {t:.4g}"
+            started = (
+                f"from t = {far:.4g} (the reference from t = {t:.4g})" if frame_shift != 0.0 else f"from t = {t:.4g}"
+            )
             where = f"at step {i} {started}, dt = {dt:.4g}{shown}, in context ({context})"
             judge(
                 float((fresh - reference).abs().max()) / size,
@@ -753,8 +1094,8 @@ def check_contexts(
                     where,
                     times=times,
                 )
-            own = float((ref.carried[i] - ref.fresh[i]).abs().max()) / size  # in the reference context itself
-            if not stepper.multistep and own <= th.ONE_STEP_RTOL * max(1.0, gain):  # else check_one_step says it
+            itself = float((ref.carried[i] - ref.fresh[i]).abs().max()) / size  # in the reference context itself
+            if not stepper.multistep and itself <= th.ONE_STEP_RTOL * max(1.0, gain):  # else check_one_step says it
                 judge(
                     float((tiles_of(got.carried[i]) - fresh).abs().max()) / size,
                     context.dtype,
@@ -762,43 +1103,74 @@ def check_contexts(
                     "its step from the carried state differs from a step from a fresh init",
                     where + " (a value carried between steps is kept in another precision or path there)",
                 )
-            if got.grads[i] is not None:
-                on_y, on_dt = got.grads[i]
-                learnable = on_dt is not None and not whole  # a dt gradient sums over every tile
-                r_whole = _cotangent(got.fresh[i].numel(), inst.seed + i)
-                ref_y, r, _ = _reference_grads(_copy(high), exact, y, t, dt, False, tiles_of(r_whole))
-                on_y = tiles_of(on_y)
-                scale = max(float(ref_y.abs().max()), float(r.abs().max()))
-                eps = _eps(context.dtype)  # how much modelled rounding moves the gradient (the backward pass too)
-                noisy, _, _ = _reference_grads(
-                    _copy(high), exact, y, t, dt, False, tiles_of(r_whole), rounding=eps, seed=inst.seed + i
-                )
-                gain_grad = float((noisy - ref_y).abs().max()) / (eps * scale)
-                times_grad = 0.0
-                if shift != 0.0:
-                    late = _time_rounding_field(exact, far, dt, inst.seed + i)
-                    wobbled, _, _ = _reference_grads(_copy(high), late, y, t, dt, False, tiles_of(r_whole))
-                    times_grad = th.MODELLED_ROUNDING * float((wobbled - ref_y).abs().max()) / scale
+            grads, tangent = got.grads[i], got.tangents[i]
+            if grads is None and tangent is None:
+                t = t + dt
+                continue
+            r_whole = _cotangent(got.fresh[i].numel(), inst.seed + i)
+            r = tiles_of(r_whole)
+            exact_grads, _ = _reference_grads(_copy(high), exact, y, t, dt, False, r, weights=weights)
+            ref_y = exact_grads.y
+            magnitude = max(float(ref_y.abs().max()), float(r.abs().max()))
+            eps = _eps(context.dtype)  # how much modelled rounding moves the gradient (the backward pass too)
+            noisy, _ = _reference_grads(
+                _copy(high), exact, y, t, dt, False, r, rounding=eps, seed=inst.seed + i, weights=weights
+            )
+            gain_grad = float((noisy.y - ref_y).abs().max()) / (eps * magnitude)
+            times_grad = 0.0
+            if frame_shift != 0.0:
+                late = _time_rounding_field(exact, far, dt, inst.seed + i)
+                wobbled, _ = _reference_grads(_copy(high), late, y, t, dt, False, r)
+                times_grad = th.MODELLED_ROUNDING * float((wobbled.y - ref_y).abs().max()) / magnitude
+            if tangent is not None:  # under jvp: its tangent along the cotangent against the reference gradient
+                direction, along = tangent
+                expected = float((ref_y * direction).sum())
+                natural = max(float((ref_y.abs() * direction.abs()).sum()), 1e-300)
                 judge(
-                    float((on_y - ref_y).abs().max()) / scale,
+                    abs(along - expected) / natural,
                     context.dtype,
                     max(gain, gain_grad),
-                    "the gradient of its step with respect to the state differs from the reference context's",
-                    where + " (autograd sees another computation there)",
+                    "its tangent under torch.func.jvp differs from the reference gradient's along the same direction",
+                    where + " (forward-mode AD sees another computation there)",
                     times=times_grad,
                 )
-                if learnable:  # against difference quotients in dt: the scheme's own dt gradient vouches nothing
-                    ref_dt, resolved = _dt_quotient(_copy(high), exact, y, t, dt, r)
-                    natural = max(float(r.abs().sum()) * float(rate.abs().max()), abs(ref_dt), 1e-300)
-                    judge(
-                        abs(on_dt - ref_dt) / natural,
-                        context.dtype,
-                        gain,
-                        "the gradient of its step with respect to a learnable dt differs from difference quotients "
-                        "in dt",
-                        where + " (a learnable step size's gradient is lost or changed there)",
-                        floor=max(th.GRADIENT_RTOL, 10 * resolved / natural),
-                    )
+                t = t + dt
+                continue
+            judge(
+                float((tiles_of(grads.y) - ref_y).abs().max()) / magnitude,
+                context.dtype,
+                max(gain, gain_grad),
+                "the gradient of its step with respect to the state differs from the reference context's",
+                where + " (autograd sees another computation there)",
+                times=times_grad,
+            )
+            for what, on, exact_on, noisy_on, spread in (
+                ("the field's weights", grads.weights, exact_grads.weights, noisy.weights, grads.spread[0]),
+                ("its own parameters", grads.params, exact_grads.params, noisy.params, grads.spread[1]),
+            ):
+                if whole or on is None or exact_on is None:  # tiles: a weight's gradient sums over every tile
+                    continue
+                scale_on = max(float(exact_on.abs().max()), 1e-300)
+                modelled = float((noisy_on - exact_on).abs().max()) / (eps * scale_on)
+                judge(
+                    float((on - exact_on).abs().max()) / scale_on,
+                    context.dtype,
+                    max(gain, modelled, th.MODELLED_ROUNDING * spread / (eps * scale_on)),
+                    f"the gradient of its step with respect to {what} differs from the reference context's",
+                    where + " (a gradient is lost, detached or rounded there)",
+                    times=times_grad,
+                )
+            if grads.dt is not None and not whole:  # against difference quotients in dt (a dt gradient sums tiles)
+                ref_dt, resolved = _dt_quotient(_copy(high), exact, y, t, dt, r)
+                natural = max(float(r.abs().sum()) * rate, abs(ref_dt), 1e-300)
+                judge(
+                    abs(grads.dt - ref_dt) / natural,
+                    context.dtype,
+                    gain,
+                    "the gradient of its step with respect to a learnable dt differs from difference quotients in dt",
+                    where + " (a learnable step size's gradient is lost or changed there)",
+                    floor=max(th.GRADIENT_RTOL, 10 * resolved / natural),
+                )
             t = t + dt
 
     fixed_instance = Instance(
@@ -817,11 +1189,83 @@ def check_contexts(
     )
     given = (Context(torch.float32, "enable_grad", "given"),) if fields is not None else ()
     fixed = [_InContext(fixed_instance, c) for c in (*CONTEXTS, *given)]
+    rows = replace(fixed_instance, tokens=0)  # under vmap each sample of rows is a rank-1 state
+    fixed.append(_InContext(rows, Context(torch.float32, "no_grad", "module", transform="vmap")))
     strategy = st.builds(
         _InContext, instances(pristine, width, max_steps=4, large=False), contexts(given=fields is not None)
     )
     check_drawn(strategy, claim, examples, fixed=fixed)
     return worst[0]
+
+
+def _calls(counts: tuple[int, ...], block: bool) -> str:
+    if block:
+        return f"the attention {counts[0]} times" + (f" and the FFN {counts[1]} times" if len(counts) > 1 else "")
+    return f"the field {counts[0]} times"
+
+
+def _framed(inner: Any, rest: float, k: float) -> Any:
+    """The reference's field, plain functions: ``k f(t - rest, x / k)`` of each of ``inner``'s fields."""
+
+    def framed(f: Callable) -> Callable:
+        def exact(s, x):
+            return f(s, x) if k == 1.0 and rest == 0.0 else k * f(s - rest, x / k)
+
+        return exact
+
+    return each(inner, framed)
+
+
+@torch.no_grad()
+def _commutes(stepper: AbstractStepper, inner: Any, y: Any, t: float, shift: float, scale: float) -> tuple[bool, bool]:
+    """Whether the stepper's limit field commutes with shifting the time by ``shift`` (``L[f(· - s)](t + s, y) =
+    L[f](t, y)``) and with scaling the state and the field by ``scale`` (``L[m f(·/m)](t, m y) = m L[f](t, y)``),
+    at ``(t, y)``, to ``COMMUTES`` (relative). Most schemes' limits do (the field itself, a momentum, a fixed
+    friction ``γ v``): their step must then commute too, and a context that shifts or scales is compared with the
+    reference where the other checks vouch for it. A friction ``r / t`` or ``c tanh v`` of the scheme's own does not:
+    its step is compared with the reference where the context runs it. A scheme with no limit (order 0) commutes."""
+    try:
+        limit = stepper.limit_field(inner)
+        base = _flat(limit(t, y))
+    except ValueError:
+        return True, True
+    size = max(float(base.abs().max()), 1e-300)
+
+    def near(value: Tensor) -> bool:
+        return bool(torch.isfinite(value).all()) and float((value - base).abs().max()) <= th.COMMUTES * size
+
+    in_time = in_size = True
+    try:
+        if shift != 0.0:
+            in_time = near(_flat(stepper.limit_field(each(inner, lambda f: _Shifted(f, shift)))(t + shift, y)))
+        if scale != 1.0:
+            big = _packed([u * scale for u in _parts(y)], y)
+            in_size = near(_flat(stepper.limit_field(each(inner, lambda f: _Scaled(f, scale)))(t, big)) / scale)
+    except (ArithmeticError, ValueError, RuntimeError):
+        return shift == 0.0, scale == 1.0
+    return in_time, in_size
+
+
+def _held_there(stepper: AbstractStepper, dim: int | None, kind: str, value: float) -> None:
+    """The order measured where a scheme's own dynamics differ: from the far start ``value`` (``kind == "time"``), or
+    at the magnitude ``value`` (``"size"``), on the last of :func:`~solvers.testing.problems.default_problems` (a
+    scheme whose step takes another path there, with its limit, is held to its order there)."""
+    from .order import _assert_order, _beyond_resolution, measure_order, placed_problem
+    from .problems import default_problems, scaled, started
+
+    s = _float64(_copy(stepper))
+    if s.order == 0:
+        return
+    base = default_problems(s, dim)[-1]
+    if kind == "time":
+        problem = placed_problem(s, started(base, value))
+        what = f" (its step depends on the absolute time: measured from t = {problem.t0:.6g})"
+    else:
+        problem = placed_problem(s, scaled(base, value))
+        what = f" (its step depends on the size of its state: measured at magnitude {value:.4g})"
+    m = measure_order(s, problem)
+    if not _beyond_resolution(s.order, m):
+        _assert_order(f"{_name(stepper)}{what}", s.order, m)
 
 
 def _show(times: list[float]) -> str:
@@ -830,10 +1274,19 @@ def _show(times: list[float]) -> str:
 
 def _unscaled(run: _Run, scale: float) -> _Run:
     """A run of the state scaled by ``scale`` (a power of two) as the unscaled run: its states divided by it (exact),
-    the gradient with respect to the state unchanged, a ``dt`` gradient divided by it."""
+    the gradient with respect to the state and a tangent unchanged, those with respect to a ``dt``, the field's
+    weights and the scheme's parameters divided by it."""
     if scale == 1.0:
         return run
-    grads = [None if g is None else (g[0], None if g[1] is None else g[1] / scale) for g in run.grads]
+
+    def down(g: _Grads | None) -> _Grads | None:
+        if g is None:
+            return None
+        return _Grads(
+            g.y, None if g.dt is None else g.dt / scale, None if g.weights is None else g.weights / scale,
+            None if g.params is None else g.params / scale, tuple(u / scale for u in g.spread),
+        )  # fmt: skip
+
     inverses = [None if u is None else u / scale for u in run.inverses]
     return _Run(
         run.counts,
@@ -842,27 +1295,31 @@ def _unscaled(run: _Run, scale: float) -> _Run:
         [u / scale for u in run.fresh],
         [u / scale for u in run.carried],
         inverses,
-        grads,
+        [down(g) for g in run.grads],
+        run.tangents,
     )
 
 
-def _time_rounding_field(exact: Callable, far: float, dt: float, seed: int) -> Callable:
+def _time_rounding_field(exact: Any, far: float, dt: float, seed: int) -> Any:
     """``exact`` with every evaluation's time off by up to float64's rounding of times near ``far`` (uniform, from
-    ``seed``): how a run started far from ``t = 0`` holds its stage times."""
+    ``seed``): how a run started far from ``t = 0`` holds its stage times (a block's fields each)."""
     g = generator(seed)
     unit = th.EPS * (abs(far) + abs(dt))
 
-    def late(s, x):
-        return exact(s + unit * (2 * float(torch.rand((), generator=g, dtype=torch.float64)) - 1), x)
+    def wobbling(f: Callable) -> Callable:
+        def late(s, x):
+            return f(s + unit * (2 * float(torch.rand((), generator=g, dtype=torch.float64)) - 1), x)
 
-    return late
+        return late
+
+    return each(exact, wobbling)
 
 
-def _time_rounding(stepper: AbstractStepper, exact: Callable, t: float, y: Any, dt: float, far: float, seed: int):
+def _time_rounding(stepper: AbstractStepper, exact: Any, t: float, y: Any, dt: float, far: float, seed: int):
     """The reference step from ``y`` at ``t`` with its stage times rounded as near ``far``
     (:func:`_time_rounding_field`): a far start's honest difference from the reference is this step's from the exact
     one, times ``MODELLED_ROUNDING``."""
-    counted, _ = _field(_time_rounding_field(exact, far, dt, seed), "function")
+    counted = _field(_time_rounding_field(exact, far, dt, seed), "function")[1]
     with torch.no_grad():
         return _fresh_step(stepper, counted, t, y, dt)
 
@@ -873,7 +1330,7 @@ def _dt_quotient(stepper, exact, y, t, dt: float, r: Tensor) -> tuple[float, flo
     derivative of a step in its size, independent of how the scheme handles a ``dt`` that requires grad, and how far
     it can be trusted (rounding dominates a small ``h`` where the field is small beside the state, truncation a large
     one where a composition's sub-steps are large)."""
-    counted, _ = _field(exact, "function")
+    counted = _field(exact, "function")[1]
 
     def quotient(k: float) -> float:
         h = k * abs(dt)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from .._base import AbstractStepper
+from .._base import AbstractStepper, PhaseState
 from . import thresholds as th
-from ._common import _copy, _instance, _name
+from ._common import _copy, _instance, _name, not_finite, placed
 from ._drawn import check_drawn
 from .problems import Problem, default_problems, stepper_width
 from .strategies import Instance, instances
@@ -44,17 +44,25 @@ def _counted_run(
     tied: bool,
     what: str,
     kind: str = "float",
+    grad: bool = False,
 ) -> tuple[list[list[float]], float]:
     """Take ``len(dts)`` steps (by ``steppers`` in turn, handing the state on where one continues the other), each
     with a recording field (one for all steps if ``tied``), with ``t0`` and every ``dt`` handed over as ``kind``
     (:data:`TIME_KINDS`), and assert each step's evaluation count; return each step's abscissae ``c = (s - t) / dt``
-    of its evaluation times ``s``, and the largest ``|t| / |dt|`` (how finely float64 resolves ``c``)."""
+    of its evaluation times ``s``, and the largest ``|t| / |dt|`` (how finely float64 resolves ``c``). ``grad``:
+    with autograd on and a state that requires grad, as in training (a step that evaluates more there shows)."""
     if kind != "float":
         what = f"{what} (t0 and dt as {'0-d tensors' if kind == 'tensor' else 'a 0-d tensor, dt requiring grad'})"
+    if grad:
+        with torch.enable_grad():
+            return _counted_run(steppers, problem, dts, t0, tied, f"{what} with autograd on", kind, grad=None)
     from .._splitting import Block
 
     first = steppers[0]
     y, base = problem.initial(first), problem.field_for(first)
+    if grad is None:  # the state a training step takes: it requires grad
+        y = PhaseState(*(u.detach().requires_grad_() for u in y)) if isinstance(y, PhaseState) else y.detach()
+        y = y if isinstance(y, PhaseState) else y.requires_grad_()
     block = base if isinstance(base, Block) else None
     counted = base if block is None else block.attention
     fsal = first.claims(base).fsal  # a block stepper's reuse depends on its block
@@ -68,9 +76,13 @@ def _counted_run(
         field = recorder if block is None else block._replace(attention=recorder)
         before = len(recorder.times)
         fresh = previous is None or not s.continues(previous)
-        if fresh:
-            state = s.init(field, t, y)
-        y, state = s.step(field, t, y, dt, state)
+        try:
+            if fresh:
+                state = s.init(field, t, y)
+            y, state = s.step(field, t, y, dt, state)
+        except (ArithmeticError, ValueError, RuntimeError) as error:
+            where = f"(step {i} of {len(dts)} on {problem.name}{what}, counting its evaluations)"
+            raise AssertionError(not_finite(s, base, t, y, dt, where, error)) from None
         times = recorder.times[before:]
         if i < len(startup):
             expected, claim = startup[i], f"startup_evals = {startup}"
@@ -80,7 +92,8 @@ def _counted_run(
         how = "the same field as the step before" if (tied and i > 0) else "a new field"
         if len(times) != expected:
             raise AssertionError(
-                f"{name} evaluated the field {len(times)} times in step {i} with {how} at dt = {dt_value:g}{what}; it "
+                f"{name} evaluated {'the attention' if block is not None else 'the field'} {len(times)} times in "
+                f"step {i} with {how} at dt = {dt_value:g}{what}; it "
                 f"declares {claim}, so {expected} were expected."
             )
         start = float(t)
@@ -126,8 +139,8 @@ def check_evals(
 ) -> None:
     """Assert every step evaluates the field ``evals_per_step`` times (``- 1`` on repeated fields if ``fsal``; the
     first steps as ``startup_evals`` says, if a multistep scheme declares it), with one fresh field per step and with
-    one field for all steps, and that the evaluation times are ``t + c dt`` with the same abscissae ``c`` at every
-    ``dt``.
+    one field for all steps, with autograd off and on (a state that requires grad, as in training), and that the
+    evaluation times are ``t + c dt`` with the same abscissae ``c`` at every ``dt``.
 
     Fixed: ``EVAL_STEPS`` steps from ``t = EVAL_T0`` at every ``dt`` in ``dts``, and as many alternating ``dt`` and
     ``RATES[0] dt`` (a step size that changes twentyfold). Drawn (unless ``problem`` is given;
@@ -141,16 +154,30 @@ def check_evals(
     stepper = _instance(stepper)
     name = _name(stepper)
     chosen = problem or default_problems(stepper, dim)[-1]
+
+    def start(sizes: list[float]) -> float:  # inside the times the scheme states it is defined on
+        t0 = placed(stepper, th.EVAL_T0, sizes)
+        if t0 is None:
+            raise AssertionError(
+                f"{name}'s time_domain holds no run of steps {sizes[:2]}...: the kit cannot count there."
+            )
+        return t0
+
     for kind in TIME_KINDS:
         for tied in (False, True):
             how = "one field for all steps" if tied else "a new field each step"
             steps = th.EVAL_STEPS
-            runs = [(dt, _counted_run([stepper], chosen, [dt] * steps, th.EVAL_T0, tied, "", kind)) for dt in dts]
+            runs = [
+                (dt, _counted_run([stepper], chosen, [dt] * steps, start([dt] * steps), tied, "", kind)) for dt in dts
+            ]
             _same_abscissae(name, runs, how)
             changing = [[dt if i % 2 == 0 else th.RATES[0] * dt for i in range(steps)] for dt in dts]
             what = f" (steps alternating dt and {th.RATES[0]:g} dt)"
-            runs = [(d[0], _counted_run([stepper], chosen, d, th.EVAL_T0, tied, what, kind)) for d in changing]
+            runs = [(d[0], _counted_run([stepper], chosen, d, start(d), tied, what, kind)) for d in changing]
             _same_abscissae(name, runs, how + what)
+    for tied in (False, True):  # with autograd on, as a model trains: the same count
+        steps = [th.EVAL_DTS[0]] * th.EVAL_STEPS
+        _counted_run([stepper], chosen, steps, start(steps), tied, "", grad=True)
     if problem is not None or examples <= 0:
         return
     pristine = _copy(stepper)

@@ -33,6 +33,9 @@ class Problem:
     potential: Callable[[Tensor], Tensor] | None = None
     scale: float = 1.0
     """The magnitude of the states (:func:`scaled`): errors are measured relative to it."""
+    t0: float = 0.0
+    """Where the problem starts: it runs on ``[t0, t0 + T]`` (a scheme whose step depends on the absolute time, or
+    that is defined only on some times, is measured there; :func:`started`)."""
 
     @property
     def second_order(self) -> bool:
@@ -80,6 +83,13 @@ def _sin(t: Any) -> Any:
     return torch.sin(t) if isinstance(t, Tensor) else math.sin(t)
 
 
+def started(problem: Problem, t0: float) -> Problem:
+    """The same problem started at ``t0``: its field, state and horizon unchanged, run on ``[t0, t0 + T]``."""
+    if t0 == problem.t0:
+        return problem
+    return dataclasses.replace(problem, t0=float(t0), name=f"{problem.name} from t0={t0:.6g}")
+
+
 def generator(seed: int) -> torch.Generator:
     """A CPU generator seeded with ``seed``: every problem and draw is built from one."""
     return torch.Generator().manual_seed(int(seed))
@@ -92,20 +102,61 @@ def scaled(problem: Problem, magnitude: float) -> Problem:
     switches on the size of its state shows it. The potential scales to ``m² V(x / m)``."""
     if magnitude == 1.0:
         return problem
-    m, field, potential = float(magnitude), problem.field, problem.potential
+    from ._common import each
 
-    def scaled_field(t, x):
-        return m * field(t, x / m)
-
+    m, potential = float(magnitude), problem.potential
     return dataclasses.replace(
         problem,
         name=f"{problem.name} at magnitude {m:.3g}",
-        field=scaled_field,
+        field=each(problem.field, lambda f: ScaledField(f, m)),
         x0=m * problem.x0,
         v0=None if problem.v0 is None else m * problem.v0,
         potential=None if potential is None else (lambda x: m * m * potential(x / m)),
         scale=problem.scale * m,
     )
+
+
+class ScaledField:
+    """``m f(t, x / m)``: a field at magnitude ``m`` (the same problem, its solution ``m`` times the original's); a
+    field that offers ``joint(x, v) = (f(x), J_f(x) v)`` keeps it, scaled."""
+
+    def __init__(self, field: Callable, m: float):
+        self.field, self.m = field, m
+        if hasattr(field, "joint"):
+            self.joint = self._joint
+
+    def __call__(self, t, x):
+        return self.m * self.field(t, x / self.m)
+
+    def _joint(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        value, tangent = self.field.joint(x / self.m, v)
+        return self.m * value, tangent
+
+
+class Weighted(torch.nn.Module):
+    """``f(t, x) ⊙ g + b``: a field with trainable per-channel weights (float64, ``g`` near 1 and ``b`` near 0 at the
+    field's ``magnitude``, drawn from ``seed``), an ``nn.Module`` as a model's fields are: a step's gradient with
+    respect to the weights of the field it steps is a claim too, checked against difference quotients in them
+    (:func:`~solvers.testing.check_gradients`) and in float32 against float64
+    (:func:`~solvers.testing.check_contexts`)."""
+
+    def __init__(self, field: Callable, width: int, seed: int, magnitude: float = 1.0):
+        super().__init__()
+        g = generator(seed + 17)
+        self.field = field
+        self.gain = torch.nn.Parameter(1 + 0.1 * torch.randn(width, generator=g, dtype=torch.float64))
+        self.bias = torch.nn.Parameter(0.1 * magnitude * torch.randn(width, generator=g, dtype=torch.float64))
+
+    def forward(self, t, x: Tensor) -> Tensor:
+        return self.field(t, x) * self.gain.to(x.dtype) + self.bias.to(x.dtype)
+
+
+def weighted(field: Any, width: int, seed: int, magnitude: float = 1.0) -> Any:
+    """``field`` as :class:`Weighted` (a :class:`~solvers.Block`'s attention and FFN each, with their own weights)."""
+    from ._common import each
+
+    made = iter(range(2))
+    return each(field, lambda f: Weighted(f, width, seed + 101 * next(made), magnitude))
 
 
 def linear_problem(seed: int = 0, dim: int = 3, scale: float = 1.0, T: float = 1.0, batch: int = 2) -> Problem:
@@ -255,7 +306,17 @@ def default_problems(stepper: AbstractStepper, dim: int | None = None) -> list[P
     Second-order steppers: linear modes coupled by a non-symmetric matrix (:func:`coupled_problem`) and modulated,
     forced pendulums. First-order steppers: a linear problem, :func:`nonlinear_problem`, and (at an even width) the
     modulated, forced pendulums as a first-order system ``[x, v]``. The last problem is nonlinear and time-dependent.
+    Block steppers: :func:`block_problem` (3 tokens of width 2, or the stepper's width) and one of ``BLOCK_TOKENS``
+    tokens of width ``BLOCK_WIDTH`` (or the stepper's) whose attention depends on time.
     """
+    if _is_block(stepper):  # a layer: a small block, and one of transformer width whose attention depends on time
+        fixed = dim if dim is not None else stepper_width(stepper)
+        wide = fixed if fixed is not None else th.BLOCK_WIDTH
+        return [
+            block_problem(second_order=stepper.second_order, dim=fixed or 2),
+            block_problem(seed=1, second_order=stepper.second_order, tokens=th.BLOCK_TOKENS, dim=wide, T=th.ORDER_T,
+                          phase=0.7),
+        ]  # fmt: skip
     width = _width(stepper, dim)
     pendulum = pendulum_problem(seed=2, T=th.ORDER_T, modulation=0.5, dim=width if stepper.second_order else width // 2)
     if stepper.second_order:
@@ -286,14 +347,16 @@ def block_problem(
     T: float = 0.5,
     batch: int = 1,
     ffn: bool = True,
+    phase: float | None = None,
 ) -> Problem:
     """A small transformer-like layer as a :class:`~solvers.Block` of two fields, for checking block steppers.
 
     ``attention(t, x) = softmax(x Q (x K)ᵀ) x V - x`` mixes the ``tokens`` (a Laplacian-like force, so a second-order
     state sees a wave); ``ffn(t, x) = tanh(x W₁) W₂`` acts on each token. Both are smooth and autonomous, weights drawn
-    from ``seed`` at scale ``1/sqrt(dim)``; ``x0`` (and ``v0`` if ``second_order``) standard normal, ``(batch, tokens,
-    dim)``; ``ffn=False`` leaves the FFN out (a block of attention alone). The reference is the block stepper's
-    ``limit_field`` (the block's ODE), integrated by classic RK4.
+    from ``seed`` at scale ``1/sqrt(dim)``; with a ``phase`` the attention is modulated in time, ``(1 + ½ cos(2t +
+    phase))`` times it (a layer that evaluates it at the wrong time shows); ``x0`` (and ``v0`` if ``second_order``)
+    standard normal, ``(batch, tokens, dim)``; ``ffn=False`` leaves the FFN out (a block of attention alone). The
+    reference is the block stepper's ``limit_field`` (the block's ODE), integrated by classic RK4.
     """
     from .._splitting import Block
 
@@ -302,14 +365,16 @@ def block_problem(
 
     def attention(t, x):
         weights = torch.softmax((x @ Q) @ (x @ K).transpose(-2, -1), dim=-1)  # (B, N, N)
-        return weights @ (x @ V) - x
+        mixed = weights @ (x @ V) - x
+        return mixed if phase is None else (1 + 0.5 * _cos(2 * t + phase)) * mixed
 
     mlp = _TanhMLP(W1, W2) if ffn else None
 
     x0 = torch.randn(batch, tokens, dim, generator=g, dtype=torch.float64)
     v0 = torch.randn(batch, tokens, dim, generator=g, dtype=torch.float64) if second_order else None
     kind = "second" if second_order else "first"
-    name = f"block(seed={seed}, {kind}-order, {tokens} tokens, dim={dim}{'' if ffn else ', no FFN'})"
+    timed = "" if phase is None else f", phase={phase:g}"
+    name = f"block(seed={seed}, {kind}-order, {tokens} tokens, dim={dim}{'' if ffn else ', no FFN'}{timed})"
     return Problem(name, Block(attention, mlp), x0, v0, T, False)
 
 
@@ -388,10 +453,20 @@ def _half_width(stepper: AbstractStepper, dim: int | None) -> int:
     return width // 2 if width % 2 == 0 else 0
 
 
+def _is_block(stepper: Any) -> bool:
+    from ._common import is_block
+
+    return is_block(stepper)
+
+
 def _time_problem(stepper: AbstractStepper, dim: int | None, seed: int) -> Problem:
     """A nonlinear problem whose force depends on time neither evenly nor oddly, of the stepper's width: modulated,
     forced pendulums with a phase (as ``[x, v]`` for a first-order scheme), or, at an odd first-order width,
-    :func:`nonlinear_problem` (``cos 2t`` and ``sin √2 t`` together)."""
+    :func:`nonlinear_problem` (``cos 2t`` and ``sin √2 t`` together); for a block stepper, a block whose attention
+    depends on time."""
+    if _is_block(stepper):
+        width = dim if dim is not None else stepper_width(stepper)
+        return block_problem(seed=seed, second_order=stepper.second_order, dim=width or 4, batch=2, phase=0.7)
     size = _half_width(stepper, dim)
     if size:
         return pendulum_problem(seed=seed, dim=size, modulation=0.5, phase=0.7)

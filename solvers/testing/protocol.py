@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from numbers import Real
 from typing import Any
 
@@ -21,15 +21,27 @@ from ._common import (
     _name,
     _select,
     _tensors,
+    each,
+    field_size,
+    fields_of,
+    finite,
+    is_block,
+    not_finite,
+    placed,
     reachable_tensors,
     rounded_field,
     rounding_model,
+    singular_time,
     structure,
 )
 from ._drawn import check_drawn, reject
-from .problems import Problem, _time_problem, default_problems, generator, stepper_width
+from .problems import Problem, _time_problem, default_problems, generator, stepper_width, weighted
 from .references import _error, _flat, _unflat
 from .strategies import Instance, instances
+
+FIELD_WEIGHT = "the field's weight"
+"""How the gradient checks name a trainable weight of the field (not the scheme's: a weight that gets no gradient is a
+wrong gradient, judged by the quotients, not a dead parameter of the scheme)."""
 
 
 def _fixed_protocol(stepper: AbstractStepper, dim: int | None = None) -> float:
@@ -51,12 +63,20 @@ def _fixed_protocol(stepper: AbstractStepper, dim: int | None = None) -> float:
     """
     name = _name(stepper)
     problem = default_problems(stepper, dim)[-1]
-    y, field, t, dt = problem.initial(stepper), problem.field_for(stepper), 0.3, 0.4
+    y, field, dt = problem.initial(stepper), problem.field_for(stepper), 0.4
+    t = placed(stepper, 0.3, [dt, dt])
+    if t is None:
+        raise AssertionError(f"{name}'s time_domain holds no two steps of {dt:g}: the kit cannot step it.")
     kept = _unflat(_flat(y).clone(), y)
+    unused = _copy(stepper)  # nothing a step leaves behind is on it
     with torch.no_grad():
         try:
             out = stepper.step(field, t, y, dt, stepper.init(field, t, y))
+        except ArithmeticError as error:
+            raise AssertionError(not_finite(stepper, field, t, y, dt, f"on {problem.name}", error)) from error
         except (RuntimeError, ValueError, TypeError) as error:
+            if singular_time(stepper, field, t, y, dt) is not None:
+                raise AssertionError(not_finite(stepper, field, t, y, dt, f"on {problem.name}", error)) from error
             raise AssertionError(
                 f"{name} failed to step {problem.name} (states of shape {tuple(problem.x0.shape)}): "
                 f"{' '.join(str(error).split())[:200]}; if it is built for another width, pass dim=... to the check."
@@ -65,6 +85,8 @@ def _fixed_protocol(stepper: AbstractStepper, dim: int | None = None) -> float:
             raise AssertionError(f"{name}.step must return (y1, state); it returned {type(out).__name__} {out!r:.80}.")
         y1 = out[0]
         _same_form(name, y, y1, problem)
+        if not finite(y1):
+            raise AssertionError(not_finite(stepper, field, t, y, dt, f"on {problem.name}"))
         if not torch.equal(_flat(y), _flat(kept)):
             raise AssertionError(f"{name}.step changed its input y in place on {problem.name}; return new tensors.")
         again = _fresh_step(stepper, field, t, y, dt)
@@ -72,6 +94,17 @@ def _fixed_protocol(stepper: AbstractStepper, dim: int | None = None) -> float:
             raise AssertionError(
                 f"{name} gives a different y1 when the same step (same field, t, y, dt, fresh init) is taken again "
                 f"(by {_error(again, y1):.2e}): it keeps something on the stepper between steps; keep it in state."
+            )
+        g = generator(8)
+        nudged = _unflat(_flat(y) + 1e-3 * torch.randn(_flat(y).shape, generator=g, dtype=_flat(y).dtype), y)
+        near, unkept = _fresh_step(stepper, field, t, nudged, dt), _fresh_step(_copy(unused), field, t, nudged, dt)
+        if not _error(near, unkept) <= th.ONE_STEP_RTOL:
+            raise AssertionError(
+                f"{name} serves something kept from an earlier step to a state it does not belong to: a step from a "
+                f"fresh init from y moved by 1e-3 differs by {_error(near, unkept):.2e} (relative) from the same step "
+                f"by an unused copy of the stepper, on {problem.name}; a cache kept on the stepper and keyed on a "
+                "property of the state (its size, norm, shape or address) rather than on y itself serves a stale "
+                "value."
             )
         other = _copy(stepper)
         other.train(not stepper.training)
@@ -95,15 +128,43 @@ def _fixed_protocol(stepper: AbstractStepper, dim: int | None = None) -> float:
             alone = _fresh_step(stepper, field, t, _select(y, b), dt)
             _same_form(name, _select(y, b), alone, problem, f"sample {b}'s ")
             defect = _error(alone, _select(y1, b))
-            if defect > th.ONE_STEP_RTOL:
-                raise AssertionError(
-                    f"{name} does not step the samples of a batch independently: sample {b} stepped alone differs "
-                    f"from its row of the batch's step by {defect:.2e} (relative) on {problem.name}."
-                )
+            if not defect <= th.ONE_STEP_RTOL:
+                _kept_or_coupled(name, unused, field, t, _select(y, b), dt, _select(y1, b), b, defect, problem.name)
         low = _cast(y, torch.float32)
-        low_field = lambda t, x: field(t, x.to(torch.float64)).to(x.dtype)  # noqa: E731 - the problem in float32
+        low_field = each(field, _in_float32)  # the problem in float32
         _same_form(name, low, _fresh_step(stepper, low_field, t, low, dt), problem, "float32 ")
     return _check_derivative(name, stepper, field, t, y, dt, problem)
+
+
+def _kept_or_coupled(
+    name: str, unused: AbstractStepper, field, t, alone: Any, dt, row: Any, b: int, defect: float, where: str
+) -> None:
+    """A sample stepped alone differs from its row of the batch's step by ``defect``: say why. Where an unused copy
+    of the stepper (nothing kept from an earlier step) steps it alone to its row, the stepper served something kept
+    from before to a state it does not belong to (a cache keyed on the state's size, shape or address); else the
+    samples are coupled."""
+    again = _fresh_step(_copy(unused), field, t, alone, dt)
+    if _error(again, row) <= th.ONE_STEP_RTOL:
+        raise AssertionError(
+            f"{name} serves something kept from an earlier step to a state it does not belong to: sample {b} stepped "
+            f"alone by the stepper that took the batch's step differs from its row of the batch's step by "
+            f"{defect:.2e} (relative) on {where}, but an unused copy of the stepper steps it alone to its row; a cache "
+            "keyed on a property of the state (its size, norm, shape or address) rather than on y itself serves a "
+            "stale value."
+        )
+    raise AssertionError(
+        f"{name} does not step the samples of a batch independently: sample {b} stepped alone differs from its row "
+        f"of the batch's step by {defect:.2e} (relative) on {where}."
+    )
+
+
+def _in_float32(f: Callable) -> Callable:
+    """``f`` evaluated in float64 on a state of another dtype, its result rounded to that dtype."""
+
+    def rounded(t, x):
+        return f(t, x.to(torch.float64)).to(x.dtype)
+
+    return rounded
 
 
 def _same_form(name: str, y: Any, y1: Any, problem: Problem, what: str = "") -> None:
@@ -174,6 +235,8 @@ def _compare_derivative(
         raise AssertionError(f"{name}: the result does not depend on y through autograd on {where}.")
     if dead:
         for (label, p), q, d in zip(params, grads, along):
+            if label.startswith(FIELD_WEIGHT):  # the field's: its gradient is judged by the quotients below
+                continue
             zero = q is not None and not bool(q.ne(0).any())
             if zero and irregular is not None and not _resolved_effect(run, base, out, p, d):
                 irregular()  # a drawn instance where the parameter's whole effect is below float64's resolution
@@ -211,7 +274,8 @@ def _compare_derivative(
             f"steps 10x apart differ by at least {spread:.2e}."
         )
     if defect > allowed:
-        moved = " and of the learnable parameters" if params else ""
+        moved = " and of the learnable parameters" if any(not n.startswith(FIELD_WEIGHT) for n, _ in params) else ""
+        moved += " and of the field's trainable weights" if any(n.startswith(FIELD_WEIGHT) for n, _ in params) else ""
         raise AssertionError(
             f"{name}'s gradient is not that of its steps on {where}: along a random direction of y{moved}, "
             f"autograd gives {by_autograd:.8g} and difference quotients {by_difference:.8g} (trusted to "
@@ -229,30 +293,58 @@ def _fixed_one_step(stepper: AbstractStepper, problem: Problem | None = None, di
     ``state`` or on the stepper, is caught) and from the state reached."""
     problem = problem or _time_problem(stepper, dim, seed=5)
     y, field = problem.initial(stepper), problem.field_for(stepper)
+    y = _unflat(_flat(y).clone(), y)  # the kit's own: its storage is written below
     pristine = _copy(stepper)  # the fresh steps run on copies of the stepper as it was: nothing kept on it can serve
     g = generator(6)
-    t = 0.0
+    dts = [0.1 * (1.5 if i % 2 else 0.7) for i in range(10)]
+    t = placed(stepper, 0.0, dts)
+    if t is None:
+        raise AssertionError(
+            f"{_name(stepper)}'s time_domain holds no run of ten steps of 0.1: the kit cannot run one."
+        )
     state = stepper.init(field, t, y)
     worst = 0.0
-    for i in range(10):
-        dt = 0.1 * (1.5 if i % 2 else 0.7)
+    for i, dt in enumerate(dts):
         nudged = _unflat(_flat(y) + 1e-3 * torch.randn(_flat(y).shape, generator=g, dtype=_flat(y).dtype), y)
-        for start, which in ((nudged, "a perturbed copy of the state it reached"), (y, "the state it reached")):
+        other = _unflat(_flat(nudged) + 1e-3 * torch.randn(_flat(y).shape, generator=g, dtype=_flat(y).dtype), y)
+        writable = not _holds_storage((state, stepper), y)  # nothing kept refers to y: its storage may be written
+        for start, which in _starts(nudged, y, other if writable else None):
             carried, _ = stepper.step(field, t, start, dt, state)
             fresh_stepper = _copy(pristine)
             fresh, _ = fresh_stepper.step(field, t, start, dt, fresh_stepper.init(field, t, start))
+            if not (finite(carried) and finite(fresh)):
+                raise AssertionError(not_finite(stepper, field, t, start, dt, f"on {problem.name} (step {i})"))
             defect = _error(carried, fresh)
-            if defect > th.ONE_STEP_RTOL:
+            if not defect <= th.ONE_STEP_RTOL:
                 raise AssertionError(
                     f"{_name(stepper)} reads history from its state or from itself: after {i} steps, a step of {dt:g} "
                     f"from {which} with the carried state differs from one by an unused copy of the stepper from a "
                     f"fresh init by {defect:.2e} (relative) on {problem.name}; declare multistep = True, or key "
-                    "anything kept between steps on y itself."
+                    "anything kept between steps on y itself (its identity or values, not its address, size or norm)."
                 )
             worst = max(worst, defect)
         y, state = stepper.step(field, t, y, dt, state)
         t = t + dt
     return worst
+
+
+def _starts(nudged: Any, y: Any, other: Any) -> Iterator[tuple[Any, str]]:
+    """The states a carried step is compared from: a perturbed copy of ``y``, ``y``, then (unless ``other`` is
+    ``None``) ``y`` with ``other``'s values written into its storage (a cache keyed on its address serves the old
+    force)."""
+    yield nudged, "a perturbed copy of the state it reached"
+    yield y, "the state it reached"
+    if other is not None:
+        for u, w in zip(_tensors(y), _tensors(other)):
+            u.copy_(w)
+        yield y, "the state it reached with new values written into its storage"
+
+
+def _holds_storage(kept: Any, y: Any) -> bool:
+    """Whether any tensor reachable from ``kept`` shares storage with a part of ``y`` (then ``y`` may not be written:
+    a cache keyed on its identity would see the write)."""
+    mine = {u.untyped_storage().data_ptr() for u in _tensors(y)}
+    return any(t.untyped_storage().data_ptr() in mine for _, t in reachable_tensors(kept) if t.device.type == "cpu")
 
 
 # -- drawn instances --------------------------------------------------------------------------------------------------
@@ -315,6 +407,7 @@ def _protocol_run(name: str, layers: list[AbstractStepper], problem: Problem, t0
     last = len(dts) - 1
     g = generator(seed)
     batch = problem.x0.shape[0]
+    pristine = [_copy(s) for s in layers]  # unused copies: a step by one of them keeps nothing from before
 
     def each(i, s, t, y, dt, state):
         kept = _Kept(y, state)
@@ -322,7 +415,11 @@ def _protocol_run(name: str, layers: list[AbstractStepper], problem: Problem, t0
             out = s.step(field, t, y, dt, state)
         except AssertionError as error:  # the field's own (a state of the wrong shape)
             raise AssertionError(f"{name} at step {i}: {error}") from error
+        except ArithmeticError as error:
+            raise AssertionError(not_finite(s, field, t, y, dt, f"at step {i} of {problem.name}", error)) from error
         except (RuntimeError, ValueError, TypeError) as error:
+            if singular_time(s, field, t, y, dt) is not None:
+                raise AssertionError(not_finite(s, field, t, y, dt, f"at step {i} of {problem.name}", error)) from error
             raise AssertionError(
                 f"{name} failed at step {i} of {problem.name}: {' '.join(str(error).split())[:200]}"
             ) from error
@@ -330,6 +427,8 @@ def _protocol_run(name: str, layers: list[AbstractStepper], problem: Problem, t0
             raise AssertionError(f"{name}.step must return (y1, state); it returned {type(out).__name__}.")
         y1 = out[0]
         _same_form(name, y, y1, problem, f"step {i}'s ")
+        if not finite(y1):
+            raise AssertionError(not_finite(s, field, t, y, dt, f"at step {i} of {problem.name}"))
         where = kept.changed()
         if where is not None:
             raise AssertionError(
@@ -365,10 +464,22 @@ def _protocol_run(name: str, layers: list[AbstractStepper], problem: Problem, t0
                 f"{_error(flipped, y1, problem.scale):.2e}): its claims must hold for training and inference alike."
             )
         for b in range(min(batch, 3)):  # the first three samples: a large state has thousands
-            mixed = s.step(field, t, _replace_rows(y, b, g, problem.scale), dt, state)[0]
+            replaced = _replace_rows(y, b, g, problem.scale)
+            mixed = s.step(field, t, replaced, dt, state)[0]
             untouched("again with the other samples changed")
             defect = _error(_select(mixed, b), _select(y1, b), problem.scale)
-            if defect > th.ONE_STEP_RTOL:
+            if not defect <= th.ONE_STEP_RTOL:
+                unused = _copy(pristine[i % len(pristine)])
+                alone = _fresh_step(unused, field, t, replaced, dt)  # the same states, nothing kept from before
+                if _error(_select(alone, b), _select(y1, b), problem.scale) <= th.ONE_STEP_RTOL:
+                    raise AssertionError(
+                        f"{name} serves something kept from an earlier step to a state it does not belong to: at "
+                        f"step {i}, sample {b}'s result moves by {defect:.2e} (relative) when the other samples "
+                        f"change, on {problem.name}, but an unused copy of the stepper from a fresh init steps the "
+                        "changed batch right; a cache keyed on a property of the state (its size, norm, shape or "
+                        "address) rather than on y itself serves a stale value (declare multistep = True if the "
+                        "step reads history)."
+                    )
                 raise AssertionError(
                     f"{name} does not step the samples of a batch independently: at step {i}, sample {b}'s "
                     f"result moves by {defect:.2e} (relative) when the other samples change, on {problem.name}."
@@ -376,11 +487,9 @@ def _protocol_run(name: str, layers: list[AbstractStepper], problem: Problem, t0
             if i == 0:
                 alone = _fresh_step(_copy(s), field, t, _select(y, b), dt)
                 defect = _error(alone, _select(y1, b), problem.scale)
-                if defect > th.ONE_STEP_RTOL:
-                    raise AssertionError(
-                        f"{name} does not step the samples of a batch independently: sample {b} stepped alone "
-                        f"differs from its row of the batch's step by {defect:.2e} (relative) on {problem.name}."
-                    )
+                if not defect <= th.ONE_STEP_RTOL:
+                    unused = _copy(pristine[i % len(pristine)])
+                    _kept_or_coupled(name, unused, field, t, _select(y, b), dt, _select(y1, b), b, defect, problem.name)
         return out
 
     with torch.no_grad():
@@ -445,11 +554,13 @@ def check_gradients(
     stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None, examples: int = th.EXAMPLES
 ) -> None:
     """Assert the gradient of several steps, the running state handed on between them (and between instances with
-    different parameters, as a model's layers hand it), is autograd's: along a random direction of ``y0`` and of
-    every layer's learnable parameters, it equals difference quotients (to ``GRADIENT_RTOL``, or what the quotients
-    resolve), and every learnable parameter gets a gradient that is not zero (a parameter that is never used, or used
-    detached, is named). Drawn: ``examples`` instances of ``GRADIENT_STEPS`` steps (4 to 8) in float64 copies, of
-    drawn shape, magnitude, signed ``dt`` and parameter moves: a history kept detached, or a cache carried across a
+    different parameters, as a model's layers hand it), is autograd's: along a random direction of ``y0``, of every
+    layer's learnable parameters and of the trainable weights of the field (an ``nn.Module``,
+    :class:`~solvers.testing.problems.Weighted`, as a model's fields are: a stage that drops the weights' graph
+    shows), it equals difference quotients (to ``GRADIENT_RTOL``, or what the quotients resolve), and every learnable
+    parameter gets a gradient that is not zero (a parameter that is never used, or used detached, is named). Drawn:
+    ``examples`` instances of ``GRADIENT_STEPS`` steps (4 to 8) in float64 copies, of drawn shape, magnitude, signed
+    ``dt`` and parameter moves: a history kept detached, or a cache carried across a
     step without its graph, shows there where one step from a fresh ``init`` cannot show it."""
     stepper = _instance(stepper)
     name, pristine = _name(stepper), _copy(stepper)
@@ -460,19 +571,26 @@ def check_gradients(
         layers = [_float64(s) for s in inst.steppers(pristine)]
         k, dts = inst.steps, inst.dts()
         problem = inst.problem(layers[0])
-        field, y0 = problem.field_for(layers[0]), problem.initial(layers[0])
+        y0 = problem.initial(layers[0])
+        field = weighted(problem.field_for(layers[0]), problem.x0.shape[-1], inst.seed, problem.scale)
         params = [
             (f"{n} of instance {i}", p)
             for i, s in enumerate(layers)
             for n, p in s.named_parameters()
             if p.requires_grad
         ]
+        parts = fields_of(field)
+        weights = [
+            (f"{FIELD_WEIGHT} {n}" + (f" (its {part})" if len(parts) > 1 else ""), p)
+            for part, f in zip(("attention", "FFN"), parts)
+            for n, p in f.named_parameters()
+        ]
 
         def run(vector: Tensor) -> Tensor:
             return _flat(_layers_run(layers, field, _unflat(vector, y0), inst.t0, dts))
 
         where = f"{problem.name} through {k} steps with the state handed on"
-        _compare_derivative(name, run, _flat(y0), params, where, problem.scale, irregular=reject)
+        _compare_derivative(name, run, _flat(y0), params + weights, where, problem.scale, irregular=reject)
 
     drawn = instances(pristine, width, min_steps=low, max_steps=high, large=False, max_dt=1.0, horizon=2.0)
     check_drawn(drawn, claim, examples)
@@ -489,15 +607,36 @@ def _coefficient_sum(value: Any) -> float:
     return 0.0
 
 
-def _stated_coefficients(stepper: AbstractStepper) -> Any:
+def _stated_coefficients(stepper: AbstractStepper, claim: str = "precision") -> Any:
     """Where a stepper's coefficients are: its ``tableau`` value, else the mapping its ``coefficients()`` method
     returns (a learnable family at its current values), else None."""
     tableau = getattr(stepper, "tableau", None)
     if tableau is not None:
         return tableau
     method = getattr(stepper, "coefficients", None)
-    given = method() if callable(method) else None
+    given = called_coefficients(stepper, method, claim) if callable(method) else None
     return given if isinstance(given, Mapping) else None
+
+
+def called_coefficients(stepper: AbstractStepper, method: Callable, claim: str) -> Any:
+    """``stepper.coefficients()``; a method that needs arguments (another meaning of the name) gives ``None``, and one
+    that raises anything else is an ``AssertionError`` naming the claim that reads it."""
+    try:
+        return method()
+    except TypeError as error:
+        if "argument" in str(error):
+            return None
+        raise AssertionError(_coefficients_failed(stepper, claim, error)) from None
+    except Exception as error:  # noqa: BLE001 - reported as the claim's failure, with its cause
+        raise AssertionError(_coefficients_failed(stepper, claim, error)) from None
+
+
+def _coefficients_failed(stepper: AbstractStepper, claim: str, error: Exception) -> str:
+    return (
+        f"{_name(stepper)}.coefficients() raised {type(error).__name__} ({' '.join(str(error).split())[:160]}) at its "
+        f"current parameters: the {claim} claim reads the scheme's coefficients from it (a mapping with A and b, or "
+        "drifts and kicks, at any parameters training reaches), so it must return them."
+    )
 
 
 def amplification(
@@ -521,13 +660,18 @@ def amplification(
     return change if change == change and change != float("inf") else float("inf")
 
 
-def float32_allowance(stepper: AbstractStepper) -> float:
+def float32_allowance(stepper: AbstractStepper, claim: str = "precision") -> float:
     """How many float32 rounding units a float32 step may differ from the float64 step by, from the scheme's own
     arithmetic: ``FLOAT32_UNITS_PER_TERM`` for each evaluation (``evals_per_step``) times the sum of the absolute
     values of its tableau's coefficients (``A`` and ``b``; a splitting's drifts and kicks; a learnable family's at
     their current values from its ``coefficients()``, the largest channel's where they are per channel; 1 where it has
     none), at least ``FLOAT32_UNITS``. Fifteen stages with weights near 2 round more than Euler."""
-    source = _stated_coefficients(stepper)
+    if is_block(stepper):  # a layer's arithmetic: its stepper's and its FFN scheme's
+        parts = [stepper.stepper] + (
+            [stepper.ffn] if isinstance(getattr(stepper, "ffn", None), AbstractStepper) else []
+        )
+        return sum(float32_allowance(part, claim) for part in parts)
+    source = _stated_coefficients(stepper, claim)
     names = ("A", "b", "bbar", "drifts", "kicks")
     get = source.get if isinstance(source, Mapping) else (lambda n, d: getattr(source, n, d))
     coefficients = sum(_coefficient_sum(get(n, ())) for n in names) if source is not None else 0.0
@@ -556,9 +700,7 @@ def check_precision(
         high = _float64(_copy(low))
         problem = inst.problem(low)
         exact = problem.field_for(low)
-
-        def rounded(t, x):
-            return exact(t, x.to(torch.float64)).to(x.dtype)
+        rounded = each(exact, _in_float32)
 
         y, t = _cast(problem.initial(low), torch.float32), inst.t0
         state = low.init(rounded, t, y)
@@ -567,8 +709,7 @@ def check_precision(
             _same_form(name, y, fresh32, problem, "float32 ")
             start = _cast(y, torch.float64)
             fresh64 = _fresh_step(high, exact, t, start, dt)
-            rate = problem.field_for(high)(t, start.x if isinstance(start, PhaseState) else start)
-            reach = abs(dt) * float(rate.abs().max())  # the size of the step's own terms
+            reach = abs(dt) * field_size(exact, t, start.x if isinstance(start, PhaseState) else start)
             size = max(float(_flat(y).abs().max()), float(_flat(fresh64).abs().max()), reach, 1e-30)
             units = float((_flat(fresh32).double() - _flat(fresh64)).abs().max()) / (size * th.EPS32)
             worst[0] = max(worst[0], units)

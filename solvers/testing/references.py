@@ -27,11 +27,12 @@ def _axpy(a: float, x, b):
     return PhaseState(*(xi + a * bi for xi, bi in zip(x, b))) if isinstance(x, PhaseState) else x + a * b
 
 
-def _classic_rk4(F, y, T: float, n: int, every: int) -> list:
-    """Reference integrator, independent of the steppers under test; returns every ``every``-th state after y."""
+def _classic_rk4(F, y, T: float, n: int, every: int, t0: float = 0.0) -> list:
+    """Reference integrator, independent of the steppers under test; returns every ``every``-th state after y (from
+    ``t0``)."""
     dt, out = T / n, []
     for i in range(n):
-        t = i * dt
+        t = t0 + i * dt
         k1 = F(t, y)
         k2 = F(t + dt / 2, _axpy(dt / 2, y, k1))
         k3 = F(t + dt / 2, _axpy(dt / 2, y, k2))
@@ -57,24 +58,42 @@ def _expm(A: Tensor) -> Tensor:
     return result
 
 
+def _linear_autonomous(F, y0, t0: float, T: float) -> bool:
+    """Whether the limit field ``F`` is linear in the state and the same at every time of ``[t0, t0 + T]``, at random
+    states of ``y0``'s form (to ``1e-12`` of its size): a limit field with a friction ``r / t`` or ``c tanh v`` of its
+    own is neither, even on a linear problem, and gets no matrix-exponential reference."""
+    g = torch.Generator().manual_seed(1234)
+    u, w = (torch.randn(_flat(y0).shape, generator=g, dtype=torch.float64) for _ in range(2))
+    mixed = _unflat(0.7 * u - 1.3 * w, y0)
+    try:
+        at = [_flat(F(t0 + c * T, mixed)) for c in (0.0, 0.5, 1.0)]
+        parts = 0.7 * _flat(F(t0, _unflat(u, y0))) - 1.3 * _flat(F(t0, _unflat(w, y0)))
+    except (ArithmeticError, ValueError, RuntimeError):
+        return False
+    size = max(float(parts.abs().max()), 1e-300)
+    return all(bool(torch.isfinite(a).all()) and float((a - parts).abs().max()) <= 1e-12 * size for a in at)
+
+
 @torch.no_grad()
 def reference(stepper: AbstractStepper, problem: Problem) -> list:
-    """The flow of ``stepper.limit_field`` from the problem's start at the checkpoints ``t_k = k T / 8``, ``k = 1..8``.
+    """The flow of ``stepper.limit_field`` from the problem's start at the checkpoints ``t0 + k T / 8``, ``k = 1..8``.
 
-    Exact (matrix exponential) for linear problems. Otherwise classic RK4 with ``n`` and ``2n`` steps (step at most
-    ``2**-10``, resp. ``2**-11``), Richardson-extrapolated, ``y_2n + (y_2n - y_n) / 15``: the ``dt**4`` terms cancel
-    and the error is at the level of rounding (~1e-14).
+    Exact (matrix exponential) where the problem is linear and the limit field is too (linear in the state and the
+    same at every time: :func:`_linear_autonomous`; a scheme's own friction may make it neither). Otherwise classic
+    RK4 with ``n`` and ``2n`` steps (step at most ``2**-10``, resp. ``2**-11``), Richardson-extrapolated,
+    ``y_2n + (y_2n - y_n) / 15``: the ``dt**4`` terms cancel and the error is at the level of rounding (~1e-14).
     """
     y0 = problem.initial(stepper)
     F = stepper.limit_field(problem.field_for(stepper))
-    if not problem.linear:
+    t0 = problem.t0
+    if not (problem.linear and _linear_autonomous(F, y0, t0, problem.T)):
         per_checkpoint = math.ceil(problem.T / th.CHECKPOINTS / th.REFERENCE_DT)
-        coarse = _classic_rk4(F, y0, problem.T, per_checkpoint * th.CHECKPOINTS, per_checkpoint)
-        fine = _classic_rk4(F, y0, problem.T, 2 * per_checkpoint * th.CHECKPOINTS, 2 * per_checkpoint)
+        coarse = _classic_rk4(F, y0, problem.T, per_checkpoint * th.CHECKPOINTS, per_checkpoint, t0)
+        fine = _classic_rk4(F, y0, problem.T, 2 * per_checkpoint * th.CHECKPOINTS, 2 * per_checkpoint, t0)
         return [_axpy(1 / 15, b, _axpy(-1.0, b, a)) for a, b in zip(coarse, fine)]
     n = _flat(y0).numel()
     basis = torch.eye(n, dtype=torch.float64)
-    M = torch.stack([_flat(F(0.0, _unflat(basis[j], y0))) for j in range(n)], dim=1)  # columns: F(e_j)
+    M = torch.stack([_flat(F(t0, _unflat(basis[j], y0))) for j in range(n)], dim=1)  # columns: F(e_j)
     times = [problem.T * k / th.CHECKPOINTS for k in range(1, th.CHECKPOINTS + 1)]
     return [_unflat(_expm(t * M) @ _flat(y0), y0) for t in times]
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from .._base import AbstractStepper
 from . import thresholds as th
-from ._common import _copy, _moved
+from ._common import _copy, _moved, is_block, placed
 from .problems import (
     Problem,
     anharmonic_problem,
+    block_problem,
     coupled_problem,
     linear_problem,
     nonlinear_problem,
@@ -93,11 +95,24 @@ def start_times():
     return st.one_of(st.floats(-1.0, 1.0), far)
 
 
-def scaled_problems(second_order: bool = False, width: int | None = None):
+def scaled_problems(second_order: bool = False, width: int | None = None, block: bool = False):
     """Strategy: every problem family a stepper of this kind runs (second-order ones on any stepper, as ``[x, v]`` for
     a first-order one) and :func:`token_problem` instances (tokens coupled as attention couples them), at a drawn
-    magnitude (:func:`scaled`). ``width`` fixes the state's width (a per-channel stepper's); else it is drawn."""
+    magnitude (:func:`scaled`). ``width`` fixes the state's width (a per-channel stepper's); else it is drawn.
+    ``block``: :func:`block_problem` instances (a block stepper's layer), their attention depending on time."""
     seeds, horizons = st.integers(0, 2**31 - 1), st.floats(0.25, 0.5)
+    if block:  # a layer: blocks of 1 to 8 tokens, of width up to 12 (or the stepper's), their attention timed
+        blocks = st.builds(
+            block_problem,
+            seed=seeds,
+            second_order=st.just(second_order),
+            tokens=st.integers(1, 8),
+            dim=st.just(width) if width is not None else st.integers(1, 12),
+            T=horizons,
+            batch=st.integers(1, 2),
+            phase=st.floats(0.0, 3.0),
+        )
+        return st.builds(scaled, blocks, magnitudes())
 
     def dims(low: int, high: int, halve: bool = False):
         if width is None:
@@ -187,7 +202,9 @@ class Instance:
         """The drawn problem in the form ``stepper`` takes (its field is the velocity or the acceleration)."""
         b = self.batch if batch is None else batch
         second = stepper.second_order
-        if self.tokens:
+        if is_block(stepper):  # a layer steps a block: attention over the tokens (at least one) and an FFN
+            p = block_problem(self.seed, second, max(self.tokens, 1), self.width, batch=b, phase=0.7)
+        elif self.tokens:
             p = token_problem(self.seed, self.tokens, self.width, b, second_order=second)
         else:
             p = row_problem(self.seed, self.width, b, second_order=second)
@@ -237,7 +254,7 @@ def instances(
     size = 10.0 ** draw(st.floats(-3.0, math.log10(top)))
     sign = -1.0 if signed and draw(st.booleans()) else 1.0
     moved = draw(st.sampled_from([0.0, 0.5, 1.0, 2.0]))
-    return Instance(
+    drawn = Instance(
         seed=draw(st.integers(0, 2**31 - 1)),
         batch=batch,
         tokens=tokens,
@@ -251,6 +268,9 @@ def instances(
         moved_seed=draw(st.integers(0, 2**16)),
         layers=draw(st.integers(1, layers)) if layers > 1 else 1,
     )
+    t0 = placed(stepper, drawn.t0, drawn.dts())  # inside the times a scheme states it is defined on
+    assume(t0 is not None)
+    return replace(drawn, t0=t0)
 
 
 def hamiltonian_problems(second_order: bool, width: int | None = None):

@@ -14,7 +14,7 @@ from . import thresholds as th
 from ._common import _copy, _float64, _fresh_step, _instance, _name
 from ._drawn import check_drawn, reject
 from .problems import stepper_width
-from .protocol import amplification
+from .protocol import amplification, called_coefficients
 from .references import _flat
 from .strategies import Instance, instances
 
@@ -31,10 +31,7 @@ def stated_tableau(stepper: AbstractStepper) -> Any:
     method = getattr(stepper, "coefficients", None)
     if not callable(method):
         return None
-    try:
-        given = method()
-    except (TypeError, ValueError):  # a method of another meaning, or one that needs arguments
-        return None
+    given = called_coefficients(stepper, method, "tableau")  # None for a method of another meaning
     if not isinstance(given, Mapping) or set(given) - {"A", "b", "c"} or not {"A", "b"} <= set(given):
         return None
     numbers = [u for key in ("A", "b", "c") for u in _entries(given.get(key, ()))]

@@ -31,13 +31,18 @@ REFERENCE_DT = 2.0**-10
 """Coarser of the two classic RK4 runs a nonlinear reference is Richardson-extrapolated from."""
 CHECKPOINTS = 8
 """Errors are compared at ``t_k = k T / CHECKPOINTS``."""
+BLOCK_WIDTH = 8
+"""A block stepper's order is also measured on a block of this width (a transformer's is wider: a layer that takes
+another path from some width shows) ..."""
+BLOCK_TOKENS = 6
+"""... and this many tokens."""
 MOVED = 0.5
 """Standard deviation of the move of learnable parameters for the order, symplectic and reversible checks."""
 
 # -- evaluations ------------------------------------------------------------------------------------------------------
-EVAL_DTS = (1.0, 0.5, 0.1, 1e-3, -0.5)
+EVAL_DTS = (1.0, 0.5, 0.1, 1e-3, -0.5, 2.5)
 """Step sizes of the deterministic evaluation count (a negative one: reversible backpropagation steps back, and a
-stage's abscissa ``c`` is the same for either sign)."""
+stage's abscissa ``c`` is the same for either sign; one above 1.5, where a residual layer of a coarse model steps)."""
 EVAL_T0 = 0.25
 """Start time of the deterministic evaluation count."""
 EVAL_STEPS = 10
@@ -91,8 +96,15 @@ RATES = (0.05, 0.9)
 CONTEXT_SIZES = ((8, 8), (16, 32), (64, 64), (197, 192), (32, 768))
 """``(tokens, width)`` of the transformer-sized states the context check draws (a per-channel stepper keeps its
 width), over decades up to a DeiT-Tiny sequence and a GPT-2 width ..."""
-CONTEXT_LARGE_STATE = 2**17
-"""... and now and then a state of at least this many entries (a Tiny Shakespeare batch has 262k)."""
+CONTEXT_LARGE_STATE = 2**20
+"""... and now and then a state of at least this many entries (a Tiny Shakespeare batch has 262k; a kernel that
+switches path above a million entries shows)."""
+CONTEXT_T0_RANGE = (10.0, 2e4)
+"""Contexts start far from ``t = 0`` at times of either sign log-uniform in this range: past ``±8192``, where float16
+and bfloat16 no longer hold a step's stage times apart."""
+CONTEXT_MAX_DT = 4.0
+"""Contexts replace the instance's step size now and then by one of either sign with ``|dt|`` from 1.5 to this (a
+residual layer's step is often 1; a scheme guarded or switched above some step shows)."""
 CONTEXT_SCALES = (2.0**-10, 2.0**10)
 """The powers of two a context scales the state and the field by range between these (about 1e-3 to 1e3, beside the
 drawn magnitude), compared with the reference at the instance's own size: a scheme that clips, guards or switches path
@@ -101,6 +113,10 @@ UNRESOLVED = 0.1
 """A low-precision comparison whose allowance (the scheme's rounding units times the step's amplification, in the
 dtype's rounding unit) exceeds this relative size resolves nothing and is not made: bfloat16 on a composition of
 fifteen large sub-steps."""
+COMMUTES = 1e-9
+"""A scheme's limit field commutes with a shift of time or a scaling of the state (and its step must then too) where
+the two sides agree to this (relative); a friction of the scheme's own that depends on the time or the size differs by
+far more."""
 HAMILTONIAN_WIDTH = 8
 """Drawn symplectic points have 1 to this many positions (and as many velocities): enough coordinates that a force
 changed only on some of them shows."""

@@ -926,7 +926,7 @@ def test_evaluations_of_a_layer_are_counted_on_its_block():
     class ClaimsReuse(Split):  # reuse claimed on every block: wrong where the FFN acts between steps
         fsal: ClassVar[bool] = True
 
-    with pytest.raises(AssertionError, match=r"ClaimsReuse evaluated the field 2 times in step 1 .* and fsal"):
+    with pytest.raises(AssertionError, match=r"ClaimsReuse evaluated the attention 2 times in step 1 .* and fsal"):
         check_evals(ClaimsReuse(VelocityVerlet()), block_problem(second_order=True))
 
 

@@ -13,7 +13,18 @@ import torch
 import solvers
 from solvers import AbstractStepper, PhaseState
 from solvers.testing import CONTEXTS, REFERENCE, check_contexts, check_evals, check_reversible
-from solvers.testing.contexts import DTYPES, FIELDS, LAYOUTS, MODES, SCALES, TIMES, AttentionFFN
+from solvers.testing.contexts import (
+    AUTOCASTS,
+    DTYPES,
+    FIELDS,
+    LAYOUTS,
+    MODES,
+    SCALES,
+    THREADS,
+    TIMES,
+    TRANSFORMS,
+    AttentionFFN,
+)
 
 
 class _Heun(AbstractStepper, abstract=True):
@@ -345,7 +356,13 @@ def test_every_value_of_every_aspect_is_run_on_the_fixed_instance():
     assert {c.layout for c in CONTEXTS} == set(LAYOUTS)
     assert {c.time for c in CONTEXTS} == set(TIMES)
     assert any(c.autocast for c in CONTEXTS) and any(c.rank4 for c in CONTEXTS)
-    assert {c.threads for c in CONTEXTS} == {1, 2}
+    assert {c.threads for c in CONTEXTS} == set(THREADS)
+    assert {c.transform for c in CONTEXTS} == set(TRANSFORMS)
+    assert {c.autocast_dtype for c in CONTEXTS} == {None, *AUTOCASTS}
+    assert any(c.deterministic for c in CONTEXTS) and any(len(c.heads) >= 2 for c in CONTEXTS)
+    assert any(c.t0 is not None and abs(c.t0) > 8192 for c in CONTEXTS) and any(
+        c.dt and abs(c.dt) > 1.5 for c in CONTEXTS
+    )
     assert any(c.t0 is not None and abs(c.t0) >= 100 for c in CONTEXTS)
     assert any(c.size == "large" for c in CONTEXTS) and any(c.size == (32, 768) for c in CONTEXTS)
     assert {c.scale for c in CONTEXTS} >= {1.0, *SCALES}

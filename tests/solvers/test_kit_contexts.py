@@ -127,7 +127,7 @@ def test_a_round_trip_is_allowed_the_schemes_own_rounding_units_times_the_modell
     monkeypatch.setattr(th, "REVERSIBLE_RTOL", 0.0)
     with seeded(3):
         check_reversible(Yoshida8, examples=20)
-    monkeypatch.setattr(geometry, "float32_allowance", lambda stepper: float(th.MODELLED_ROUNDING))
+    monkeypatch.setattr(geometry, "float32_allowance", lambda stepper, claim="": float(th.MODELLED_ROUNDING))
     with seeded(3), pytest.raises(AssertionError, match="declares symmetric|declares reversible"):
         check_reversible(Yoshida8, examples=20)
 
@@ -303,8 +303,10 @@ class NoiseInFloat32Training(_ContextHeun):
     ],
 )
 def test_a_scheme_wrong_only_in_one_context_is_rejected_naming_the_claim_and_the_context(scheme, message):
-    # the other checks run float64, no grad, a plain function: there each fake is right
-    check_evals(scheme, examples=0)
+    # the other checks run float64, no grad, a plain function: there each fake is right (the evaluation check counts
+    # with autograd on too, and finds the extra evaluation there)
+    if scheme is not ExtraEvalWithGrad:
+        check_evals(scheme, examples=0)
     with pytest.raises(AssertionError, match=message) as caught:
         check_contexts(scheme, examples=60)
     assert "counterexample:" in str(caught.value)
@@ -347,3 +349,8 @@ def test_the_same_seed_draws_the_same_counterexample():
 def test_a_correct_scheme_passes_under_any_seed():
     for seed in (0, 7):
         check_stepper(solvers.Heun, seed=seed)
+
+
+def test_an_extra_evaluation_with_autograd_on_is_counted_by_the_evaluation_check():
+    with pytest.raises(AssertionError, match=r"evaluated the field 3 times in step 0 .* with autograd on"):
+        check_evals(ExtraEvalWithGrad, examples=0)

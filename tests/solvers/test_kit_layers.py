@@ -31,7 +31,7 @@ def test_a_block_stepper_declaring_fewer_evaluations_than_it_makes_is_rejected()
 def test_a_reversible_block_stepper_whose_inverse_raises_is_rejected():
     layer = RaisingInverseSplit(solvers.SemiImplicitEuler(), ffn=solvers.SemiImplicitEuler())
     assert layer.claims(None).reversible
-    with pytest.raises(AssertionError, match=r"declares reversible on block.* inverse raises RuntimeError"):
+    with pytest.raises(AssertionError, match=r"declares reversible (on block.*|but its) inverse raises RuntimeError"):
         check_stepper(layer)
 
 

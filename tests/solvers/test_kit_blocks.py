@@ -1,0 +1,95 @@
+"""A layer is what a model runs: a block stepper gets every check a stepper gets, on blocks of attention and an FFN
+(several tokens, width 8 among them), with autograd on, in every context. Three wrong layers that passed the layer
+check alone are rejected, each naming the claim, with the line that draws the same instances again; the library's
+layers pass."""
+
+import pytest
+import torch
+
+import solvers
+from solvers.testing import check_stepper
+
+
+class LieFromWidth8(solvers.Split):
+    """A Strang layer that takes the FFN's whole step after the attention (Lie) on states 8 channels wide or more
+    ("wide layers are smooth enough"): order 1 there, declaring Strang's 2."""
+
+    def step(self, field, t, y, dt, state):
+        x = y.x if isinstance(y, solvers.PhaseState) else y
+        if x.shape[-1] >= 8 and field.ffn is not None:
+            y, state = self._attention_step(field, t, y, dt, state)
+            return self._ffn_step(field.ffn, t, y, dt), state
+        return super().step(field, t, y, dt, state)
+
+
+class FiveLooksWithGrad(solvers.Whole):
+    """A whole-block RK4 layer that evaluates the attention once more when autograd is on ("to warm its cache"):
+    five evaluations in training, declaring four."""
+
+    def step(self, field, t, y, dt, state):
+        if torch.is_grad_enabled():
+            field.attention(t, y)
+        return super().step(field, t, y, dt, state)
+
+
+class _FrozenFFN:
+    """The block's summed field with the FFN evaluated once, at the step's start, and reused by every stage."""
+
+    def __init__(self, attention, ffn, t, x):
+        self.attention, self.frozen = attention, ffn(t, x)
+
+    def __call__(self, t, x):
+        return self.attention(t, x) + self.frozen
+
+
+class FrozenFFNBeyond4Tokens(solvers.Whole):
+    """A whole-block RK4 layer that freezes the FFN across its stages beyond 4 tokens ("the FFN is per token:
+    cheap to skip"): order 1 there, declaring 4."""
+
+    def step(self, field, t, y, dt, state):
+        if field.ffn is not None and y.dim() >= 3 and y.shape[-2] > 4:
+            return self.stepper.step(_FrozenFFN(field.attention, field.ffn, t, y), t, y, dt, state)
+        return super().step(field, t, y, dt, state)
+
+
+@pytest.mark.parametrize(
+    "layer, claim",
+    [
+        (lambda: LieFromWidth8(solvers.Heun(), splitting="strang"), r"the FFN 2 times .* the FFN 4 times in the ref"),
+        (lambda: FiveLooksWithGrad(solvers.RK4()), r"evaluated the attention 5 times .* with autograd on"),
+        (lambda: FrozenFFNBeyond4Tokens(solvers.RK4()), r"evaluated the attention 4 times and the FFN 1 times"),
+    ],
+)
+def test_a_wrong_layer_is_rejected_naming_the_claim(layer, claim):
+    with pytest.raises(AssertionError, match=claim) as caught:
+        check_stepper(layer(), seed=3)
+    assert "seed 3; reproduce with: check_stepper(" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "layer, claim",
+    [
+        (lambda: LieFromWidth8(solvers.Heun(), splitting="strang"), r"declares layer order 2|declares order 2"),
+        (lambda: FrozenFFNBeyond4Tokens(solvers.RK4()), r"declares order 4"),
+    ],
+)
+def test_the_order_is_measured_on_a_block_of_several_tokens_at_width_8(layer, claim):
+    """Each fake passes the layer check's own order (3 tokens of width 2) and fails on the wider block."""
+    from solvers.testing import check_layer, check_order
+
+    check_layer(layer(), examples=0)
+    with pytest.raises(AssertionError, match=claim + r" but its error falls like dt\^1.* 6 tokens, dim=8"):
+        check_order(layer(), examples=0)
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        lambda: solvers.Split(solvers.SemiImplicitEuler()),
+        lambda: solvers.Split(solvers.Heun(), splitting="strang"),
+        lambda: solvers.Whole(solvers.RK4()),
+    ],
+)
+def test_the_librarys_layers_pass_every_check(layer):
+    report = check_stepper(layer(), seed=4)
+    assert {"protocol", "contexts", "precision", "order", "layer"} <= set(report)
