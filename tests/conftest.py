@@ -31,16 +31,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     torch.set_num_threads(max(1, cores // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
-# The command line's cache of config groups (odeformer/app/run/groups.py): the suite's commands keep theirs in a
-# folder of this run's own, never the user's ~/.cache.
-if not os.environ.get("ODEFORMER_CACHE"):
-    import atexit
-    import shutil
-    import tempfile
-
-    os.environ["ODEFORMER_CACHE"] = tempfile.mkdtemp(prefix="odeformer-test-cache-")
-    atexit.register(shutil.rmtree, os.environ["ODEFORMER_CACHE"], ignore_errors=True)
-
 # Real datasets: CI sets ODEFORMER_DATA (and ODEFORMER_REQUIRE_DATA=1); a checkout beside ../shared/data finds them
 # there too, unless ODEFORMER_NO_SHARED_DATA=1 (how to see what a fresh clone sees).
 _GIVEN = bool(os.environ.get("ODEFORMER_DATA"))

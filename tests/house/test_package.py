@@ -33,6 +33,7 @@ def test_the_wheel_is_named_for_pypi_and_carries_the_configs(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"odeformer/configs/train.yaml", "odeformer/configs/experiment/digits_vit.yaml"} <= names
     assert {"odeformer/app/run/sweeps/results.yaml", "odeformer/app/run/sweeps/smoke.yaml"} <= names  # the sections
+    assert "odeformer/app/run/groups.json" in names  # the config groups, read without torch
     assert any(n.startswith("solvers/") for n in names) and not any(n.startswith("configs/") for n in names)
     assert {"solvers/testing/__init__.py", "solvers/testing/thresholds.py"} <= names  # the property kit's package
 

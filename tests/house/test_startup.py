@@ -2,10 +2,8 @@
 checked first, and what a command needs is imported when it needs it. Measured by what is imported, not by time."""
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -43,7 +41,7 @@ def test_a_command_answers_help_and_usage_errors_without_loading_torch(name, whi
     assert result["loaded"] == [], f"odeformer-{name} {' '.join(argv)} imported {result['loaded']}"
 
 
-# -- odeformer-train: its config groups are generated from the registries (torch), and cached between start-ups -------
+# -- odeformer-train: its config groups are generated from the registries (torch), and read from the package's table --
 
 TRAIN = {
     "help": ["--help"],
@@ -60,6 +58,8 @@ TRAIN = {
 
 _TRAIN_PROBE = """
 import json, sys
+if {generate!r}:
+    import solvers  # the registries loaded first: the groups are generated from them, not read from the table
 sys.argv = ["odeformer-train", *{argv!r}]
 from odeformer.app.commands.train import main
 code = None
@@ -71,41 +71,28 @@ print(json.dumps({{"code": code, "loaded": sorted(m for m in ("torch", "transfor
 """
 
 
-def _train(argv: list[str], cache: Path) -> tuple[dict, str]:
-    """``odeformer-train <argv>`` in a fresh interpreter with the groups' cache in ``cache``: what it imported and
-    its exit code, and what it printed besides."""
-    env = {**os.environ, "ODEFORMER_CACHE": str(cache)}
-    done = subprocess.run(
-        [sys.executable, "-c", _TRAIN_PROBE.format(argv=argv)], capture_output=True, text=True, env=env
-    )
+def _train(argv: list[str], generate: bool = False) -> tuple[dict, str]:
+    """``odeformer-train <argv>`` in a fresh interpreter (with the registries loaded first when ``generate``): what
+    it imported and its exit code, and what it printed besides."""
+    probe = _TRAIN_PROBE.format(argv=argv, generate=generate)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines, done.stderr[-2000:]
     return json.loads(lines[-1]), "\n".join(lines[:-1]) + done.stderr
 
 
-@pytest.fixture(scope="module")
-def warm(tmp_path_factory) -> Path:
-    """A cache written by one start-up: the first after an install (or after a module of the packages changed)
-    generates the groups from the registries, importing torch, and caches them."""
-    folder = tmp_path_factory.mktemp("cache")
-    result, _ = _train(["model.nonesuch=1"], folder)
-    assert result["code"] == 2 and "torch" in result["loaded"]
-    assert len(list(folder.glob("groups-*.json"))) == 1
-    return folder
-
-
 @pytest.mark.parametrize("case", sorted(TRAIN))
-def test_odeformer_train_answers_help_and_usage_errors_without_loading_torch(case, warm):
-    result, _ = _train(TRAIN[case], warm)
+def test_odeformer_train_answers_help_and_usage_errors_without_loading_torch(case):
+    result, _ = _train(TRAIN[case])
     assert result["code"] == (0 if case == "help" else 2)
     assert result["loaded"] == [], f"odeformer-train {' '.join(TRAIN[case])} imported {result['loaded']}"
 
 
 @pytest.mark.parametrize("case", ["help", "unknown-key"])
-def test_the_cached_groups_answer_as_the_generated_ones(case, warm, tmp_path):
-    """The same command answered from the cache and from the registries (an empty cache folder) says the same:
-    ``--help`` lists every group's options and every solver's ``solver.options``."""
-    cached, said = _train(TRAIN[case], warm)
-    generated, said_then = _train(TRAIN[case], tmp_path)
-    assert "torch" in generated["loaded"] and cached["loaded"] == []
+def test_the_table_answers_as_the_generated_groups(case):
+    """The same command answered from the package's table and from the registries says the same: ``--help`` lists
+    every group's options and every solver's ``solver.options``."""
+    read, said = _train(TRAIN[case])
+    generated, said_then = _train(TRAIN[case], generate=True)
+    assert "torch" in generated["loaded"] and read["loaded"] == []
     assert said == said_then and said.strip()

@@ -1,7 +1,7 @@
 """What ``odeformer-train --help`` shows beyond Hydra's groups and config: every solver's ``solver.options``.
 
 The solver group's options are generated from the one table of solvers (:func:`odeformer.app.run.config.group_options`,
-read through the cache of :func:`odeformer.app.run.groups.groups`),
+read from the table of :func:`odeformer.app.run.groups.groups`),
 each with the constructor arguments of its stepper and the solver's defaults; ``--help`` shows the chosen solver's
 node only, so this lists them all, one line per solver.
 """

@@ -12,9 +12,9 @@ It checks the command line by composing it (each value of a sweep once), hands i
 configuration with :func:`odeformer.app.run.launch.train`; :func:`compose` and :func:`compose_config` give the same
 composition to the other commands and the sweep engine.
 
-Config groups are generated from the registries (:func:`odeformer.app.run.config.group_options`, cached between runs
-by :func:`odeformer.app.run.groups.groups`, so that ``--help`` and a usage error answer before torch is imported) and
-stored in Hydra's ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds
+Config groups are generated from the registries (:func:`odeformer.app.run.config.group_options`), read from the
+package's table of them (:func:`odeformer.app.run.groups.groups`: ``--help`` and a usage error answer before torch is
+imported) and stored in Hydra's ConfigStore; ``configs/`` (shipped inside the package as ``odeformer.configs``) holds
 ``train.yaml``, the experiments and their training settings. Bad input — an unknown option or key, a value of the
 wrong type, ``dt <= 0``, heads not dividing dim, a missing data root, a corrupt checkpoint, a size that is not
 positive or a model that cannot fit in memory, a run directory another run is writing — is one line on stderr and exit
@@ -60,7 +60,7 @@ from . import EXPECTED, one_line
 from .help import solver_options_text
 
 # torch (and what the run imports with it) is imported by run() and _main(), once the command line is checked: a
-# usage error and --help answer without it (the config groups come from odeformer.app.run.groups, which caches them)
+# usage error and --help answer without it (the config groups come from odeformer.app.run.groups' table)
 
 CONFIG_MODULE = "odeformer.configs"
 

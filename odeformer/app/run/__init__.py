@@ -15,7 +15,7 @@
   :mod:`~odeformer.app.run.sections` (the tables of jobs ``odeformer-reproduce`` runs).
 
 The config dataclasses and the generated config groups live here too (:mod:`~odeformer.app.run.config`, and
-:mod:`~odeformer.app.run.groups`, which caches the groups so a command's start-up need not import torch), not beside
+:mod:`~odeformer.app.run.groups`, whose table of the groups spares a command's start-up torch), not beside
 the command that hands them to Hydra: the loop's config is the ``train`` group's dataclass, and the sweep engine
 and the builder read the same layout, so the run room owns the config's shape and the training command only stores
 it in Hydra's ConfigStore.

@@ -306,7 +306,7 @@ def loader_options(name: str) -> dict[str, Any]:
 
 def group_options() -> dict[str, dict[str, Any]]:
     """Every generated option of every config group: ``{group: {name: node}}`` (see the module docstring). Commands
-    read them through :func:`odeformer.app.run.groups.groups`, which caches them between runs."""
+    read them through :func:`odeformer.app.run.groups.groups`, from the package's table of them."""
     from ...continuous import CONTINUOUS
     from ...registry import solver_names
     from ...tasks import TASK_MODELS
