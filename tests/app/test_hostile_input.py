@@ -77,7 +77,7 @@ def test_a_deeply_nested_structure_is_one_line_naming_the_file(tmp_path):
 
 
 def test_a_stored_config_goes_through_the_same_bounds_as_the_command_line(tmp_path):
-    from odeformer.app.run.builder import MAX_DEPTH, MAX_LEN, MAX_STAGES, UsageError, check_cost
+    from odeformer.app.run.bounds import MAX_DEPTH, MAX_LEN, MAX_STAGES, UsageError, check_cost
 
     source = tmp_path / "best.pt"
     base = {"solver": {"name": "tableau", "options": {}}, "model": {"depth": 4, "max_len": 64}, "data": {}}

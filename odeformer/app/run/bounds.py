@@ -1,6 +1,6 @@
-"""Bounds on a config's sizes, values and cost, checked without torch: by ``odeformer-train`` on its command line
-before anything starts, by ``odeformer-compare`` for every row, and by the builder
-(:func:`odeformer.app.run.builder.build`) and ``odeformer-sample`` for every config, a config read from a file included
+"""A run's config checked once, without torch (:func:`check_config`, whose :class:`Checked` value the builder and the
+loop take as it is): by ``odeformer-train`` on its command line before anything starts, by ``odeformer-compare`` for
+every row, by a run as it starts, and by the builder and ``odeformer-sample`` for a config read from a file
 (``source``, named in the error). A file does not set what a command costs. One bound per quantity: the layers of a
 forward pass (:data:`MAX_DEPTH`, also a refinement's ``depth · k``), of a weight-tied stack (:data:`MAX_TIED_DEPTH`),
 the context (:data:`MAX_LEN`), a scheme's stages and coefficients (:data:`MAX_STAGES`, :data:`MAX_COEFFICIENT`), the
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import LoopConfig, UsageError
+from .upgrade import upgrade_config
 
 
 def source_prefix(source: Path | None) -> str:
@@ -29,7 +30,7 @@ POSITIVE = ("depth", "dim", "heads", "mlp_hidden", "max_len", "patch_size")
 
 def check_sizes(config: dict[str, Any], source: Path | None = None) -> None:
     """Every size of the model and the batch a positive int (``model.mlp_hidden`` may be null)."""
-    model, data = config["model"], config["data"]
+    model, data = config["model"], config.get("data") or {}
     checks = [(f"model.{key}", model[key]) for key in POSITIVE if key in model and model[key] is not None]
     checks.append(("data.batch_size", data.get("batch_size", 1)))
     for key, value in checks:
@@ -200,14 +201,33 @@ def check_values(config: dict[str, Any], source: Path | None = None) -> None:
         raise UsageError("train.out_dir='' names no folder; give the run directory's path (or leave it unset).")
 
 
-def check_config(config: dict[str, Any], source: Path | None = None) -> None:
-    """Every check of this module on a resolved config, its values, sizes and cost, then the loop's own
-    (:class:`~odeformer.app.run.config.LoopConfig`: ``train.max_steps`` at least 1, ...)."""
-    check_values(config, source)
+class Checked(dict):
+    """A resolved config :func:`check_config` passed, with the loop's config it checked (``loop``: None for a config
+    read from a file, which trains nothing) and the file it was read from (``source``)."""
+
+    def __init__(self, config: dict[str, Any], loop: LoopConfig | None = None, source: Path | None = None):
+        super().__init__(config)
+        self.loop, self.source = loop, source
+
+
+def check_config(config: dict[str, Any], source: Path | None = None) -> Checked:
+    """The one check of a resolved config before it is built or trained (a :class:`Checked` one passes as it is).
+    Composed now: its values, sizes and cost, then the loop's own (:class:`~odeformer.app.run.config.LoopConfig`:
+    ``train.max_steps`` at least 1, ...). Read from the file ``source``: read as today's
+    (:func:`~odeformer.app.run.upgrade.upgrade_config`), then its sizes and cost (its ``train`` settings were another
+    command's)."""
+    if isinstance(config, Checked):
+        return config
+    if source is not None:
+        config = upgrade_config(config)
+    else:
+        check_values(config)
     check_sizes(config, source)
     check_cost(config, source)
-    if config.get("train"):
+    loop = None
+    if source is None and config.get("train"):
         try:
-            LoopConfig(**config["train"], batch_size=(config.get("data") or {}).get("batch_size", 1))
+            loop = LoopConfig(**config["train"], batch_size=(config.get("data") or {}).get("batch_size", 1))
         except (TypeError, ValueError) as error:
-            raise UsageError(f"{_from(source)}{error}") from None
+            raise UsageError(str(error)) from None
+    return Checked(config, loop, source)

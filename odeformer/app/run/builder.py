@@ -28,16 +28,13 @@ import solvers
 
 from ...data import TaskData, data_kind, load
 from ...tasks import TaskSpec
-from .bounds import MAX_DEPTH as MAX_DEPTH
-from .bounds import MAX_LEN as MAX_LEN
-from .bounds import MAX_STAGES as MAX_STAGES
-from .bounds import check_cost, check_sizes, check_stages
+from .bounds import check_config
 from .bounds import source_prefix as _from
 from .checkpoints import load_checkpoint, load_weights
+from .config import CONTINUOUS_TARGET, SOLVER_TARGET
 from .config import UsageError as UsageError  # a configuration that cannot run (defined where no torch is needed)
 from .identity import default_model, model_targets, run_record
 from .schemes import SchemeNameError, check_scheme_name, import_scheme, own_scheme
-from .upgrade import CONTINUOUS_TARGET, SOLVER_TARGET, upgrade_config
 
 SOLVER_TARGETS = (SOLVER_TARGET, CONTINUOUS_TARGET)
 """The ``_target_`` a solver node may name: a (discrete) solver, or a continuous-depth solver."""
@@ -78,30 +75,47 @@ def _own(solver: dict[str, Any]) -> str | None:
     return own_scheme(solver.get("name")) if solver.get("_target_") != CONTINUOUS_TARGET else None
 
 
-def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | None) -> None:
-    """A config read from a file names registered solvers only; its scheme of the user's own is imported only if the
-    command line names the same ``module.Class`` (``stepper``)."""
+def check_solver(solver: dict[str, Any], source: Path | None, stepper: str | None) -> str | None:
+    """The ``module.Class`` of the solver node's scheme of the user's own (its name checked, its module not run),
+    else None. A config read from a file names registered solvers only; its scheme of the user's own is imported
+    only if the command line names the same ``module.Class`` (``stepper``)."""
     from ...registry import solver_names
 
-    if source is None:
-        return
     own = _own(solver)
-    if own is not None and own != stepper:
-        asked = f"; the command line names {stepper!r}" if stepper else ""
-        raise UsageError(
-            f"{source}: its config names a scheme of your own, solver={own!r}{asked}; refused: a path stored "
-            "in a file is not imported (a file could name any code). If you trust it, name it on the command line "
-            f"(--stepper {own})."
-        )
-    names = solver_names("continuous" if solver.get("_target_") == CONTINUOUS_TARGET else "discrete")
-    if solver.get("name") not in names and own is None:
-        raise UsageError(
-            f"{source}: its config names solver {solver.get('name')!r}, which is not registered; refused: a stored "
-            f"config may name only registered solvers ({', '.join(names)})."
-        )
-    ffn = solver.get("ffn")
-    if ffn is not None and ffn not in solver_names("discrete"):
-        raise UsageError(f"{source}: its config names ffn scheme {ffn!r}, which is not registered; refused.")
+    if source is not None:
+        if own is not None and own != stepper:
+            asked = f"; the command line names {stepper!r}" if stepper else ""
+            raise UsageError(
+                f"{source}: its config names a scheme of your own, solver={own!r}{asked}; refused: a path stored "
+                "in a file is not imported (a file could name any code). If you trust it, name it on the command "
+                f"line (--stepper {own})."
+            )
+        names = solver_names("continuous" if solver.get("_target_") == CONTINUOUS_TARGET else "discrete")
+        if solver.get("name") not in names and own is None:
+            raise UsageError(
+                f"{source}: its config names solver {solver.get('name')!r}, which is not registered; refused: a "
+                f"stored config may name only registered solvers ({', '.join(names)})."
+            )
+        ffn = solver.get("ffn")
+        if ffn is not None and ffn not in solver_names("discrete"):
+            raise UsageError(f"{source}: its config names ffn scheme {ffn!r}, which is not registered; refused.")
+    if own is not None:
+        try:
+            check_scheme_name(own)
+        except SchemeNameError as error:
+            raise UsageError(f"{_from(source)}{error}") from None
+    return own
+
+
+def make_solver(build: Any, solver: dict[str, Any], own: str | None, source: Path | None = None) -> Any:
+    """The solver ``build`` (:func:`target`) makes from the node ``solver``, a scheme of the user's own (``own``)
+    imported first: its module runs now, one line if it raises or holds no such class."""
+    if own is not None:
+        try:
+            import_scheme(own)
+        except SchemeNameError as error:
+            raise UsageError(f"{_from(source)}{error}") from None
+    return build(**_arguments(solver))
 
 
 def build(
@@ -115,35 +129,21 @@ def build(
     scheme of the user's own is imported last, after its name (:func:`~odeformer.app.run.schemes.check_scheme_name`),
     the sizes, the data and the cost are checked, so that nothing else it could be refused for waits on running its
     module. Sizes that are not positive, and a model that cannot fit in this machine's memory, are one-line errors
-    before it is built. A config read from a file is read as today's (:func:`~odeformer.app.upgrade.upgrade_config`)."""
-    if source is not None:
-        config = upgrade_config(config)
+    before it is built. The config is checked once (:func:`~odeformer.app.run.bounds.check_config`: a
+    :class:`~odeformer.app.run.bounds.Checked` one is taken as it is; one read from a file is read as today's)."""
+    config = check_config(config, source)
     solver, model_node, data_node = config["solver"], config["model"], config["data"]
     solver_target = target(solver, SOLVER_TARGETS, "solver", source)
     spec = target(model_node, tuple(model_targets()), "model", source)
-    _check_solver(solver, source, stepper)
-    own = _own(solver)  # a scheme of the user's: its module is imported (run) after every other check
-    if own is not None:
-        try:
-            check_scheme_name(own)
-        except SchemeNameError as error:
-            raise UsageError(f"{_from(source)}{error}") from None
+    own = check_solver(solver, source, stepper)  # a scheme of the user's: its module is run after every other check
     options = data_node.get("options") or {}
-    check_sizes(config, source)
     _check_kind(spec, data_node["name"], data_kind(data_node["name"], options))
-    check_stages(config, source)
-    chosen = solver_target(**_arguments(solver)) if own is None else None  # a bad option fails before data is read
+    chosen = make_solver(solver_target, solver, None) if own is None else None  # a bad option fails before the data
     data = load(data_node["name"], data_node.get("root"), **options)
     _check_kind(spec, data_node["name"], data.kind)
     sizes = {key: data.meta[key] for key in spec.sizes}
     check_memory(config, data.meta, source)
-    check_cost(config, source)  # what the estimate does not see: time, a position table, a scheme's stages
-    if chosen is None:  # nothing left to check without the user's class: import its module now
-        try:
-            import_scheme(own)  # a module that raises as it runs, or holds no such class: one line
-        except SchemeNameError as error:
-            raise UsageError(f"{_from(source)}{error}") from None
-        chosen = solver_target(**_arguments(solver))
+    chosen = chosen or make_solver(solver_target, solver, own, source)
     try:
         model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
     except TypeError as error:  # a key the model (or the backbone it passes its options to) does not take
@@ -160,7 +160,7 @@ def build(
         "data": data_node["name"],
         "depth": model_node["depth"],
         "dt": _step(model, chosen, model_node["depth"], step),
-        "config": config,
+        "config": dict(config),  # a plain dict: a checkpoint holds plain values only
     }
     if getattr(chosen, "block_stepper", None) is not None and chosen.block_stepper.__name__ == "Split":
         record["splitting"] = chosen.splitting  # how the FFN enters the layer: lie or strang

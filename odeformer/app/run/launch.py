@@ -15,11 +15,12 @@ from typing import Any
 import torch
 
 from ..reporting.tables import print_summary
+from .bounds import check_config
 from .builder import build
 from .locks import lock_run_directory
 from .resume import check_run_directory
 from .stability import warn_unstable
-from .trainer import LoopConfig, Trainer
+from .trainer import Trainer
 
 
 def idle_threads() -> int:
@@ -55,7 +56,8 @@ def train(
     ``train.threads`` null, the run computes with :func:`idle_threads` (unless ``choose_threads`` is false: a caller
     that set the thread count itself, as the sweep engine's workers do)."""
     out_dir = Path(out_dir)
-    loop = LoopConfig(**config["train"], batch_size=config["data"]["batch_size"])
+    config = check_config(config)  # the one check: the builder and the loop take its value as it is
+    loop = config.loop
     writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 writes the run and holds its lock
     if loop.threads is not None:
         torch.set_num_threads(loop.threads)

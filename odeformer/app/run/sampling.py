@@ -25,11 +25,10 @@ from torch import nn
 
 from ...generate import sample_text
 from ...tasks import TaskSpec
-from .bounds import check_cost, check_sizes
-from .builder import SOLVER_TARGETS
+from .bounds import check_config
+from .builder import SOLVER_TARGETS, check_solver, make_solver, target
 from .checkpoints import load_checkpoint, load_weights
 from .identity import model_targets, run_record
-from .schemes import own_scheme
 
 
 class SampleError(ValueError):
@@ -69,21 +68,6 @@ class EvalSample:
         return sample_text(model, self.itos, self.prompt, self.tokens, generator=generator)
 
 
-def _stepper_class(path: str | None, allowed: str | None) -> type | None:
-    """The run's own scheme, imported only when the command line names the same ``module.Class``."""
-    if path is None:
-        return None
-    if path != allowed:
-        named = f"; --stepper names {allowed!r}" if allowed else ""
-        raise SampleError(
-            f"the run's config names a scheme of your own, solver={path!r}{named}; a path stored in a file is "
-            f"not imported (a file could name any code). If you trust it, name it: --stepper {path}"
-        )
-    from .schemes import import_scheme
-
-    return import_scheme(path)
-
-
 def text_models() -> dict[str, TaskSpec]:
     """The registered task models (:data:`odeformer.tasks.TASK_MODELS`) that continue text: trained on text, sized
     by its vocabulary alone, with a ``generate`` method; by their config's ``_target_``."""
@@ -98,45 +82,24 @@ def build_model(
     config: dict[str, Any], vocab_size: int, stepper: str | None = None, source: Path | None = None
 ) -> nn.Module:
     """The run's model (a registered text model, e.g. ``CausalLM``) from its stored config (read from ``source``),
-    through the package's registered builders only: the model's ``_target_`` is looked up in the task registry, never
-    imported. Its sizes and cost are checked first (:mod:`odeformer.app.run.bounds`: a depth or ``max_len`` a file
-    sets beyond the bounds is one line, nothing built)."""
-    from ...continuous import continuous
-    from ...registry import solver, solver_names
-    from .upgrade import upgrade_config
-
-    config = upgrade_config(config)
-    chosen_solver, model = config.get("solver"), config.get("model")
-    if not isinstance(chosen_solver, dict) or not isinstance(model, dict):
+    checked as the builder checks a config (:func:`~odeformer.app.run.bounds.check_config`, then the solver through
+    the package's registered builders only, :func:`~odeformer.app.run.builder.check_solver`): the model's
+    ``_target_`` is looked up in the task registry, never imported."""
+    if not isinstance(config.get("solver"), dict) or not isinstance(config.get("model"), dict):
         raise SampleError("the checkpoint stores no run config (solver, model), so its model cannot be rebuilt.")
-    check_sizes({"data": {}, **config}, source)
-    check_cost(config, source)
+    config = check_config(config, source)
     models = text_models()
-    spec = models.get(model.get("_target_"))
+    spec = models.get(config["model"].get("_target_"))
     if spec is None:
         names = ", ".join(s.model.__name__ for s in models.values())
         raise SampleError(
-            f"odeformer-sample continues text with a {names} run; this run's model is {model.get('_target_')!r}."
+            f"odeformer-sample continues text with a {names} run; this run's model is "
+            f"{config['model'].get('_target_')!r}."
         )
-    target = chosen_solver.get("_target_")
-    if target not in SOLVER_TARGETS:
-        raise SampleError(f"the run's solver._target_={target!r} is not one of {', '.join(SOLVER_TARGETS)}; refused.")
-    options = {k: v for k, v in chosen_solver.items() if not k.startswith("_")}
-    if target == SOLVER_TARGETS[1]:
-        if options.get("name") not in solver_names("continuous"):
-            raise SampleError(f"the run's continuous solver {options.get('name')!r} is not registered; refused.")
-        chosen = continuous(**options)
-    else:
-        own = _stepper_class(own_scheme(options.get("name")), stepper)
-        names = solver_names("discrete")
-        if options.get("name") not in names and own is None:
-            raise SampleError(
-                f"the run's solver {options.get('name')!r} is not registered ({', '.join(names)}); refused."
-            )
-        if options.get("ffn") is not None and options["ffn"] not in names:
-            raise SampleError(f"the run's ffn scheme {options['ffn']!r} is not registered; refused.")
-        chosen = solver(**{**options, "name": own or options.get("name")})
-    arguments = {k: v for k, v in model.items() if not k.startswith("_")}
+    solver = config["solver"]
+    build = target(solver, SOLVER_TARGETS, "solver", source)
+    chosen = make_solver(build, solver, check_solver(solver, source, stepper), source)
+    arguments = {k: v for k, v in config["model"].items() if not k.startswith("_")}
     try:
         return spec.model(vocab_size=vocab_size, solver=chosen, **arguments)
     except TypeError as error:
