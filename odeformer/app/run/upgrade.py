@@ -1,16 +1,13 @@
-"""Configs and command lines written by earlier versions, read as today's: every rename is data here.
+"""Configs and command lines written by earlier versions, read as today's: every rename is one entry of
+:data:`RENAMED`.
 
 A run directory keeps the config its checkpoints were trained with and the overrides that made it. When a name
-changes, saved runs must keep loading, resuming and comparing equal to what their overrides make now, so each rename
-is an entry below and :func:`upgrade_config` / :func:`upgrade_overrides` apply them, warning once per kind:
-
-- ``solver._target_: odeformer.preset`` is ``odeformer.solver`` (the function's new name);
-- ``solver=tableau solver.options.name=X`` is ``solver=X`` (a named scheme is picked by its name; ``tableau`` takes
-  coefficients with no name), and ``symplectic_euler`` is ``semi_implicit_euler``;
-- ``solver.stepper=solvers.C`` for a class registered as ``n`` is ``solver=n`` (read from the ``solvers`` package's
-  own names: nothing is imported because a file says so), and ``solver.stepper=module.Class`` for a class of one's
-  own is ``solver=module.Class`` (one spelling; its layer is the one its claims call for);
-- a continuous solver's ``dynamics`` is ``equation``.
+changes, saved runs must keep loading, resuming and comparing equal to what their overrides make now, so
+:func:`upgrade_config` and :func:`upgrade_overrides` read the old names as today's, warning once per kind. Besides the
+renames, two spellings became one: ``solver=tableau solver.options.name=X`` is ``solver=X`` (``tableau`` takes
+coefficients with no name), and ``solver.stepper=solvers.C`` for a class registered as ``n`` is ``solver=n`` (read
+from the ``solvers`` package's own names: nothing is imported because a file says so), any other
+``solver.stepper=module.Class`` ``solver=module.Class``.
 """
 
 from __future__ import annotations
@@ -21,9 +18,12 @@ from typing import Any
 
 from .config import CONTINUOUS_TARGET, SOLVER_TARGET, stepper_options
 
-OLD_TARGETS = {"odeformer.preset": SOLVER_TARGET}
-SCHEME_NAMES = {"symplectic_euler": "semi_implicit_euler"}
-CONTINUOUS_KEYS = {"dynamics": "equation"}
+RENAMED = {
+    "odeformer.preset": SOLVER_TARGET,  # solver._target_: the function's new name
+    "symplectic_euler": "semi_implicit_euler",  # a named scheme
+    "dynamics": "equation",  # a continuous solver's key
+}
+"""Every old name (a target, a scheme's, a key's) and today's."""
 
 _warned: set[str] = set()
 
@@ -37,10 +37,10 @@ def _warn(kind: str, message: str) -> None:
 def registered_name(path: Any) -> str | None:
     """The solver name of ``solvers.Class`` when that class is a registered scheme (``None`` otherwise); only the
     ``solvers`` package's own names are read, nothing is imported."""
-    import solvers
-
     if not isinstance(path, str) or not path.startswith("solvers.") or path.count(".") != 1:
         return None
+    import solvers
+
     cls = vars(solvers).get(path.split(".", 1)[1])  # not getattr: the package loads some modules when asked
     return solvers.STEPPERS.name_of(cls) if isinstance(cls, type) else None
 
@@ -49,45 +49,34 @@ def upgrade_solver(node: dict[str, Any]) -> dict[str, Any]:
     """A solver config node as today's (a copy): old target, a named tableau, a registered class by path."""
     node = copy.deepcopy(node)
     target = node.get("_target_")
-    if target in OLD_TARGETS:
-        _warn("target", f"a saved solver._target_={target!r} is read as {OLD_TARGETS[target]!r}")
-        node["_target_"] = target = OLD_TARGETS[target]
+    if target in RENAMED:
+        _warn("target", f"a saved solver._target_={target!r} is read as {RENAMED[target]!r}")
+        node["_target_"] = target = RENAMED[target]
     if target == CONTINUOUS_TARGET:
-        for old, new in CONTINUOUS_KEYS.items():
-            if old in node:
-                _warn(old, f"a saved solver.{old} is read as solver.{new}")
-                node[new] = node.pop(old)
+        for old in [key for key in node if key in RENAMED]:
+            _warn(old, f"a saved solver.{old} is read as solver.{RENAMED[old]}")
+            node[RENAMED[old]] = node.pop(old)
         return node
     options = node.get("options")
-    if node.get("name") == "tableau" and isinstance(options, dict) and "name" in options:
-        named = options.pop("name")
-        if named is not None:
-            _warn("tableau", f"a saved solver=tableau solver.options.name={named} is read as solver={named}")
-            node["name"] = SCHEME_NAMES.get(named, named)
-            node["options"] = {k: v for k, v in options.items() if v is not None}
+    named = options.pop("name", None) if node.get("name") == "tableau" and isinstance(options, dict) else None
+    if named is not None:
+        _warn("tableau", f"a saved solver=tableau solver.options.name={named} is read as solver={named}")
+        node["name"] = RENAMED.get(named, named)
+        node["options"] = {k: v for k, v in options.items() if v is not None}
     path = node.pop("stepper", None)
     name = registered_name(path)
     if name is not None:
         _warn("stepper", f"a saved solver.stepper={path} is read as solver={name}")
         node["name"] = name
-        node["options"] = {**_defaults(name), **(node.get("options") or {})}  # what solver=<name> fills in
+        node["options"] = {**stepper_options(name), **(node.get("options") or {})}  # what solver=<name> fills in
     elif path is not None:  # stored under a registered solver's name, which filled in that solver's options
+        from ...registry import solver_names
+
         _warn("own", f"a saved solver.stepper={path} is read as solver={path}")
-        filled = _defaults(node["name"]) if node.get("name") in _names() else {}
+        filled = stepper_options(node["name"]) if node.get("name") in solver_names("discrete") else {}
         node["name"] = path
-        kept = {k: v for k, v in (node.get("options") or {}).items() if k not in filled or filled[k] != v}
-        node["options"] = kept
+        node["options"] = {k: v for k, v in (node.get("options") or {}).items() if filled.get(k, ...) != v}
     return node
-
-
-def _names() -> list[str]:
-    from ...registry import solver_names
-
-    return solver_names("discrete")
-
-
-def _defaults(name: str) -> dict[str, Any]:
-    return stepper_options(name)
 
 
 def upgrade_config(config: Any) -> Any:
@@ -104,10 +93,9 @@ def upgrade_overrides(overrides: list[str]) -> list[str]:
     out = list(overrides)
 
     def value(key: str) -> tuple[int, str] | None:
-        for i, item in enumerate(out):
-            if item.split("=", 1)[0].lstrip("+~") == key and "=" in item:
-                return i, item.split("=", 1)[1]
-        return None
+        found = (i for i, item in enumerate(out) if "=" in item and item.split("=", 1)[0].lstrip("+~") == key)
+        i = next(found, None)
+        return None if i is None else (i, out[i].split("=", 1)[1])
 
     def set_solver(name: str) -> None:
         found = value("solver")
@@ -116,17 +104,16 @@ def upgrade_overrides(overrides: list[str]) -> list[str]:
         else:
             out[found[0]] = f"solver={name}"
 
-    named = value("solver.options.name")
-    chosen = value("solver")
+    named, chosen = value("solver.options.name"), value("solver")
     if named is not None and (chosen is None or chosen[1] == "tableau"):
         del out[named[0]]
-        set_solver(SCHEME_NAMES.get(named[1], named[1]))
+        set_solver(RENAMED.get(named[1], named[1]))
     stepper = value("solver.stepper")
     if stepper is not None:
         del out[stepper[0]]
         set_solver(registered_name(stepper[1]) or stepper[1])
-    for old, new in CONTINUOUS_KEYS.items():
-        found = value(f"solver.{old}")
-        if found is not None:
-            out[found[0]] = out[found[0]].replace(f"solver.{old}=", f"solver.{new}=", 1)
+    for i, item in enumerate(out):  # a renamed key of the solver's
+        key = item.partition("=")[0].lstrip("+~")
+        if "=" in item and key.startswith("solver.") and key[7:] in RENAMED:
+            out[i] = item.replace(key, f"solver.{RENAMED[key[7:]]}", 1)
     return out
