@@ -2,7 +2,7 @@
 
 import odeformer
 from helpers import cli
-from odeformer.app.commands.help import solver_options_text
+from odeformer.app.run.groups import solver_options_text
 
 
 def test_help_lists_every_solvers_options():

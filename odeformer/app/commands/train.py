@@ -53,11 +53,10 @@ from ..files import UnsafeFile, printable
 from ..reporting.tables import sweep_table
 from ..run.bounds import check_config
 from ..run.config import Config, SolverConfig, UsageError
-from ..run.groups import groups
+from ..run.groups import groups, solver_options_text
 from ..run.locks import RunDirectoryBusy, RunDirectoryError, check_not_locked
 from ..run.schemes import SHAPE, SchemeNameError, check_scheme_name, own_scheme
 from . import EXPECTED, one_line
-from .help import solver_options_text
 
 # torch (and what the run imports with it) is imported by run() and _main(), once the command line is checked: a
 # usage error and --help answer without it (the config groups come from odeformer.app.run.groups' table)

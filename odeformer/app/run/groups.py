@@ -97,6 +97,32 @@ def _annotation(name: str) -> Any:
     return Optional[kind] if name.endswith("?") else kind  # noqa: UP045 (OmegaConf reads it at runtime)
 
 
+def solver_options_text() -> str:
+    """``odeformer-train --help``'s footer (``--help`` shows the chosen solver's node only): one line per solver,
+    ``name: key=default, ...`` (``(none)`` for a solver that takes no option; a continuous solver's settings, which
+    are keys of the solver node itself, as ``solver.key=default``)."""
+    lines = ["== Solver options (solver.options.<key>=value; a scheme of your own: +solver.options.<key>=value) =="]
+    for name, node in sorted(groups()["solver"].items()):
+        fields = asdict(node)
+        options = fields.get("options") or {}
+        shown = [f"{key}={_shown(value)}" for key, value in options.items()]
+        if not options and isinstance(node, ContinuousSolverConfig):  # its settings are solver keys of their own
+            extra = {k: v for k, v in fields.items() if k not in ("name", "options", "_target_", "library", "method")}
+            shown = [f"solver.{k}={_shown(v)}" for k, v in extra.items() if v is not None]
+        lines.append(f"{name}: {', '.join(shown) if shown else '(none)'}")
+    return "\n".join(lines)
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_shown(v) for v in value) + "]"
+    return str(value)
+
+
 if __name__ == "__main__":  # python -m odeformer.app.run.groups: the table written anew from the registries
     from .config import group_options
 
