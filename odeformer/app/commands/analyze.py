@@ -27,15 +27,9 @@ from ..run.bounds import check_refinement, check_stages
 from . import Parser, file_argument, folder_argument, run
 
 JSON_KEYS = (
-    "order",
-    "stability_polynomial",
-    "real_stability_interval",
-    "imaginary_stability_interval",
-    "principal_error_norm",
-    "oscillator_stability_interval",
-    "dispersion_order",
-    "dissipation_order",
-)
+    "order", "stability_polynomial", "real_stability_interval", "imaginary_stability_interval", "principal_error_norm",
+    "oscillator_stability_interval", "dispersion_order", "dissipation_order",
+)  # fmt: skip
 """The keys a scheme's ``--json`` always has (``None`` where one does not apply)."""
 
 

@@ -107,33 +107,10 @@ def _user_solvers(overrides: list[str]) -> Iterator[None]:
         _forget_solvers(added)
 
 
-_FLAGS_WITH_VALUE = {
-    "--config-path",
-    "-cp",
-    "--config-name",
-    "-cn",
-    "--config-dir",
-    "-cd",
-    "--package",
-    "-p",
-    "--experimental-rerun",
-    "--info",
-    "-i",
-}
-_SKIP = {
-    "--help",
-    "-h",
-    "--hydra-help",
-    "--version",
-    "--cfg",
-    "-c",
-    "--resolve",
-    "--shell-completion",
-    "-sc",
-    "--info",
-    "-i",
-    "--experimental-rerun",
-}
+_FLAGS_WITH_VALUE = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--package", "-p",
+                     "--experimental-rerun", "--info", "-i"}  # fmt: skip
+_SKIP = {"--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--shell-completion", "-sc", "--info",
+         "-i", "--experimental-rerun"}  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -210,11 +187,11 @@ def _one_line(error: Exception, overrides: list[str]) -> str:
             path = path or "module.Class"
             return f"solver.stepper is no key: a scheme of your own is picked by its path, solver={path}."
         if "not in struct" in str(cause) or "Key '" in str(cause):
-            rest = [o for o in overrides if not o.lstrip("+~").startswith(key + "=")]
-            keys = _keys(parent, rest)
+            composed = _composed([o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
+            keys = _keys(composed, parent)
             near = [f"{parent + '.' if parent else ''}{k}" for k in difflib.get_close_matches(leaf, keys, n=1)]
             if not parent:  # a group's key given without its group (dt=-1 for model.dt): the nested keys first
-                nested = _nested_keys(rest)
+                nested = sorted(f"{g}.{k}" for g in keys for k in _keys(composed, g) if not k.startswith("_"))
                 leaves = sorted({k.rsplit(".", 1)[-1] for k in nested})
                 closest = difflib.get_close_matches(leaf, leaves, n=1)
                 near = [k for k in nested if k.rsplit(".", 1)[-1] in (closest or [None])] or near
@@ -239,23 +216,19 @@ def _who_takes(parent: str, leaf: str) -> str:
     return f" (the chosen solver's stepper takes no {leaf}; solvers that do: {', '.join(takers)}{own})"
 
 
-def _nested_keys(overrides: list[str]) -> list[str]:
-    """``group.key`` for every key of every group of the config composed from ``overrides``."""
+def _composed(overrides: list[str]) -> Any:
+    """The config composed from ``overrides`` (for a nearest-key hint), or None."""
     from hydra import compose as hydra_compose
 
     try:
-        node = hydra_compose(config_name="train", overrides=overrides)
-        return sorted(f"{group}.{key}" for group in node for key in node[group] if not str(key).startswith("_"))
+        return hydra_compose(config_name="train", overrides=overrides)
     except Exception:  # the hint is a courtesy; the error itself is already known
-        return []
+        return None
 
 
-def _keys(parent: str, overrides: list[str]) -> list[str]:
-    """The keys of node ``parent`` in the config composed from ``overrides`` (for a nearest-key hint)."""
-    from hydra import compose as hydra_compose
-
+def _keys(node: Any, parent: str) -> list[str]:
+    """The keys of node ``parent`` of the composed ``node`` (none when it has no such node)."""
     try:
-        node = hydra_compose(config_name="train", overrides=overrides)
         for part in filter(None, parent.split(".")):
             node = node[part]
         return sorted(str(k) for k in node.keys())

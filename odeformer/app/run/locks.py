@@ -16,20 +16,9 @@ from .. import files
 
 LOCK = ".lock"  # the run directory's lock file: the PID of the process writing the run
 RUN_ENTRIES = (
-    LOCK,
-    "last.pt",
-    "best.pt",
-    "last.pt.tmp",
-    "best.pt.tmp",
-    "metrics.jsonl",
-    "history.jsonl",
-    "summary.json",
-    "curves.png",
-    "tensorboard",
-    "previous",
-    "diagnostics",
-    ".hydra",
-)
+    LOCK, "last.pt", "best.pt", "last.pt.tmp", "best.pt.tmp", "metrics.jsonl", "history.jsonl", "summary.json",
+    "curves.png", "tensorboard", "previous", "diagnostics", ".hydra",
+)  # fmt: skip
 """The entries of a run directory the package reads or writes: none of them may be a link."""
 
 
