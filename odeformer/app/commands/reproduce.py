@@ -28,43 +28,24 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import files
+from ..reporting.plots import accuracy_plot
+from ..reporting.results import HEADER, split_combined_block, write_results, write_section
+from ..reporting.tables import results_table
+from ..run.schemes import own_scheme
+from ..run.sections import Section, results_sections, run_section, slug, smoke_section
+from ..run.sweep import Result, Sweep
 from . import Parser, folder_argument, run
 
-if TYPE_CHECKING:
-    from ..run.sections import Section
-    from ..run.sweep import Result
+# what loads torch (building, analysing, diagnosing runs) or Hydra (composing) is imported once the command line is
+# checked: --help and a usage error answer without it
 
 
 def _stepper_override(overrides: list[str]) -> str | None:
     """The ``module.Class`` of a row's scheme of its own (``solver=module.Class``), which rebuilds its runs."""
-    from ..run.schemes import own_scheme
-
     return next((own_scheme(o.split("=", 1)[1]) for o in overrides if o.startswith("solver=")), None)
-
-
-def results_sections() -> dict[str, Section]:
-    """The sections of ``docs/RESULTS.md`` (:func:`odeformer.app.run.sections.results_sections`)."""
-    from ..run.sections import results_sections as packaged
-
-    return packaged()
-
-
-def _section_keys() -> list[str]:
-    """The keys of ``sweeps/results.yaml``, in its order (the sections themselves are read by
-    :func:`results_sections`); none if the file is not a mapping (reading it then says what is wrong)."""
-    from importlib import resources
-
-    import yaml
-
-    with resources.as_file(resources.files("odeformer.app.run") / "sweeps" / "results.yaml") as path:
-        try:
-            node = yaml.safe_load(path.read_text())
-        except yaml.YAMLError:
-            return []
-    return [str(key) for key in node] if isinstance(node, dict) else []
 
 
 def section_coefficients(
@@ -74,7 +55,6 @@ def section_coefficients(
     (:func:`odeformer.app.reporting.learned.learned_coefficients`) against the section's known members; rows whose
     scheme learns no coefficient are left out. A scheme of one's own is rebuilt from the row's own overrides, not
     from what its checkpoint says."""
-
     from ..reporting.learned import learned_coefficients
     from ..run.builder import load_run
 
@@ -99,27 +79,30 @@ def oversmoothing(section: Section, column: str, results: list[Result], runs_dir
     return [f"{m}.png" for m in DIAGNOSED if f"{m}.png" in written]
 
 
-def stability_atlas(section: Section, results: list[Result], runs_dir: Path, key: str, figures: Path) -> str:
-    """Every row's seed-0 run: its stability atlas and refinement (:func:`odeformer.app.run.analysis.analyse_run`),
-    one report with figures per run under ``figures``, and a table of them; return the Markdown."""
+def _reports(results: list[Result], runs_dir: Path, key: str, figures: Path, refine: tuple, title: str) -> Any:
+    """Every row's seed-0 run analysed at the resolutions ``refine`` (:func:`odeformer.app.run.analysis.analyse_run`),
+    its report with figures written under ``figures``: ``(row, numbers, link to the report)`` for each."""
     from ..reporting.analysis import run_markdown
     from ..run.analysis import analyse_run
-    from ..run.sections import slug
 
+    for name, row, _, seed, _, _ in results:
+        if seed == 0:
+            numbers, model = analyse_run(runs_dir / name, refine=refine)
+            folder = f"{key}_{slug(row)}"
+            run_markdown(numbers, model, files.folder(figures / folder, figures), title=f"{row}: {title}")
+            yield row, numbers, f"[{row}](results/{folder}/report.md)"
+
+
+def stability_atlas(section: Section, results: list[Result], runs_dir: Path, key: str, figures: Path) -> str:
+    """Every row's seed-0 run: its stability atlas and refinement (:func:`_reports`), and a table of them; return the
+    Markdown."""
     lines = [
         "| run | layers | smallest headroom (layer) | growing modes | contraction predicted / measured (median over "
         f"layers) | small-step limit | observed order | validation metric: k = 1 → k = {max(section.atlas)} |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    links = []
-    for name, row, _, seed, _, _ in results:
-        if seed != 0:
-            continue
-        numbers, model = analyse_run(runs_dir / name, refine=section.atlas)
-        folder = f"{key}_{slug(row)}"
-        run_markdown(
-            numbers, model, files.folder(figures / folder, figures), title=f"{row}: stability atlas and refinement"
-        )
+    links, title = [], "stability atlas and refinement"
+    for row, numbers, link in _reports(results, runs_dir, key, figures, section.atlas, title):
         layers = numbers["layers"]
         low = min(layers, key=lambda entry: entry["headroom"])
         ratios = sorted(entry["predicted_contraction"] / entry["measured_contraction"] for entry in layers)
@@ -132,29 +115,19 @@ def stability_atlas(section: Section, results: list[Result], runs_dir: Path, key
             f"{'–' if order is None else f'{order:.2f}'} | {numbers['metric']} {rows[0]['metric']:.3f} → "
             f"{rows[-1]['metric']:.3f} |"
         )
-        links.append(f"[{row}](results/{folder}/report.md)")
+        links.append(link)
     return "\n".join(lines) + "\n\nEach run's atlas, headroom, contraction and refinement figures: " + ", ".join(links)
 
 
 def refinement_table(section: Section, results: list[Result], runs_dir: Path, key: str, figures: Path) -> str:
-    """Every row's seed-0 run stepped at the section's resolutions and its ODE solved
-    (:func:`odeformer.app.run.analysis.analyse_run`): one report with figures per run under ``figures`` and a table
+    """Every row's seed-0 run stepped at the section's resolutions and its ODE solved (:func:`_reports`), and a table
     of its validation metric at each resolution and at the ODE's solution, its observed order and the verdict;
     return the Markdown."""
-    from ..reporting.analysis import run_markdown
-    from ..run.analysis import analyse_run
-    from ..run.sections import slug
-
     ks = sorted({1.0, *section.refine})
     head = " | ".join(f"k = {k:g}" for k in ks)
     lines = [f"| run | {head} | ODE (dopri5) | observed order (layers') | verdict |", "|---|" + "---|" * (len(ks) + 3)]
     links = []
-    for name, row, _, seed, _, _ in results:
-        if seed != 0:
-            continue
-        numbers, model = analyse_run(runs_dir / name, refine=section.refine)
-        folder = f"{key}_{slug(row)}"
-        run_markdown(numbers, model, figures / folder, title=f"{row}: refinement")
+    for row, numbers, link in _reports(results, runs_dir, key, figures, section.refine, "refinement"):
         cells = " | ".join("–" if r.get("metric") is None else f"{r['metric']:.3f}" for r in numbers["refinement"])
         solution = (numbers.get("limit") or {}).get("metric")
         order = numbers["observed_order"]
@@ -163,7 +136,7 @@ def refinement_table(section: Section, results: list[Result], runs_dir: Path, ke
             f"| {row} | {cells} | {'–' if solution is None else f'{solution:.3f}'} | "
             f"{'–' if order is None else f'{order:.2f}'} ({numbers['layer_order']}) | {verdict} |"
         )
-        links.append(f"[{row}](results/{folder}/report.md)")
+        links.append(link)
     return "\n".join(lines) + "\n\nEach run's refinement report and figures: " + ", ".join(links)
 
 
@@ -174,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    keys = _section_keys()  # the choices, read without checking the sections (that loads torch; after parsing)
+    known = results_sections()  # sweeps/results.yaml: a malformed file is one line, naming the file and the key
+    keys = list(known)
     parser = Parser(prog="odeformer-reproduce", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", nargs="+", choices=keys, default=keys)
     parser.add_argument(
@@ -190,14 +164,8 @@ def _main(argv: list[str] | None = None) -> int:
         help="one tiny configuration on built-in data (digits), written into a new temporary folder unless --out",
     )
     args = parser.parse_args(argv)
-    from ..reporting.plots import accuracy_plot
-    from ..reporting.results import HEADER, split_combined_block, write_results, write_section
-    from ..reporting.tables import results_table
-    from ..run.sections import run_section, slug, smoke_section
-    from ..run.sweep import Sweep
     from .train import compose_config
 
-    known = results_sections()  # sweeps/results.yaml: a malformed file is one line, naming the file and the key
     if args.out is None and args.smoke:  # a smoke run never rewrites the repository's docs
         args.out = Path(tempfile.mkdtemp(prefix="odeformer-smoke-"))
         print(f"odeformer-reproduce --smoke: writing into {args.out} (--out chooses the folder)")
