@@ -23,16 +23,7 @@ import torch
 
 from ... import atlas as atlas_module
 from .. import files
-
-
-def pyplot() -> Any:
-    """matplotlib's pyplot on the file-only backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from .plots import pyplot
 
 
 def finite(value: Any) -> Any:
@@ -284,28 +275,25 @@ def run_report(layers: list[dict[str, Any]], steppers: list[Any], label: str, ou
     )
     figure.tight_layout()
     files.write_figure(out / "atlas.png", figure)
-    index = [entry["layer"] for entry in layers]
-    figure, axis = plt.subplots(figsize=(5.5, 3.8))
-    axis.semilogy(index, [max(entry["headroom"], 1e-3) for entry in layers], marker="o")
-    axis.axhline(1.0, color="#c0392b", lw=0.8, ls="--", label="1: the step at its region's edge")
-    axis.set_xlabel("layer")
-    axis.set_ylabel("headroom (factor on dt)")
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.set_title(_title(f"{label}: stability headroom per layer"), fontsize=10)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    files.write_figure(out / "headroom.png", figure, dpi=120)
-    figure, axis = plt.subplots(figsize=(5.5, 3.8))
-    axis.plot(index, [entry["predicted_contraction"] for entry in layers], marker="o", label="predicted (linearised)")
-    axis.plot(index, [entry["measured_contraction"] for entry in layers], marker="s", label="measured (the layer)")
-    axis.axhline(1.0, color="grey", lw=0.5)
-    axis.set_xlabel("layer")
-    axis.set_ylabel("Dirichlet energy after / before")
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.set_title(_title(f"{label}: contraction of the mean-free part per layer"), fontsize=10)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    files.write_figure(out / "contraction.png", figure, dpi=120)
+    for name, ylabel, title in (
+        ("headroom", "headroom (factor on dt)", "stability headroom per layer"),
+        ("contraction", "Dirichlet energy after / before", "contraction of the mean-free part per layer"),
+    ):
+        figure, axis = plt.subplots(figsize=(5.5, 3.8))
+        index = [entry["layer"] for entry in layers]
+        if name == "headroom":
+            axis.semilogy(index, [max(entry["headroom"], 1e-3) for entry in layers], marker="o")
+            axis.axhline(1.0, color="#c0392b", lw=0.8, ls="--", label="1: the step at its region's edge")
+        else:
+            axis.plot(index, [e["predicted_contraction"] for e in layers], marker="o", label="predicted (linearised)")
+            axis.plot(index, [e["measured_contraction"] for e in layers], marker="s", label="measured (the layer)")
+            axis.axhline(1.0, color="grey", lw=0.5)
+        axis.set(xlabel="layer", ylabel=ylabel)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_title(_title(f"{label}: {title}"), fontsize=10)
+        axis.legend(fontsize=8)
+        figure.tight_layout()
+        files.write_figure(out / f"{name}.png", figure, dpi=120)
     return ["atlas.png", "headroom.png", "contraction.png"]
 
 

@@ -26,6 +26,7 @@ from ...data import TaskData
 from ...diagnostics import layer_measures
 from ...tasks import task_of
 from .. import files
+from .plots import pyplot
 
 
 class Measure(NamedTuple):
@@ -156,12 +157,9 @@ def diagnose(runs: list[tuple[str, TaskData, torch.nn.Module]], out: Path, size:
     ``batch`` and ``runs: {label: {"layers": [...], "values": [...]}}`` (``wave_energy.json`` also says, per run,
     whether it carries a velocity); ``phase.json`` names the token and channels it follows.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    plt = pyplot()
     files.folder(out)
     results, first_tokens, written = {}, {}, []
     for label, data, model in runs:

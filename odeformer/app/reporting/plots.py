@@ -12,14 +12,20 @@ from typing import Any
 from .. import files
 
 
-def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path:
-    """A run's curves (``curves.png``): training loss and validation metrics against step, from its
-    ``metrics.jsonl`` rows."""
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path:
+    """A run's curves (``curves.png``): training loss and validation metrics against step, from its
+    ``metrics.jsonl`` rows."""
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
     if train:
@@ -32,19 +38,15 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path:
     if right.lines:
         right.legend()
     fig.tight_layout()
-    files.replace(Path(path), lambda f: fig.savefig(f, dpi=100, format="png"))  # never through a link
-    plt.close(fig)
-    return path
+    return files.write_figure(path, fig, dpi=100)  # never through a link
 
 
 def accuracy_plot(title: str, columns: list[str], cells: dict[str, dict[str, list[float]]], path: Path) -> None:
     """Test accuracy (mean ± std over seeds) against depth, one line per row: ``columns`` are depth labels
     (``"depth 12"``), ``cells`` the results table's (:func:`~odeformer.app.reporting.tables.results_table`)."""
-    import matplotlib
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     depths = [int(c.split()[-1]) for c in columns]
     for row, by_column in cells.items():
@@ -55,12 +57,11 @@ def accuracy_plot(title: str, columns: list[str], cells: dict[str, dict[str, lis
     ax.set(xscale="log", xlabel="depth (layers)", ylabel="test accuracy (%)")
     ax.set_title(title.split(":")[0], fontsize=9)
     ax.set_xticks(depths)
-    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.get_xaxis().set_major_formatter(ScalarFormatter())
+    ax.get_xaxis().set_minor_formatter(NullFormatter())
     ax.legend(fontsize=7)
     fig.tight_layout()
-    files.replace(Path(path), lambda f: fig.savefig(f, dpi=110, format="png"))  # never through a link
-    plt.close(fig)
+    files.write_figure(path, fig)  # never through a link
 
 
 def depth(found: dict[str, dict[str, Any]]) -> int:
@@ -74,11 +75,7 @@ def coefficient_plot(
     """Each learned row's coefficient against the layer, per seed (the per-channel spread as a band), beside the
     known ``members`` of its symbol (dashed lines); ``found`` as :func:`~odeformer.app.reporting.learned.
     learned_coefficients` gathers it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     symbols = list(dict.fromkeys(record["symbol"] for record in found.values()))
     fig, axes = plt.subplots(1, len(symbols), figsize=(5.5 * len(symbols), 3.8), squeeze=False)
     for ax, symbol in zip(axes[0], symbols):
@@ -103,5 +100,4 @@ def coefficient_plot(
         ax.legend(fontsize=6)
     fig.suptitle(title.split(":")[0], fontsize=9)
     fig.tight_layout()
-    files.replace(Path(path), lambda f: fig.savefig(f, dpi=110, format="png"))  # never through a link
-    plt.close(fig)
+    files.write_figure(path, fig)  # never through a link
