@@ -26,16 +26,17 @@ from .. import files
 from .plots import pyplot
 
 
-def finite(value: Any) -> Any:
-    """A value for JSON: ``inf`` as the string ``"inf"`` (JSON has no infinity), tuples as lists, recursively."""
+def finite(value: Any, spelled: bool = True) -> Any:
+    """A value for JSON: ``inf`` as the string ``"inf"`` (JSON has no infinity; None unless ``spelled``), NaN as None,
+    tuples as lists, recursively."""
     if isinstance(value, float) and math.isinf(value):
-        return "inf" if value > 0 else "-inf"
+        return ("inf" if value > 0 else "-inf") if spelled else None
     if isinstance(value, float) and math.isnan(value):
         return None
     if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
+        return {k: finite(v, spelled) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
+        return [finite(v, spelled) for v in value]
     return value
 
 

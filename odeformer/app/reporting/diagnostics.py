@@ -26,6 +26,7 @@ from ...data import TaskData
 from ...diagnostics import layer_measures
 from ...tasks import task_of
 from .. import files
+from .analysis import finite
 from .plots import pyplot
 
 
@@ -298,17 +299,7 @@ def _phase_portraits(plt: Any, phases: dict[str, dict[str, Any]], first_tokens: 
 
 def _json(record: dict) -> str:
     """Strict JSON: a value that is not finite (a run whose states blew up) is written as null."""
-
-    def finite(value):
-        if isinstance(value, float):
-            return value if math.isfinite(value) else None
-        if isinstance(value, dict):
-            return {k: finite(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [finite(v) for v in value]
-        return value
-
-    return json.dumps(finite(record), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(finite(record, spelled=False), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 DIAGNOSED = ("cosine", "dirichlet_normalised", "feature_variance", "spectral_gap", "rank_collapse", "dirichlet")
