@@ -9,12 +9,11 @@ seeds of a table (:data:`MAX_SEEDS`) and a measured step cost (:data:`MAX_COST`)
 from __future__ import annotations
 
 import math
-import os
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from .config import LoopConfig, UsageError
+from .config import FLOAT32_MAX, FLOAT32_TINY, LoopConfig, UsageError
 from .upgrade import upgrade_config
 
 
@@ -64,10 +63,6 @@ MAX_SEEDS = 1000
 """The most seeds one row of a table (``odeformer-compare --seeds``, a section's ``seeds``) may have."""
 MAX_COST = 1000.0
 """A row's step cost against the reference's lies within ``[1 / MAX_COST, MAX_COST]``, or it is no measurement."""
-FLOAT32_MAX = 3.4028234663852886e38
-FLOAT32_TINY = 1.1754943508222875e-38
-"""The largest and the smallest normal float32: the model computes in float32, where a step or a learning rate below
-the smallest is 0 (or loses its precision) and one above the largest is inf."""
 
 
 def check_cost(config: dict[str, Any], source: Path | None = None) -> None:
@@ -156,18 +151,12 @@ def _number(node: Any, key: str) -> Any:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def cores() -> int:
-    """The CPU cores this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def check_values(config: dict[str, Any], source: Path | None = None) -> None:
-    """Values the config's types accept that no run can use, each one line naming the key and what is allowed: a
-    ``model.dt`` that is not a positive normal float32 (``1e-320`` is 0 there; ``1e308`` is inf), a ``model.dropout``
-    outside [0, 1), a ``model.norm_eps`` that is not positive and finite, a ``train.lr`` beyond the largest float or
-    below float32's smallest normal, a seed beyond 64-bit, more ``train.threads`` than this machine's cores, an empty
-    ``train.out_dir``."""
-    model, train = config.get("model") or {}, config.get("train") or {}
+    """The model's values its config's types accept that no run can use, each one line naming the key and what is
+    allowed: a ``model.dt`` that is not a positive normal float32 (``1e-320`` is 0 there; ``1e308`` is inf), a
+    ``model.dropout`` outside [0, 1), a ``model.norm_eps`` that is not positive and finite (the loop's values are
+    :class:`~odeformer.app.run.config.LoopConfig`'s to check)."""
+    model = config.get("model") or {}
     dt = _number(model, "dt")
     if dt is not None and not (math.isfinite(dt) and abs(dt) <= FLOAT32_MAX):
         raise UsageError(
@@ -183,22 +172,6 @@ def check_values(config: dict[str, Any], source: Path | None = None) -> None:
     eps = _number(model, "norm_eps")
     if eps is not None and not (math.isfinite(eps) and 0 < eps <= FLOAT32_MAX):
         raise UsageError(f"{_from(source)}model.norm_eps={eps} must be a positive finite number (e.g. 1e-5).")
-    lr = _number(train, "lr")
-    if lr is not None and math.isinf(lr):
-        raise UsageError(
-            "train.lr is beyond the largest float (it reads as inf); give a positive finite learning rate (e.g. 1e-3)."
-        )
-    if lr is not None and 0 < lr < FLOAT32_TINY:
-        raise UsageError(f"train.lr={lr} is 0 in float32; give a learning rate of at least {FLOAT32_TINY:.3g}.")
-    seed = _number(train, "seed")
-    if seed is not None and isinstance(seed, int) and seed > 2**63 - 1:  # a negative seed is the loop's to name
-        raise UsageError(f"train.seed={seed} must be from 0 to 2**63 - 1.")
-    threads = _number(train, "threads")
-    if isinstance(threads, int) and threads > cores():
-        count = cores()
-        raise UsageError(f"train.threads={threads} is more than this machine's {count} CPU cores; give 1 to {count}.")
-    if train.get("out_dir") is not None and not str(train.get("out_dir")).strip():
-        raise UsageError("train.out_dir='' names no folder; give the run directory's path (or leave it unset).")
 
 
 class Checked(dict):

@@ -138,57 +138,64 @@ class LoopConfig(TrainConfig):
     batch_size: int = 64
 
     def __post_init__(self) -> None:
-        if self.checkpoint_every < 0:
-            raise ValueError(
-                f"train.checkpoint_every must be 0 (at every evaluation) or more, got {self.checkpoint_every}."
-            )
-        for name in ("max_steps", "eval_every", "log_every", "batch_size"):
-            if getattr(self, name) < 1:
-                group = "data" if name == "batch_size" else "train"
-                raise ValueError(f"{group}.{name} must be at least 1, got {getattr(self, name)}.")
-        if self.eval_batches < 0:
-            raise ValueError(
-                f"train.eval_batches must be 0 (evaluate the whole split) or more (at most that many batches), got "
-                f"{self.eval_batches}."
-            )
-        if self.warmup_steps < 0:
-            raise ValueError(f"train.warmup_steps must be 0 (no warm-up) or more, got {self.warmup_steps}.")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(
-                f"train.min_lr_ratio must be in [0, 1] (the cosine's floor as a fraction of train.lr), got "
-                f"{self.min_lr_ratio}."
-            )
-        if self.lr <= 0 or not math.isfinite(self.lr):
-            raise ValueError(f"train.lr must be positive, got {self.lr}.")
-        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
-            raise ValueError(f"train.weight_decay must be 0 (none) or more, got {self.weight_decay}.")
-        if not (self.grad_clip >= 0 and math.isfinite(self.grad_clip)):
-            raise ValueError(f"train.grad_clip must be 0 (no clipping) or a positive norm, got {self.grad_clip}.")
-        if self.seed < 0:
-            raise ValueError(f"train.seed must be 0 or more, got {self.seed}.")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"train.device must be auto, cpu or cuda; got {self.device!r}.")
-        if self.optimizer not in ("adamw", "adam"):
-            raise ValueError(f"train.optimizer must be adamw or adam; got {self.optimizer!r}.")
-        if self.decay not in ("matrices", "all"):
-            raise ValueError(f"train.decay must be matrices or all; got {self.decay!r}.")
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        if self.threads is not None and (isinstance(self.threads, bool) or not 1 <= self.threads <= cores):
-            raise ValueError(
-                f"train.threads must be a number of CPU threads from 1 to this machine's {cores} cores, or null for "
-                f"the idle cores; got {self.threads}."
-            )
-        for k in self.resolutions:
-            if isinstance(k, bool) or not (isinstance(k, (int, float)) and 0 < k <= 64) or (k >= 1 and k != int(k)):
-                raise ValueError(
-                    f"train.resolutions holds steps per layer step: whole numbers from 1 to 64, or 1/m such as 0.5; "
-                    f"got {list(self.resolutions)}."
-                )
-        if not self.resolutions:
-            raise ValueError("train.resolutions needs at least one resolution ([1.0]: the model as built).")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"train.precision must be auto, fp32 or bf16; got {self.precision!r}.")
+        lr, threads, count, resolutions = self.lr, self.threads, cores(), list(self.resolutions)
+        checks = [  # (whether the value is allowed, what is said when it is not), in the order they are checked
+            (self.checkpoint_every >= 0,
+             f"train.checkpoint_every must be 0 (at every evaluation) or more, got {self.checkpoint_every}."),
+            *((getattr(self, k) >= 1, f"train.{k} must be at least 1, got {getattr(self, k)}.")
+              for k in ("max_steps", "eval_every", "log_every")),
+            (self.batch_size >= 1, f"data.batch_size must be at least 1, got {self.batch_size}."),
+            (self.eval_batches >= 0, "train.eval_batches must be 0 (evaluate the whole split) or more (at most that "
+             f"many batches), got {self.eval_batches}."),
+            (self.warmup_steps >= 0, f"train.warmup_steps must be 0 (no warm-up) or more, got {self.warmup_steps}."),
+            (0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio must be in [0, 1] (the cosine's floor as a fraction of "
+             f"train.lr), got {self.min_lr_ratio}."),
+            (not math.isinf(lr), "train.lr is beyond the largest float (it reads as inf); give a positive finite "
+             "learning rate (e.g. 1e-3)."),
+            (lr > 0 and math.isfinite(lr), f"train.lr must be positive, got {lr}."),
+            (lr >= FLOAT32_TINY,
+             f"train.lr={lr} is 0 in float32; give a learning rate of at least {FLOAT32_TINY:.3g}."),
+            (self.weight_decay >= 0 and math.isfinite(self.weight_decay),
+             f"train.weight_decay must be 0 (none) or more, got {self.weight_decay}."),
+            (self.grad_clip >= 0 and math.isfinite(self.grad_clip),
+             f"train.grad_clip must be 0 (no clipping) or a positive norm, got {self.grad_clip}."),
+            (self.seed >= 0, f"train.seed must be 0 or more, got {self.seed}."),
+            (self.seed <= 2**63 - 1, f"train.seed={self.seed} must be from 0 to 2**63 - 1."),
+            (self.device in ("auto", "cpu", "cuda"), f"train.device must be auto, cpu or cuda; got {self.device!r}."),
+            (self.optimizer in ("adamw", "adam"), f"train.optimizer must be adamw or adam; got {self.optimizer!r}."),
+            (self.decay in ("matrices", "all"), f"train.decay must be matrices or all; got {self.decay!r}."),
+            (threads is None or not isinstance(threads, bool) and threads >= 1, "train.threads must be a number of "
+             f"CPU threads from 1 to this machine's {count} cores, or null for the idle cores; got {threads}."),
+            (threads is None or threads <= count,
+             f"train.threads={threads} is more than this machine's {count} CPU cores; give 1 to {count}."),
+            (all(_resolution(k) for k in resolutions), "train.resolutions holds steps per layer step: whole numbers "
+             f"from 1 to 64, or 1/m such as 0.5; got {resolutions}."),
+            (bool(resolutions), "train.resolutions needs at least one resolution ([1.0]: the model as built)."),
+            (self.precision in ("auto", "fp32", "bf16"),
+             f"train.precision must be auto, fp32 or bf16; got {self.precision!r}."),
+            (self.out_dir is None or bool(str(self.out_dir).strip()),
+             "train.out_dir='' names no folder; give the run directory's path (or leave it unset)."),
+        ]  # fmt: skip
+        for fine, said in checks:
+            if not fine:
+                raise ValueError(said)
         compile_mode(self.compile)
+
+
+def _resolution(k: Any) -> bool:
+    """Whether ``k`` can be a training resolution: a whole number from 1 to 64, or 1/m such as 0.5."""
+    return not isinstance(k, bool) and isinstance(k, (int, float)) and 0 < k <= 64 and (k < 1 or k == int(k))
+
+
+def cores() -> int:
+    """The CPU cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.1754943508222875e-38
+"""The largest and the smallest normal float32: the model computes in float32, where a step or a learning rate below
+the smallest is 0 (or loses its precision) and one above the largest is inf."""
 
 
 @dataclass

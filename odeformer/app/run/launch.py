@@ -17,6 +17,7 @@ import torch
 from ..reporting.tables import print_summary
 from .bounds import check_config
 from .builder import build
+from .config import cores
 from .locks import lock_run_directory
 from .resume import check_run_directory
 from .stability import warn_unstable
@@ -28,12 +29,12 @@ def idle_threads() -> int:
     1-minute load average, rounded, at least 1 and at most torch's own default. On an idle machine that is torch's
     default; on one whose cores are busy with other work, fewer (one thread per busy core competes for it, and torch's
     threads then wait on each other far more than they compute)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    count = cores()
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):  # no load average on this system: assume an idle machine
         load = 0.0
-    return max(1, min(torch.get_num_threads(), cores, int(cores - load + 0.5)))
+    return max(1, min(torch.get_num_threads(), count, int(count - load + 0.5)))
 
 
 def use_idle_threads(how: str = "") -> None:
