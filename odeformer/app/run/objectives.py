@@ -79,8 +79,8 @@ def _empty(split: str, count: int) -> None:
         )
 
 
-class _Labelled(Objective):
-    """Image and sequence classification: ``(inputs, labels)`` tensors per split."""
+class ImageObjective(Objective):
+    """Image (and, with its network, sequence) classification: ``(inputs, labels)`` tensors per split."""
 
     def __init__(self, data, batch_size, seed, device):
         super().__init__(data, batch_size, seed, device)
@@ -121,10 +121,6 @@ class _Labelled(Objective):
         return {"loss": total_loss.item() / count, "accuracy": correct.item() / count}
 
 
-class ImageObjective(_Labelled):
-    pass
-
-
 class _Classify(nn.Module):
     """``MaskedLM.classify`` as a forward, so DDP and torch.compile see the call that produces the loss."""
 
@@ -136,7 +132,7 @@ class _Classify(nn.Module):
         return self.model.classify(tokens)
 
 
-class SequenceObjective(_Labelled):
+class SequenceObjective(ImageObjective):
     def network(self, model):
         return _Classify(model)
 
