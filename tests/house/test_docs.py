@@ -63,7 +63,7 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
                 done = shell(command, tmp_path)
                 assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
                 ran["bash"] += 1
-    assert ran == {"python": 6, "bash": 9, "file": 3}
+    assert ran == {"python": 8, "bash": 11, "file": 3}
     compared = json.loads((tmp_path / "outputs" / "damped_vs" / "comparison.json").read_text())
     assert [row["solver"] for row in compared["rows"]] == [
         "diffusion",
@@ -79,6 +79,7 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "outputs/yoshida/summary.json").exists()
     assert (tmp_path / "outputs/yoshida/diagnostics/cosine.png").exists()
     assert (tmp_path / "outputs/yoshida_strang/summary.json").exists()
+    assert (tmp_path / "outputs/checked/summary.json").exists()  # train.check_scheme: Yoshida4 holds its claims
     assert '"solver": "Yoshida4"' in (tmp_path / "outputs/yoshida/summary.json").read_text()
     simpson = json.loads((tmp_path / "outputs/simpson/summary.json").read_text())["scheme"]
     assert simpson["kicks"] == [1 / 6, 2 / 3, 1 / 6] and simpson["order"] == 2

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import files
-from ..reporting.plots import accuracy_plot
+from ..reporting.plots import accuracy_plot, front_plot
 from ..reporting.results import HEADER, split_combined_block, write_results, write_section
 from ..reporting.tables import results_table
 from ..run.schemes import own_scheme
@@ -81,7 +81,7 @@ def oversmoothing(section: Section, column: str, results: list[Result], runs_dir
 
 def _reports(results: list[Result], runs_dir: Path, key: str, figures: Path, refine: tuple, title: str) -> Any:
     """Every row's seed-0 run analysed at the resolutions ``refine`` (:func:`odeformer.app.run.analysis.analyse_run`),
-    its report with figures written under ``figures``: ``(row, numbers, link to the report)`` for each."""
+    its report with figures written under ``figures``: ``(row, numbers, model, link to the report)`` for each."""
     from ..reporting.analysis import run_markdown
     from ..run.analysis import analyse_run
 
@@ -90,7 +90,7 @@ def _reports(results: list[Result], runs_dir: Path, key: str, figures: Path, ref
             numbers, model = analyse_run(runs_dir / name, refine=refine)
             folder = f"{key}_{slug(row)}"
             run_markdown(numbers, model, files.folder(figures / folder, figures), title=f"{row}: {title}")
-            yield row, numbers, f"[{row}](results/{folder}/report.md)"
+            yield row, numbers, model, f"[{row}](results/{folder}/report.md)"
 
 
 def stability_atlas(section: Section, results: list[Result], runs_dir: Path, key: str, figures: Path) -> str:
@@ -102,7 +102,7 @@ def stability_atlas(section: Section, results: list[Result], runs_dir: Path, key
         "|---|---|---|---|---|---|---|---|",
     ]
     links, title = [], "stability atlas and refinement"
-    for row, numbers, link in _reports(results, runs_dir, key, figures, section.atlas, title):
+    for row, numbers, _, link in _reports(results, runs_dir, key, figures, section.atlas, title):
         layers = numbers["layers"]
         low = min(layers, key=lambda entry: entry["headroom"])
         ratios = sorted(entry["predicted_contraction"] / entry["measured_contraction"] for entry in layers)
@@ -123,11 +123,12 @@ def refinement_table(section: Section, results: list[Result], runs_dir: Path, ke
     """Every row's seed-0 run stepped at the section's resolutions and its ODE solved (:func:`_reports`), and a table
     of its validation metric at each resolution and at the ODE's solution, its observed order and the verdict;
     return the Markdown."""
+    fronts: dict[str, dict[str, Any]] = {}
     ks = sorted({1.0, *section.refine})
     head = " | ".join(f"k = {k:g}" for k in ks)
     lines = [f"| run | {head} | ODE (dopri5) | observed order (layers') | verdict |", "|---|" + "---|" * (len(ks) + 3)]
     links = []
-    for row, numbers, link in _reports(results, runs_dir, key, figures, section.refine, "refinement"):
+    for row, numbers, model, link in _reports(results, runs_dir, key, figures, section.refine, "refinement"):
         cells = " | ".join("–" if r.get("metric") is None else f"{r['metric']:.3f}" for r in numbers["refinement"])
         solution = (numbers.get("limit") or {}).get("metric")
         order = numbers["observed_order"]
@@ -137,7 +138,25 @@ def refinement_table(section: Section, results: list[Result], runs_dir: Path, ke
             f"{'–' if order is None else f'{order:.2f}'} ({numbers['layer_order']}) | {verdict} |"
         )
         links.append(link)
-    return "\n".join(lines) + "\n\nEach run's refinement report and figures: " + ", ".join(links)
+        fronts[str(row)] = work_precision(numbers, model)
+    front_plot(fronts, "validation " + numbers["metric"], figures / f"{key}_fronts.png")
+    return (
+        "\n".join(lines)
+        + f"\n\n![work-precision fronts](results/{key}_fronts.png)\n\nEach run's refinement report and figures: "
+        + ", ".join(links)
+    )
+
+
+def work_precision(numbers: dict[str, Any], model: Any) -> dict[str, Any]:
+    """A run's work-precision front from its refinement (:func:`odeformer.app.run.analysis.analyse_run`): at each
+    resolution ``k`` its forward pass evaluates its fields ``k`` times its layers' ``evals_per_step`` summed (each
+    layer step taken as ``k`` steps, or every ``1/k``-th layer over ``1/k`` of them), with its metric there; and the
+    ODE's solution at dopri5's evaluations where it was solved."""
+    per_pass = sum(layer.claims().evals_per_step for layer in model.backbone.layers)
+    points = [(row["k"] * per_pass, row.get("metric")) for row in numbers["refinement"]]
+    limit = numbers.get("limit") or {}
+    ode = (limit["evaluations"], limit.get("metric")) if "evaluations" in limit and "unsolved" not in limit else None
+    return {"points": points, "ode": ode}
 
 
 def main(argv: list[str] | None = None) -> int:
