@@ -37,6 +37,13 @@ def fresh_config(solver: str, data: str, depth: int, dim: int | None) -> dict[st
     return OmegaConf.to_container(compose(overrides), resolve=True)
 
 
+def load_run(*args: Any, **kwargs: Any) -> Any:
+    """:func:`odeformer.app.run.builder.load_run`, imported when first called (a usage error answers without torch)."""
+    from ..run.builder import load_run as load
+
+    return load(*args, **kwargs)
+
+
 def default_out(runs: list[Path], fresh: bool) -> tuple[Path, Path]:
     """The figures' folder when ``--out`` is not given, and the folder below which no link is followed (a run's
     ``diagnostics`` may not be one): one run's figures beside it, a comparison of several runs in
@@ -87,7 +94,7 @@ def _diagnose(args) -> int:
 
     from ..reporting.diagnostics import diagnose
     from ..reporting.labels import run_labels
-    from ..run.builder import build, load_run
+    from ..run.builder import build
 
     runs, configs = [], []
     for run_dir in args.runs:
