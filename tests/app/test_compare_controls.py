@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -21,6 +23,7 @@ from odeformer.app.run.builder import build, parameter_count
 from odeformer.app.run.controls import best_rate, grid_depth, nearest_width, width_key
 from odeformer.app.run.sections import slug
 
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["train=debug", "train.max_steps=2", "model.depth=2", "data=synthetic", "model.dim=16", "model.heads=2"]
 
 
@@ -284,3 +287,28 @@ def test_each_row_trains_its_seeds_at_its_best_rate_carried_over_only_under_ode(
     why = "at its own depth (under standard an lr does not carry across depth)"
     assert f"| {own['lr']:g} (×{own['lr_grid']['factor']:g} {why}) |" in markdown
     assert re.search(r"^- `rk4 model.parameterization=ode` against `diffusion`: [+-]\d", markdown, re.M)
+
+
+# -- the documentation -----------------------------------------------------------------------------------------------
+
+
+def test_the_help_names_the_controls(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        compare.main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert stopped.value.code == 0
+    assert "--match {params}" in said and "--lr-grid [F ...]" in said and "--lr-depth D" in said
+    assert f"at most {MAX_LR_GRID}" in said and "docs/comparing_schemes.md" in said
+
+
+def test_every_compare_command_on_the_comparing_page_passes_the_commands_checks():
+    text = (ROOT / "docs" / "comparing_schemes.md").read_text()
+    lines = re.findall(r"^odeformer-compare .*$", text, re.M)
+    assert len(lines) >= 2 and any("--match params" in line for line in lines)
+    assert any("--lr-grid" in line for line in lines)
+    for line in lines:
+        rest, overrides = compare._without_overrides(shlex.split(line)[1:])
+        args = compare._parser().parse_intermixed_args(rest)
+        args.words = [*args.words, *overrides]
+        compare._check(args)  # every usage check the command makes before it composes a config
+    assert "docs/comparing_schemes.md" in (ROOT / "README.md").read_text()
