@@ -32,9 +32,10 @@ def nearest_width(
     count: Callable[[int], int], target: int, start: int, step: int = 1, limit: int = MAX_WIDTH
 ) -> tuple[int, int]:
     """The width, a multiple of ``step`` from ``step`` to ``limit``, whose ``count`` (a parameter count that does not
-    fall as the width grows) is nearest ``target``, and that count; of two as near, the wider. The search starts at
-    ``start`` and steps by the secant through the counts it has seen (exact at the second count for a count linear
-    in the width, as an FFN's is), kept inside the bracket it has found; it asks for each width once."""
+    fall as the width grows) is nearest ``target``, and that count; of widths as near, the one nearest ``start`` (a
+    count the width does not change keeps the width), then the wider. The search starts at ``start`` and steps by the
+    secant through the counts it has seen (exact at the second count for a count linear in the width, as an FFN's
+    is), kept inside the bracket it has found; it asks for each width once."""
     seen: dict[int, int] = {}
 
     def at(units: int) -> int:
@@ -44,7 +45,7 @@ def nearest_width(
 
     top = max(1, limit // step)
     below = above = None  # the widest with a count at most target, the narrowest with a count at least target
-    units = min(top, max(1, round(start / step)))
+    units = first = min(top, max(1, round(start / step)))
     for _ in range(200):
         value = at(units)
         if value <= target:
@@ -65,8 +66,14 @@ def nearest_width(
         low = below + 1 if below is not None else 1
         high = above - 1 if above is not None else top
         units = min(high, max(low, guess))
-    candidates = [u for u in (below, above) if u is not None]
-    best = min(candidates, key=lambda u: (abs(seen[u] - target), -u))
+    best = min(seen, key=lambda u: (abs(seen[u] - target), abs(u - first), -u))  # the bracket's ends among them
+    toward = -1 if best > first else 1
+    if best != first and at(best + toward) == seen[best]:  # a flat stretch: its end nearest the start, by bisection
+        near, far = first, best  # the count at far is the best's, at near (the start) another
+        while abs(far - near) > 1:
+            middle = (near + far) // 2
+            near, far = (near, middle) if at(middle) == seen[best] else (middle, far)
+        best = far
     return best * step, seen[best]
 
 
