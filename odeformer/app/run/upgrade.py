@@ -90,6 +90,31 @@ def _defaults(name: str) -> dict[str, Any]:
     return stepper_options(name)
 
 
+ADDED = {
+    "model.parameterization": "standard",
+    "model.time": None,
+    "model.knots": None,
+    "train.resolutions": [1.0],
+    "train.check_scheme": False,
+}
+"""Settings added since runs were first saved, each with the value that is what a run without it did."""
+
+
+def with_added(stored: Any, config: dict[str, Any]) -> Any:
+    """``stored`` (a run's config, already :func:`upgrade_config` d) with each :data:`ADDED` setting it lacks and
+    ``config`` (this command's) has set to the value a run without it had: a run saved before the setting existed
+    resumes as the run it was."""
+    if not isinstance(stored, dict):
+        return stored
+    out = dict(stored)
+    for key, value in ADDED.items():
+        group, name = key.split(".")
+        node, now = out.get(group), config.get(group)
+        if isinstance(node, dict) and isinstance(now, dict) and name in now and name not in node:
+            out[group] = {**node, name: value}
+    return out
+
+
 def upgrade_config(config: Any) -> Any:
     """A resolved run config as today's (a copy; anything that is not a config is returned as it is)."""
     if not isinstance(config, dict) or not isinstance(config.get("solver"), dict):
