@@ -1,6 +1,6 @@
 """docs/extending.md runs as written, top to bottom, in a scratch directory: its files are written, its Python
-blocks executed, its shell commands run. The README's examples likewise (tests/house/test_readme.py runs its
-commands)."""
+blocks executed, its shell commands run. The README's examples and those of the pages it sends a reader to
+(:data:`PAGES`) likewise, each block alone (tests/house/test_readme.py runs their commands)."""
 
 import json
 import os
@@ -18,6 +18,18 @@ from helpers import HANG
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(sys.executable).parent
 FENCE = re.compile(r"```(\w+)([^\n]*)\n(.*?)```", re.S)
+PAGES = (
+    "README.md",
+    "docs/training.md",
+    "docs/schemes.md",
+    "docs/models.md",
+    "docs/generation.md",
+    "docs/comparing.md",
+    "docs/reliability.md",
+)
+"""The README and the guide pages it sends a reader to: each Python block runs alone, each command in a tiny form."""
+RUN_AS_A_WHOLE = ("docs/extending.md", "docs/depth_as_time.md")
+"""Pages whose blocks run top to bottom in one test of their own, checking what they print and write."""
 
 
 def blocks(path):
@@ -84,20 +96,34 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
     assert simpson["kicks"] == [1 / 6, 2 / 3, 1 / 6] and simpson["order"] == 2
 
 
-@pytest.mark.slow  # builds and runs every README example, the Hugging Face one included (about 40 s)
-def test_readme_python_examples_run(monkeypatch):
-    monkeypatch.setattr(solvers, "STEPPERS", dict(solvers.STEPPERS))
-    python = [text for language, name, text in blocks("README.md") if language == "python" and not name]
-    assert python, "README.md has no python examples"
-    for text in python:  # each block alone, in a namespace of its own: a reader may copy any one of them
-        exec(compile(text, "README.md", "exec"), {})
+def python_examples(path):
+    return [text for language, name, text in blocks(path) if language == "python" and not name]
+
+
+@pytest.mark.slow  # builds and runs every example of the pages, the Hugging Face one included (about 50 s in all)
+@pytest.mark.parametrize("path", [path for path in PAGES if python_examples(path)])
+def test_page_python_examples_run(path):
+    rows = dict(solvers.STEPPERS)
+    for text in python_examples(path):  # each block alone, in a namespace of its own: a reader may copy any one
+        exec(compile(text, path, "exec"), {})
+    assert dict(solvers.STEPPERS) == rows, f"an example of {path} registered a scheme for the rest of the process"
+
+
+def test_the_pages_hold_the_python_examples():
+    """The README and its pages keep their examples (a block whose fence is mistyped is no longer run)."""
+    assert python_examples("README.md"), "README.md has no python examples"
+    assert sum(len(python_examples(path)) for path in PAGES) >= 8
 
 
 def test_readme_names_the_two_commands():
     text = (ROOT / "README.md").read_text()
     assert "make train" in text and "make test" in text
+
+
+def test_the_schemes_page_names_every_solver():
+    text = (ROOT / "docs/schemes.md").read_text()
     for name in solvers.STEPPERS:
-        assert f"`{name}`" in text, f"README's solver table is missing {name}"
+        assert f"`{name}`" in text, f"docs/schemes.md's solver tables are missing {name}"
 
 
 def test_the_depth_as_time_page_runs_as_written(capsys):
@@ -111,7 +137,7 @@ def test_the_depth_as_time_page_runs_as_written(capsys):
     assert printed[2].startswith("{'lr': 0.0, ")
 
 
-@pytest.mark.parametrize("path", ["README.md", "docs/extending.md", "docs/depth_as_time.md"])
+@pytest.mark.parametrize("path", [*PAGES, *RUN_AS_A_WHOLE])
 def test_every_fenced_block_is_a_known_kind(path):
     for language, name, _ in blocks(path):
         assert language in ("python", "bash", "yaml"), f"{path}: a {language} block the tests do not run"
@@ -121,7 +147,16 @@ def test_every_fenced_block_is_a_known_kind(path):
 PROSE_KEY = re.compile(r"`((?:model|train|data|solver)\.[a-z_]+(?:\.[a-z_]+)*)(?:=([^`\s]+))?`(?!\()")
 
 
-@pytest.mark.parametrize("path", ["README.md", "docs/extending.md"])
+def _names_keys(path):
+    return bool(PROSE_KEY.search((ROOT / path).read_text()))
+
+
+def test_the_pages_that_teach_the_config_name_its_keys():
+    """The key check below reads every page that names keys; these must (else the pattern is stale)."""
+    assert [path for path in ("README.md", "docs/training.md", "docs/extending.md") if not _names_keys(path)] == []
+
+
+@pytest.mark.parametrize("path", [path for path in (*PAGES, "docs/extending.md") if _names_keys(path)])
 def test_every_config_key_the_prose_names_exists(path):
     """A key written in the prose (``model.norm=post``, ``train.decay``) composes on the main job's config: the
     schema once refused a key the README offered. Free-form maps (``solver.options``, ``data.options``) are not
