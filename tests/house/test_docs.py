@@ -171,3 +171,73 @@ def test_every_config_key_the_prose_names_exists(path):
     cfg = entry.compose(["experiment=digits_vit", *(f"{key}={value}" for key, value in sorted(named) if value)])
     for key, _ in sorted(named):  # an unknown key given a value fails in compose, naming it; the others fail here
         assert OmegaConf.select(cfg, key, default="<missing>") != "<missing>", key
+
+
+# -- the README is a front page; the pages are found from it and their links hold --------------------------------------
+
+README_LIMIT = 20_000
+"""Characters the README may hold: what it is, the two commands, a tour; the rest lives on the docs/ pages."""
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(path):
+    """A page without its fenced blocks, each inline code span replaced by a placeholder (code is not a link)."""
+    text = re.sub(r"```.*?```", "", (ROOT / path).read_text(), flags=re.S)
+    return re.sub(r"`[^`]*`", "code", text)
+
+
+def _anchors(path):
+    """The anchors a page's headings make, as GitHub spells them (lower case, punctuation dropped, spaces as ``-``,
+    ``-1``, ``-2``, ... after repeats)."""
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", (ROOT / path).read_text(), flags=re.S), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        yield slug if seen[slug] == 0 else f"{slug}-{seen[slug]}"
+
+
+def _broken_links(path):
+    """The links of a page whose file or heading does not exist (web addresses aside)."""
+    broken = []
+    for target in LINK.findall(_prose(path)):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (ROOT / path).parent / file if file else ROOT / path
+        if not linked.exists():
+            broken.append(target)
+        elif anchor and linked.suffix == ".md" and anchor not in set(_anchors(linked.relative_to(ROOT))):
+            broken.append(target)
+    return broken
+
+
+def _docs_pages():
+    return sorted(f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md"))
+
+
+def test_the_readme_is_a_front_page():
+    size = len((ROOT / "README.md").read_text())
+    assert size < README_LIMIT, f"README.md has {size} characters, over {README_LIMIT}: move detail to a docs/ page"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {target.partition("#")[0] for target in LINK.findall(_prose("README.md"))}
+    assert [page for page in _docs_pages() if page not in linked] == []
+
+
+def test_every_docs_page_with_code_has_its_blocks_run():
+    """A page's blocks are run by the tests above: as one of :data:`PAGES` or as a page of its own."""
+    unrun = [page for page in _docs_pages() if blocks(page) and page not in (*PAGES, *RUN_AS_A_WHOLE)]
+    assert unrun == [], f"add them to PAGES (each block alone, each command in a tiny form): {unrun}"
+
+
+@pytest.mark.parametrize("path", ["README.md", *_docs_pages()])
+def test_every_link_of_a_page_resolves(path):
+    assert _broken_links(path) == []
+
+
+def test_the_link_check_finds_a_missing_page_and_heading(tmp_path, monkeypatch):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\n## Two words\n\n[x](b.md) [y](#two-words) [z](#none) `[c](d.md)`\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _broken_links("docs/a.md") == ["b.md", "#none"]
