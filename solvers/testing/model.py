@@ -599,10 +599,17 @@ def _field_error(field: Any, f64: Any, t: Any, y: Any, y64: Any, t64: Any, step:
     return worst
 
 
+MAX_HALVINGS = 14
+"""The most halvings of the model's ``dt`` the in-model order check takes before it judges the slope it has."""
+
+
 def _local_order(r: Step, s64, f64, t64, y64, dt64, order: int) -> float:
     """The slope of the one-step error against the limit's flow on the real field (float64, eval mode) as the step is
-    refined from the model's ``dt``: at least ``order + 1`` within ``ORDER_TOLERANCE`` over the finest three steps
-    above rounding; returns it (``nan`` where fewer than three steps lie above rounding)."""
+    refined from the model's ``dt``, halving it until the error settles (its last two local slopes within ``STEADY``
+    of each other), nears rounding, or :data:`MAX_HALVINGS` halvings: at least ``order + 1`` within
+    ``ORDER_TOLERANCE`` over the finest three steps above rounding; returns it (``nan`` where fewer than three steps
+    lie above rounding). A trained or freshly drawn field is often stiff at the model's own ``dt``, so the error's
+    slope there is still rising toward its order: it is read where it has settled, not at a fixed depth."""
     from .._splitting import Block
     from .references import _classic_rk4
 
@@ -616,7 +623,7 @@ def _local_order(r: Step, s64, f64, t64, y64, dt64, order: int) -> float:
     size = max(float(_flat(y64).abs().max()), 1e-300)
     hs, errors = [], []
     with torch.no_grad():
-        for k in range(1, th.GRIDS + 3):
+        for k in range(1, MAX_HALVINGS + 1):
             h = float(dt64) * 2.0**-k
             step = _flat(_fresh_step(copy.deepcopy(s64), f64, t64, y64, h))
             coarse, fine = (_classic_rk4(limit, y64, h, n, n, float(t64))[0] for n in (4, 8))
@@ -626,6 +633,10 @@ def _local_order(r: Step, s64, f64, t64, y64, dt64, order: int) -> float:
                 break
             hs.append(abs(h))
             errors.append(error)
+            if len(errors) >= th.GRIDS + 1 and k >= th.GRIDS + 2:  # at least the halvings a fixed ladder took
+                local = [math.log(errors[i - 1] / errors[i]) / math.log(hs[i - 1] / hs[i]) for i in (-2, -1)]
+                if abs(local[0] - local[1]) <= th.STEADY:
+                    break
     if len(errors) < th.GRIDS:
         return math.nan
     x = torch.tensor([math.log(h) for h in hs[-th.GRIDS :]], dtype=torch.float64)

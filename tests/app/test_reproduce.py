@@ -420,3 +420,21 @@ def test_reproduce_with_a_malformed_sections_file_is_one_line(tmp_path, monkeypa
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith(f"odeformer-reproduce: error: {path}: s.rows")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_work_precision_front_counts_each_resolutions_field_evaluations(tmp_path):
+    """At resolution k a forward pass evaluates its fields k times its layers' evaluations per step (RK4: 4 a layer),
+    coarsening included; the ODE's point is dopri5's count; the figure is written."""
+    import odeformer
+    from odeformer.app.commands.reproduce import work_precision
+    from odeformer.app.reporting.plots import front_plot
+
+    model = odeformer.ViT(image_size=8, patch_size=4, num_classes=3, depth=2, dim=16, heads=2, solver="rk4")
+    rows = [{"k": 0.5, "metric": 0.5}, {"k": 1, "metric": 0.9}, {"k": 2, "metric": 0.91}]
+    numbers = {"refinement": rows, "limit": {"evaluations": 50, "metric": 0.92}}
+    front = work_precision(numbers, model)
+    assert front == {"points": [(4.0, 0.5), (8, 0.9), (16, 0.91)], "ode": (50, 0.92)}
+    unsolved = work_precision({"refinement": rows, "limit": {"unsolved": "stiff", "evaluations": 9}}, model)
+    assert unsolved["ode"] is None
+    front_plot({"rk4": front, "rk4 unsolved": unsolved}, "validation accuracy", tmp_path / "fronts.png")
+    assert (tmp_path / "fronts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -30,6 +30,10 @@ PAGES = (
 """The README and the guide pages it sends a reader to: each Python block runs alone, each command in a tiny form."""
 RUN_AS_A_WHOLE = ("docs/extending.md", "docs/depth_as_time.md")
 """Pages whose blocks run top to bottom in one test of their own, checking what they print and write."""
+CHECKED_BY_THEIR_OWN_TEST = {
+    "docs/comparing_schemes.md": "tests/app/test_compare_controls.py passes each command through the command's checks",
+}
+"""Pages whose blocks a test of their area checks, and how."""
 
 
 def blocks(path):
@@ -75,7 +79,7 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
                 done = shell(command, tmp_path)
                 assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
                 ran["bash"] += 1
-    assert ran == {"python": 6, "bash": 9, "file": 3}
+    assert ran == {"python": 8, "bash": 11, "file": 3}
     compared = json.loads((tmp_path / "outputs" / "damped_vs" / "comparison.json").read_text())
     assert [row["solver"] for row in compared["rows"]] == [
         "diffusion",
@@ -91,6 +95,7 @@ def test_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "outputs/yoshida/summary.json").exists()
     assert (tmp_path / "outputs/yoshida/diagnostics/cosine.png").exists()
     assert (tmp_path / "outputs/yoshida_strang/summary.json").exists()
+    assert (tmp_path / "outputs/checked/summary.json").exists()  # train.check_scheme: Yoshida4 holds its claims
     assert '"solver": "Yoshida4"' in (tmp_path / "outputs/yoshida/summary.json").read_text()
     simpson = json.loads((tmp_path / "outputs/simpson/summary.json").read_text())["scheme"]
     assert simpson["kicks"] == [1 / 6, 2 / 3, 1 / 6] and simpson["order"] == 2
@@ -226,8 +231,10 @@ def test_every_docs_page_is_linked_from_the_readme():
 
 
 def test_every_docs_page_with_code_has_its_blocks_run():
-    """A page's blocks are run by the tests above: as one of :data:`PAGES` or as a page of its own."""
-    unrun = [page for page in _docs_pages() if blocks(page) and page not in (*PAGES, *RUN_AS_A_WHOLE)]
+    """A page's blocks are run by the tests above, as one of :data:`PAGES` or as a page of its own, or checked by a
+    test of their own (:data:`CHECKED_BY_THEIR_OWN_TEST`)."""
+    known = (*PAGES, *RUN_AS_A_WHOLE, *CHECKED_BY_THEIR_OWN_TEST)
+    unrun = [page for page in _docs_pages() if blocks(page) and page not in known]
     assert unrun == [], f"add them to PAGES (each block alone, each command in a tiny form): {unrun}"
 
 

@@ -142,9 +142,11 @@ def refinement_table(section: Section, results: list[Result], runs_dir: Path, ke
     of its validation metric at each resolution and at the ODE's solution, its observed order and the verdict;
     return the Markdown."""
     from ..reporting.analysis import run_markdown
+    from ..reporting.plots import front_plot
     from ..run.analysis import analyse_run
     from ..run.sections import slug
 
+    fronts: dict[str, dict[str, Any]] = {}
     ks = sorted({1.0, *section.refine})
     head = " | ".join(f"k = {k:g}" for k in ks)
     lines = [f"| run | {head} | ODE (dopri5) | observed order (layers') | verdict |", "|---|" + "---|" * (len(ks) + 3)]
@@ -164,7 +166,25 @@ def refinement_table(section: Section, results: list[Result], runs_dir: Path, ke
             f"{'–' if order is None else f'{order:.2f}'} ({numbers['layer_order']}) | {verdict} |"
         )
         links.append(f"[{row}](results/{folder}/report.md)")
-    return "\n".join(lines) + "\n\nEach run's refinement report and figures: " + ", ".join(links)
+        fronts[str(row)] = work_precision(numbers, model)
+    front_plot(fronts, "validation " + numbers["metric"], figures / f"{key}_fronts.png")
+    return (
+        "\n".join(lines)
+        + f"\n\n![work-precision fronts](results/{key}_fronts.png)\n\nEach run's refinement report and figures: "
+        + ", ".join(links)
+    )
+
+
+def work_precision(numbers: dict[str, Any], model: Any) -> dict[str, Any]:
+    """A run's work-precision front from its refinement (:func:`odeformer.app.run.analysis.analyse_run`): at each
+    resolution ``k`` its forward pass evaluates its fields ``k`` times its layers' ``evals_per_step`` summed (each
+    layer step taken as ``k`` steps, or every ``1/k``-th layer over ``1/k`` of them), with its metric there; and the
+    ODE's solution at dopri5's evaluations where it was solved."""
+    per_pass = sum(layer.claims().evals_per_step for layer in model.backbone.layers)
+    points = [(row["k"] * per_pass, row.get("metric")) for row in numbers["refinement"]]
+    limit = numbers.get("limit") or {}
+    ode = (limit["evaluations"], limit.get("metric")) if "evaluations" in limit and "unsolved" not in limit else None
+    return {"points": points, "ode": ode}
 
 
 def main(argv: list[str] | None = None) -> int:

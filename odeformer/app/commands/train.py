@@ -489,7 +489,7 @@ _FAILED_JOBS: list[int] = []  # exit codes of the sweep's jobs that failed (a sw
 @hydra.main(version_base="1.3", config_path="pkg://" + CONFIG_MODULE, config_name="train")
 def _main(cfg: DictConfig) -> None:
     from ..run.checkpoints import CheckpointWriteError
-    from ..run.trainer import TrainingDiverged
+    from ..run.trainer import SchemeCheckFailed, TrainingDiverged
 
     bad_input = _bad_input()
     hydra_config = HydraConfig.get()
@@ -500,7 +500,7 @@ def _main(cfg: DictConfig) -> None:
         summary = run(cfg, out_dir, list(hydra_config.overrides.task))
         if summary.get("status") == "interrupted":  # after its checkpoint and its line: 130 (SIGINT), 143 (SIGTERM)
             sys.exit(128 + int(summary.get("signal") or signal.SIGINT))  # a sweep stops here too
-    except (TrainingDiverged, CheckpointWriteError) as error:
+    except (TrainingDiverged, SchemeCheckFailed, CheckpointWriteError) as error:
         _failed(cfg, out_dir, str(error), 1, sweep)
     except RunDirectoryBusy as error:  # another process took the lock after this command checked it
         # the snapshot folder is named to the second, so it may be the other run's too: it is left as it is

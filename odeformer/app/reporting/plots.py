@@ -63,6 +63,32 @@ def accuracy_plot(title: str, columns: list[str], cells: dict[str, dict[str, lis
     plt.close(fig)
 
 
+def front_plot(fronts: dict[str, dict[str, Any]], metric: str, path: Path) -> None:
+    """Work-precision fronts: each run's ``metric`` against the field evaluations one forward pass takes, one line per
+    run over its resolutions (``fronts[run]["points"]``: ``(evaluations, metric)``), and its ODE's solution as a star
+    where it was solved (``fronts[run]["ode"]``); a scheme of higher order pays where its line reaches its ODE's level
+    at fewer evaluations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for run, front in fronts.items():
+        points = sorted(p for p in front["points"] if p[1] is not None)
+        if not points:
+            continue
+        (line,) = ax.plot([e for e, _ in points], [m for _, m in points], marker="o", ms=3, label=run)
+        if front.get("ode") is not None and front["ode"][1] is not None:
+            ax.plot(*front["ode"], marker="*", ms=10, color=line.get_color(), linestyle="none")
+    ax.set(xscale="log", xlabel="field evaluations per forward pass (★: the ODE by dopri5)", ylabel=metric)
+    ax.set_title("work-precision fronts: the trained models stepped at k = ½ … 8", fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    files.replace(Path(path), lambda f: fig.savefig(f, dpi=110, format="png"))  # never through a link
+    plt.close(fig)
+
+
 def depth(found: dict[str, dict[str, Any]]) -> int:
     """The most layers any learned row's run has."""
     return max(len(layers) for record in found.values() for layers in record["seeds"].values())

@@ -4,7 +4,8 @@ before anything starts, by ``odeformer-compare`` for every row, and by the build
 (``source``, named in the error). A file does not set what a command costs. One bound per quantity: the layers of a
 forward pass (:data:`MAX_DEPTH`, also a refinement's ``depth · k``), of a weight-tied stack (:data:`MAX_TIED_DEPTH`),
 the context (:data:`MAX_LEN`), a scheme's stages and coefficients (:data:`MAX_STAGES`, :data:`MAX_COEFFICIENT`), the
-seeds of a table (:data:`MAX_SEEDS`) and a measured step cost (:data:`MAX_COST`)."""
+seeds of a table (:data:`MAX_SEEDS`), the points of a learning-rate grid (:data:`MAX_LR_GRID`) and a measured step
+cost (:data:`MAX_COST`)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ MAX_COEFFICIENT = 1e6
 """The largest magnitude a scheme's coefficient may have (a step ``a · dt`` must stay a float32 number)."""
 MAX_SEEDS = 1000
 """The most seeds one row of a table (``odeformer-compare --seeds``, a section's ``seeds``) may have."""
+MAX_LR_GRID = 8
+"""The most points a comparison's learning-rate grid (``odeformer-compare --lr-grid``) may have: each row trains one
+run per point before its seeds."""
 MAX_COST = 1000.0
 """A row's step cost against the reference's lies within ``[1 / MAX_COST, MAX_COST]``, or it is no measurement."""
 FLOAT32_MAX = 3.4028234663852886e38
@@ -117,6 +121,31 @@ def check_refinement(parts: list[float], depth: int = 1, source: Path | None = N
             f"{_from(source)}a refinement by k={max(parts):g} of a depth-{depth} model takes "
             f"{depth * max(parts):g} layer steps per forward, more than the {MAX_DEPTH} allowed; give k up to {top}."
         )
+
+
+def check_lr_grid(words: list[str]) -> list[float]:
+    """A learning-rate grid as factors of ``train.lr`` (``["0.5", "1", "2"]``): 1 to :data:`MAX_LR_GRID` distinct
+    positive finite numbers, each at most 1e6 and at least 1e-6 (a factor beyond moves the learning rate out of any
+    run's range); anything else is one line saying what a grid takes."""
+    allowed = (
+        f"--lr-grid takes 1 to {MAX_LR_GRID} distinct positive factors of train.lr from 1e-06 to 1e+06 (e.g. 0.5 1 2)"
+    )
+    if not words:
+        raise UsageError(f"{allowed}; got none.")
+    if len(words) > MAX_LR_GRID:
+        raise UsageError(f"{allowed}; got {len(words)} (each costs every row a run).")
+    factors = []
+    for word in words:
+        try:
+            factor = float(word)
+        except ValueError:
+            raise UsageError(f"{allowed}; {word!r} is not a number.") from None
+        if not (math.isfinite(factor) and 1e-6 <= factor <= 1e6):
+            raise UsageError(f"{allowed}; got {word}.")
+        if factor in factors:
+            raise UsageError(f"{allowed}; {word} is given twice.")
+        factors.append(factor)
+    return factors
 
 
 def _coefficients(value: Any) -> list[Any]:

@@ -14,6 +14,7 @@ before the model is built.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -105,7 +106,7 @@ def _check_solver(solver: dict[str, Any], source: Path | None, stepper: str | No
 
 
 def build(
-    config: dict[str, Any], source: Path | None = None, stepper: str | None = None
+    config: dict[str, Any], source: Path | None = None, stepper: str | None = None, device: str | None = None
 ) -> tuple[TaskData, nn.Module, dict[str, Any]]:
     """The dataset, the model and the run record (:data:`~odeformer.app.run.identity.RUN_RECORD`) from a resolved
     config (``solver``, ``model``, ``data``).
@@ -115,7 +116,9 @@ def build(
     scheme of the user's own is imported last, after its name (:func:`~odeformer.app.run.schemes.check_scheme_name`),
     the sizes, the data and the cost are checked, so that nothing else it could be refused for waits on running its
     module. Sizes that are not positive, and a model that cannot fit in this machine's memory, are one-line errors
-    before it is built. A config read from a file is read as today's (:func:`~odeformer.app.upgrade.upgrade_config`)."""
+    before it is built. A config read from a file is read as today's (:func:`~odeformer.app.upgrade.upgrade_config`).
+    ``device="meta"`` builds the model's weights as shapes only (nothing allocated, so its memory is not checked):
+    what :func:`parameter_count` reads."""
     if source is not None:
         config = upgrade_config(config)
     solver, model_node, data_node = config["solver"], config["model"], config["data"]
@@ -136,7 +139,8 @@ def build(
     data = load(data_node["name"], data_node.get("root"), **options)
     _check_kind(spec, data_node["name"], data.kind)
     sizes = {key: data.meta[key] for key in spec.sizes}
-    check_memory(config, data.meta, source)
+    if device != "meta":  # a model on the meta device holds shapes, no memory
+        check_memory(config, data.meta, source)
     check_cost(config, source)  # what the estimate does not see: time, a position table, a scheme's stages
     if chosen is None:  # nothing left to check without the user's class: import its module now
         try:
@@ -145,7 +149,8 @@ def build(
             raise UsageError(f"{_from(source)}{error}") from None
         chosen = solver_target(**_arguments(solver))
     try:
-        model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
     except TypeError as error:  # a key the model (or the backbone it passes its options to) does not take
         unknown = re.search(r"unexpected keyword argument '(\w+)'", str(error))
         if unknown is None:
@@ -169,6 +174,14 @@ def build(
     elif own is not None:  # a class of one's own: what it claims, which a resume checks it still does
         record["scheme"] = {"class": own, "claims": dataclasses.asdict(solvers.Claims.of(chosen.stepper))}
     return data, model, record
+
+
+def parameter_count(config: dict[str, Any], stepper: str | None = None) -> int:
+    """The number of parameters the model of ``config`` has, without training it or allocating its weights: the
+    model built on the meta device (its data read for the sizes it gives), every parameter counted once (a tied or
+    shared one included). Equal to ``sum(p.numel() for p in model.parameters())`` of the model :func:`build` makes."""
+    _, model, _ = build(config, stepper=stepper, device="meta")
+    return sum(p.numel() for p in model.parameters())
 
 
 def _step(model: nn.Module, chosen: Any, depth: int, given: float | None) -> float:

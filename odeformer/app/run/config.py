@@ -110,6 +110,8 @@ class TrainConfig:
     threads: Optional[int] = None  # CPU threads torch computes with (None: torch's default); 1 on a busy shared machine
     resolutions: list[float] = field(default_factory=lambda: [1.0])  # steps per layer step, cycled over the training
     # steps ([1, 2]: every other step at twice the steps): a model then learns a flow, not one discretisation of it
+    check_scheme: bool = False  # before the first step, check every claim of the model's steps on its first batch
+    # (solvers.testing.check_in_model: each step against float64 copies; about a hundred forward passes' time)
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "fullgraph")

@@ -87,8 +87,10 @@ class Sweep:
     compose: Compose
     workers: int = 2
 
-    def run(self, jobs: list[Job], runs_dir: Path) -> list[Result]:
-        """Train every job into ``runs_dir / job.name`` (reusing finished runs); one :class:`Result` per job."""
+    def run(self, jobs: list[Job], runs_dir: Path, progress: Progress | None = None) -> list[Result]:
+        """Train every job into ``runs_dir / job.name`` (reusing finished runs); one :class:`Result` per job. Each
+        run's end is said by ``progress`` (one :class:`Progress` may count the runs of several calls), else by a
+        :class:`Progress` of these jobs."""
         runs_dir = files.folder(runs_dir, root=Path(runs_dir).parent)  # the table's folder: not a link
         _reuse(jobs, runs_dir, runs_dir.parent)
         for name, _, _, _, overrides in jobs:  # what each run is made of, for reuse by other tables
@@ -97,7 +99,7 @@ class Sweep:
                 files.write_text(made / "overrides.json", json.dumps(overrides) + "\n")
         work = [(name, overrides, str(runs_dir / name)) for name, _, _, _, overrides in jobs]
         train = functools.partial(_train, compose=self.compose)
-        said = Progress(len(work))
+        said = progress if progress is not None else Progress(len(work))
         if self.workers == 1:
             summaries = []
             for job in work:
@@ -157,6 +159,18 @@ class Sweep:
         if "interrupted" in counts:
             raise Interrupted(counts["interrupted"])
         return counts
+
+    def match_parameters(self, fixed: list[str], target: list[str], rows: dict[str, list[str]]) -> dict[str, Any]:
+        """The parameter count of the model ``target``'s overrides make, and per row the width that brings its model's
+        count nearest it (:func:`odeformer.app.run.controls.nearest_width`, in the key
+        :func:`~odeformer.app.run.controls.width_key` names), each count read from a model built on the meta device
+        (:func:`odeformer.app.run.builder.parameter_count`: nothing trained or allocated) in a worker process:
+        ``{"target": N, "rows": {row: {"key", "step", "from", "width", "params"}}}``."""
+        measure = functools.partial(_match_parameters, compose=self.compose)
+        (matched,) = _in_pool(measure, [(fixed, target, rows)], 1)
+        if "interrupted" in matched:
+            raise Interrupted(matched["interrupted"])
+        return matched
 
 
 # -- in a worker ----------------------------------------------------------------------------------------------------
@@ -319,6 +333,37 @@ def _measure_evaluations(job: tuple[list[str], dict[str, list[str]]], compose: C
             counted = evaluations(model)
         out[row] = counted
     return out
+
+
+@_job
+def _match_parameters(job: tuple[list[str], list[str], dict[str, list[str]]], compose: Compose) -> dict[str, Any]:
+    """Worker: the target's parameter count and each row's matched width (see :meth:`Sweep.match_parameters`)."""
+    import copy
+
+    import torch
+
+    torch.set_num_threads(1)
+    from . import trainer
+    from .builder import parameter_count
+    from .controls import nearest_width, width_key
+
+    fixed, target, rows = job
+    goal = parameter_count(compose([*fixed, *target]))
+    out: dict[str, Any] = {}
+    for row, row_overrides in rows.items():
+        if trainer.PENDING_STOP is not None:
+            return {"interrupted": trainer.PENDING_STOP}
+        config = compose([*fixed, *row_overrides])
+        key, step, now = width_key(config["model"])
+
+        def count(width: int, config=config, key=key) -> int:
+            widened = copy.deepcopy(config)
+            widened["model"][key] = width
+            return parameter_count(widened)
+
+        width, params = nearest_width(count, goal, now, step)
+        out[row] = {"key": key, "step": step, "from": now, "width": width, "params": params}
+    return {"target": goal, "rows": out}
 
 
 # -- reuse and drift ------------------------------------------------------------------------------------------------

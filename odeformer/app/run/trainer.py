@@ -64,6 +64,10 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite."""
 
 
+class SchemeCheckFailed(RuntimeError):
+    """``train.check_scheme``: a claim of the model's own steps fails where the model runs them."""
+
+
 def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
@@ -135,6 +139,31 @@ class Trainer:
         """This step's resolution (``train.resolutions``, cycled by step, so a resume continues the cycle)."""
         k = self.loop.resolutions[self.step % len(self.loop.resolutions)]
         return contextlib.nullcontext() if k == 1 else atlas.resampled(self.model.backbone, k)
+
+    def _check_claims(self, batch: Any) -> None:
+        """``train.check_scheme``: every claim of every step the model's depth loop takes on this batch, as this step
+        runs it (its autocast and resolution), against float64 copies (:func:`solvers.testing.check_in_model`); the
+        random state is restored after it, so the run trains as it would unchecked. A failure is
+        :class:`SchemeCheckFailed`, in one line."""
+        from solvers.testing import check_in_model  # the kit: only a run that asks for the check loads it
+
+        def forward(model: nn.Module, batch: Any) -> Tensor:
+            with self.autocast(), self._resolution():
+                return self.objective.loss(model, batch)
+
+        began = time.perf_counter()
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            try:
+                found = check_in_model(self.model, batch, forward=forward)
+            except AssertionError as error:
+                said = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+                raise SchemeCheckFailed(f"train.check_scheme: {said}") from None
+        claims = ", ".join(sorted(found["claims"]))
+        self._say(
+            f"train.check_scheme: {found['steps']} steps of the model's forward pass hold their claims ({claims}) "
+            f"on the first batch ({time.perf_counter() - began:.1f} s)"
+        )
 
     def _lr_factor(self, step: int) -> float:
         o = self.loop
@@ -470,11 +499,15 @@ class Trainer:
         status = "completed"
         try:
             self.network.train()
+            checked = False
             started = time.perf_counter() - self.wall
             while self.step < o.max_steps:
                 if self.graphs:
                     torch.compiler.cudagraph_mark_step_begin()
                 batch = self.objective.batch(self.rank, self.world)
+                if o.check_scheme and not checked:
+                    self._check_claims(batch)
+                    checked = True
                 with self.autocast(), self._resolution():
                     loss = self.objective.loss(self.network, batch)
                 self._watch(loss)  # on the device: the loss is read on the host only when it is logged
