@@ -189,7 +189,7 @@ def test_a_debug_run_writes_everything(tmp_path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*")), "tensorboard is installed: events expected"
     assert load_checkpoint(out / "last.pt")["step"] == 20
     assert "test accuracy" in done.stdout and str(out) in done.stdout
-    (snapshot,) = (out / ".hydra").iterdir()  # .hydra/<date>_<time>/: one per invocation, as the README says
+    (snapshot,) = (out / ".hydra").iterdir()  # .hydra/<date>_<time>/: one per invocation, as docs/training.md says
     assert {p.name for p in snapshot.iterdir()} == {"config.yaml", "hydra.yaml", "overrides.yaml"}
     assert not list(out.glob("*.log"))  # no always-empty log file
 
