@@ -633,7 +633,7 @@ def test_a_scheme_of_ones_own_trains_by_its_dotted_path(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "summary.json").read_text())["solver"] == "MyHeun"
     done = cli(*DEBUG, "solver=user_scheme.Missing", f"train.out_dir={tmp_path / 'x'}", cwd=tmp_path)
-    assert done.returncode == 2 and "cannot import stepper 'user_scheme.Missing'" in _error_line(done)
+    assert done.returncode == 2 and "user_scheme.py defines no Missing; its classes: MyHeun." in _error_line(done)
 
 
 @pytest.mark.slow  # two processes start torch and train (about 12 s)
