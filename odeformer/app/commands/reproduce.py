@@ -20,6 +20,11 @@ compute as well as at equal steps. The tables (mean ± std over seeds), accuracy
 and per-layer diagnostics go into ``docs/RESULTS.md``, each section in its own block (between its
 ``odeformer-reproduce/<section>`` markers, after a shared header block) with the command, the hardware and the
 training time: running some sections rewrites their blocks and leaves the others as they are.
+
+A section with ``depths`` and ``lr_grid`` is a learning-rate grid (``--sections depth_transfer``): every row at every
+depth and every factor on its learning rate, a run that diverges kept as a result; its block gives the best grid point
+per depth and whether it is the same, every point's validation metric, and the coordinate check of the rows' runs at
+the base rate (:func:`transfer_section`).
 """
 
 from __future__ import annotations
