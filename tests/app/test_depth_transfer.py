@@ -296,7 +296,7 @@ def test_reproduce_writes_the_grids_tables_and_its_coordinate_check(tmp_path, mo
     assert reproduce.main(argv) == 0
     text = (out / "RESULTS.md").read_text()
     assert "### transfer: tiny" in text and "| run | best lr at depth 1 | best lr at depth 2 |" in text
-    assert "| diffusion, standard | " in text and "a note" in text
+    assert "| diffusion, standard | " in text and "a note" in text and "8 runs (0 diverged), " in text
     assert "![depth_transfer coordinate check, diffusion](results/depth_transfer_diffusion/coordinates.png)" in text
     figure = out / "results" / "depth_transfer_diffusion"
     numbers = json.loads((figure / "coordinates.json").read_text())

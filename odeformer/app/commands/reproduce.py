@@ -190,7 +190,12 @@ def transfer_section(section: Section, results: list[Result], runs_dir: Path, ke
 
     grid = section.grid(1.0)  # the labels and grid points; the learning rates are each job's own
     found = best_learning_rates(results, grid)
-    parts = [transfer_markdown(found, section.depths, section.lr_grid) + "\n"]
+    minutes = sum(summary.get("wall_s", 0.0) for *_, summary in results) / 60
+    diverged = sum(summary.get("status") == "diverged" for *_, summary in results)
+    caption = f"{len(results)} runs ({diverged} diverged), {minutes:.1f} min of training" + (
+        " (the diverged runs' not counted)." if diverged else "."
+    )
+    parts = [transfer_markdown(found, section.depths, section.lr_grid) + f"\n\n{caption}\n"]
     measured: dict[str, dict[int, dict[str, Any]]] = {}
     for name, row, column, seed, _, _ in results:
         depth, factor, _ = grid[column]
@@ -220,8 +225,7 @@ def transfer_section(section: Section, results: list[Result], runs_dir: Path, ke
         + ", ".join(f"[{label}](results/{folder}/coordinates.png)" for label, folder in links)
         + "\n"
     )
-    label, folder = links[0]
-    parts.append(f"![{key} coordinate check, {label}](results/{folder}/coordinates.png)\n")
+    parts += [f"![{key} coordinate check, {label}](results/{folder}/coordinates.png)\n" for label, folder in links]
     return parts
 
 
