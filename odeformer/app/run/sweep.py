@@ -87,10 +87,14 @@ class Sweep:
     compose: Compose
     workers: int = 2
 
-    def run(self, jobs: list[Job], runs_dir: Path, progress: Progress | None = None) -> list[Result]:
+    def run(
+        self, jobs: list[Job], runs_dir: Path, progress: Progress | None = None, keep_diverged: bool = False
+    ) -> list[Result]:
         """Train every job into ``runs_dir / job.name`` (reusing finished runs); one :class:`Result` per job. Each
         run's end is said by ``progress`` (one :class:`Progress` may count the runs of several calls), else by a
-        :class:`Progress` of these jobs."""
+        :class:`Progress` of these jobs. With ``keep_diverged`` (a learning-rate grid, whose largest rates may
+        diverge), a run that diverges writes a summary saying so (``status: diverged``, no metric) that a rerun
+        reuses, and the sweep goes on; without, its one-line error stops the sweep."""
         runs_dir = files.folder(runs_dir, root=Path(runs_dir).parent)  # the table's folder: not a link
         _reuse(jobs, runs_dir, runs_dir.parent)
         for name, _, _, _, overrides in jobs:  # what each run is made of, for reuse by other tables
@@ -98,7 +102,7 @@ class Sweep:
                 made = files.folder(runs_dir / name, runs_dir)
                 files.write_text(made / "overrides.json", json.dumps(overrides) + "\n")
         work = [(name, overrides, str(runs_dir / name)) for name, _, _, _, overrides in jobs]
-        train = functools.partial(_train, compose=self.compose)
+        train = functools.partial(_train, compose=self.compose, keep_diverged=keep_diverged)
         said = progress if progress is not None else Progress(len(work))
         if self.workers == 1:
             summaries = []
@@ -233,8 +237,9 @@ def _job(function: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any
 
 
 @_job
-def _train(job: tuple[str, list[str], str], compose: Compose) -> dict[str, Any]:
-    """Worker: compose and train one configuration (one thread); return its summary."""
+def _train(job: tuple[str, list[str], str], compose: Compose, keep_diverged: bool = False) -> dict[str, Any]:
+    """Worker: compose and train one configuration (one thread); return its summary (see :meth:`Sweep.run` for
+    ``keep_diverged``)."""
     import torch
 
     torch.set_num_threads(1)
@@ -244,8 +249,10 @@ def _train(job: tuple[str, list[str], str], compose: Compose) -> dict[str, Any]:
     if trainer.PENDING_STOP is not None:  # the sweep was stopped before this job began
         return {"status": "interrupted", "signal": trainer.PENDING_STOP}
     summary = read_json(Path(out_dir) / "summary.json") if (Path(out_dir) / "summary.json").exists() else None
-    if isinstance(summary, dict) and summary.get("status") == "completed":
-        drift = config_drift(Path(out_dir), overrides, compose)
+    done = ("completed", "diverged") if keep_diverged else ("completed",)
+    if isinstance(summary, dict) and summary.get("status") in done:
+        saved = summary.get("config") if summary["status"] == "diverged" else None
+        drift = config_drift(Path(out_dir), overrides, compose, saved)
         if drift:
             raise ValueError(
                 f"{out_dir} was trained with {'; '.join(drift)} (then → now): its overrides compose to another "
@@ -254,7 +261,14 @@ def _train(job: tuple[str, list[str], str], compose: Compose) -> dict[str, Any]:
         return summary
     resume = ["train.resume=true"] if (Path(out_dir) / "last.pt").exists() else []  # an interrupted sweep
     config = compose([*overrides, *resume, "train.progress=false"])
-    summary = launch.train(config, Path(out_dir), choose_threads=False)  # one thread: the workers fill the cores
+    try:
+        summary = launch.train(config, Path(out_dir), choose_threads=False)  # one thread: the workers fill the cores
+    except trainer.TrainingDiverged as error:
+        if not keep_diverged:
+            raise
+        what = str(error).split(": the dynamics diverged")[0]
+        summary = {"status": "diverged", "what": what, "val": None, "test": None, "config": config}
+        files.write_text(Path(out_dir) / "summary.json", json.dumps(summary, indent=2) + "\n")
     if summary.get("status") == "interrupted" and _IN_WORKER:  # signalled while training: no other job here
         trainer.PENDING_STOP = summary.get("signal") or signal.SIGINT
     return summary
@@ -369,15 +383,18 @@ def _match_parameters(job: tuple[list[str], list[str], dict[str, list[str]]], co
 # -- reuse and drift ------------------------------------------------------------------------------------------------
 
 
-def config_drift(run_dir: Path, overrides: list[str], compose: Compose) -> list[str]:
-    """Where a finished run's configuration (saved in its checkpoint) and what its overrides compose to now
-    disagree, as ``key: then → now``. A changed default of an experiment or a group makes the same overrides mean
-    another run; keys that only one side has (options added since) are not compared."""
+def config_drift(run_dir: Path, overrides: list[str], compose: Compose, saved: Any = None) -> list[str]:
+    """Where a finished run's configuration (saved in its checkpoint, or ``saved``: a diverged run's summary's)
+    and what its overrides compose to now disagree, as ``key: then → now``. A changed default of an experiment or a
+    group makes the same overrides mean another run; keys that only one side has (options added since) are not
+    compared."""
     from .checkpoints import load_checkpoint
     from .identity import run_record
     from .upgrade import upgrade_config
 
-    saved = upgrade_config(run_record(load_checkpoint(run_dir / "last.pt")).get("config"))  # read as today's
+    if saved is None:
+        saved = run_record(load_checkpoint(run_dir / "last.pt")).get("config")
+    saved = upgrade_config(saved)  # read as today's
     if not isinstance(saved, dict):
         raise ValueError(
             f"{run_dir / 'last.pt'} stores no config, so its run cannot be checked; delete the folder to "
