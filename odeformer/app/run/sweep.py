@@ -258,7 +258,7 @@ def _train(job: tuple[str, list[str], str], compose: Compose, keep_diverged: boo
                 f"{out_dir} was trained with {'; '.join(drift)} (then → now): its overrides compose to another "
                 "configuration today, so its numbers are not this run's; delete the folder to train it again."
             )
-        return summary
+        return {**summary, REUSED: True}  # Progress takes the mark off: it counts no time for this run
     resume = ["train.resume=true"] if (Path(out_dir) / "last.pt").exists() else []  # an interrupted sweep
     config = compose([*overrides, *resume, "train.progress=false"])
     try:
@@ -467,18 +467,21 @@ def _checked_costs(path: Path, costs: Any, rows: set[str]) -> dict[str, float]:
 # -- the pool -------------------------------------------------------------------------------------------------------
 
 
+REUSED = "reused"
+"""The mark :func:`_train` puts on the summary of a finished run it reused; :class:`Progress` takes it off."""
+
+
 class Progress:
     """Says, as each of ``total`` runs ends, ``run i of N done`` with its name and status, and about how long the rest
-    will take: the time so far over the runs trained so far (one that ends within a second of the one before was
-    reused, and counts for none)."""
+    will take: the time so far over the runs trained so far (a reused run, marked :data:`REUSED`, counts for none)."""
 
     def __init__(self, total: int):
         self.total, self.done, self.trained = total, 0, 0
-        self.started = self.last = time.monotonic()
+        self.started = time.monotonic()
 
     def __call__(self, name: str, summary: dict[str, Any]) -> dict[str, Any]:
         now = time.monotonic()
-        self.done, self.trained, self.last = self.done + 1, self.trained + (now - self.last > 1), now
+        self.done, self.trained = self.done + 1, self.trained + (not summary.pop(REUSED, False))
         left = (now - self.started) / self.trained * (self.total - self.done) if self.trained else 0
         rest = f"; about {left / 60:.1f} min left" if self.done < self.total and self.trained else ""
         print(
