@@ -147,6 +147,12 @@ class Trainer:
         :class:`SchemeCheckFailed`, in one line."""
         from solvers.testing import check_in_model  # the kit: only a run that asks for the check loads it
 
+        if not getattr(getattr(self.model, "backbone", None), "layers", None):
+            raise ValueError(
+                "train.check_scheme checks the steps of a model's layers, and a continuous-depth solver takes none "
+                "of its own (its adaptive solver is checked by its library): leave train.check_scheme off."
+            )
+
         def forward(model: nn.Module, batch: Any) -> Tensor:
             with self.autocast(), self._resolution():
                 return self.objective.loss(model, batch)
