@@ -25,6 +25,7 @@ share of every batch, rank 0 logs, evaluates and checkpoints.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -566,9 +567,13 @@ class Trainer:
     def _leave(self) -> None:
         """Leave the process group this run created: every rank waits here for the others (rank 0 evaluates the test
         split and writes the summary alone), then tears it down. A rank that exited while another still held the
-        group aborted now and then in the teardown ("terminate called without an active exception")."""
+        group aborted now and then in the teardown ("terminate called without an active exception"). The wrapper
+        goes first: DistributedDataParallel holds the group's backend, whose worker threads then outlived the group
+        and were torn down at interpreter exit whenever the trainer (a reference cycle) was not collected before."""
         if self.joined and dist.is_initialized():
             dist.barrier()
+            self.network = self.objective.network(self.model)  # the same model, no longer wrapped
+            gc.collect()  # the wrapper and its reducer freed now, while the interpreter is whole
             dist.destroy_process_group()
             self.joined = False
 
