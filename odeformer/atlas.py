@@ -507,7 +507,8 @@ def verdict(found: dict[str, Any], order: int, metric: str = "metric", tolerance
     values = [row[metric] for row in rows if row.get(metric) is not None]
     moves = ""
     if values:
-        moves = f" Its {metric} ranges over {max(values) - min(values):.3f} across k = {rows[0]['k']:g} to {rows[-1]['k']:g}"
+        spread, first, last = max(values) - min(values), rows[0]["k"], rows[-1]["k"]
+        moves = f" Its {metric} ranges over {spread:.3f} across k = {first:g} to {last:g}"
         if own is not None and finest is not None:
             moves += f" ({own:.4f} as trained, {finest:.4f} at k = {rows[-1]['k']:g})"
         moves += "."

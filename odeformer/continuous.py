@@ -113,12 +113,13 @@ METHODS = {
     "tsit5": "Tsitouras 5(4)",
     "rk4": "fixed-grid `rk4` (Kutta's 3/8 rule = `solvers.RK4ThreeEighths`)",
 }
-"""What each method of :data:`LIBRARIES` is, in Markdown (the README's table); ``rk4`` is the one fixed grid."""
+"""What each method of :data:`LIBRARIES` is, in Markdown (the table in ``docs/models.md``); ``rk4`` is the one fixed
+grid."""
 
 
 def continuous_table() -> str:
-    """The README's table of continuous-depth solvers, generated from :data:`CONTINUOUS`: each name's library,
-    method and what its settings make of it."""
+    """The table of continuous-depth solvers in ``docs/models.md``, generated from :data:`CONTINUOUS`: each name's
+    library, method and what its settings make of it."""
     rows = ["| solver config | library | method | notes |", "|---|---|---|---|"]
     for name, settings in CONTINUOUS.items():
         p = ContinuousSolver(name=name, **settings)

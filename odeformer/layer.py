@@ -27,7 +27,8 @@ def check_step(value: Any, label: str = "dt") -> float:
     """A layer's step as a float, or a one-line error: it must be a positive, finite number (in float32 too)."""
     if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
         raise ValueError(f"{label} must be positive and finite, got {value!r}.")
-    if not math.isfinite(torch.tensor(float(value), dtype=torch.float32).item()):
+    # on the CPU: a model built on the meta device (its parameter count) checks its steps too
+    if not math.isfinite(torch.tensor(float(value), dtype=torch.float32, device="cpu").item()):
         raise ValueError(f"{label} must be positive and finite in float32 (at most about 3.4e38), got {value!r}.")
     return float(value)
 

@@ -177,8 +177,8 @@ def solver_names(kind: str | None = None) -> list[str]:
 
 
 def solver_table() -> str:
-    """The README's table of the variant rows of :data:`solvers.STEPPERS`: name, layer update, attention form and
-    default step (every other scheme's layer follows from its claims)."""
+    """The table in ``docs/schemes.md`` of the variant rows of :data:`solvers.STEPPERS`: name, layer update, attention
+    form and default step (every other scheme's layer follows from its claims)."""
     rows = ["| solver | layer update (attention field `F_a`, FFN field `F_f(x) = MLP(LN x)`) | form | default dt |"]
     rows.append("|---|---|---|---|")
     for name, row in STEPPERS.items():

@@ -189,10 +189,9 @@ def register_stepper(name: str, update: str = "") -> Callable[[S], S]:
 
 
 def stepper_table() -> str:
-    """The README's table of registered schemes (the variant rows aside), generated from :data:`STEPPERS`: each one's
-    update and what it
-    claims (order, evaluations per step, symplectic, reversible); first-order schemes, then second-order ones, each
-    by name."""
+    """The table in ``docs/schemes.md`` of registered schemes (the variant rows aside), generated from
+    :data:`STEPPERS`: each one's update and what it claims (order, evaluations per step, symplectic, reversible);
+    first-order schemes, then second-order ones, each by name."""
     rows = ["| stepper | update | order | evals/step | symplectic | reversible |", "|---|---|---|---|---|---|"]
     schemes = STEPPERS.schemes()
     claims = {name: Claims.of(cls) for name, cls in schemes.items()}

@@ -66,3 +66,12 @@ def test_a_scheme_wrong_only_on_this_model_stops_the_run_in_one_line(tmp_path):
     assert "train.check_scheme:" in lines[0] and "(order)" in lines[0] and "declares order 2" in lines[0], lines[0]
     assert "reproduce with: solvers.testing.check_in_model(model, batch" in lines[0]
     assert not (out / "last.pt").exists()  # stopped before the first step: nothing trained
+
+
+def test_a_continuous_depth_run_refuses_the_check_in_one_line(tmp_path):
+    done = cli_in_process(
+        *DEBUG, "solver=dopri5", "train.check_scheme=true", "train.max_steps=2", f"train.out_dir={tmp_path / 'run'}"
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "a continuous-depth solver takes none of its own" in lines[0]

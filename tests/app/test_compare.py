@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -126,6 +127,11 @@ def test_a_users_scheme_beside_baselines_at_equal_evaluations(tmp_path, monkeypa
         assert len(mine) == 2 and all(s["steps"] == steps[name] and s["status"] == "completed" for s in mine)
     markdown = (out / "comparison.md").read_text()
     assert "| `my_schemes.MyHeun` |" in markdown and "step cost vs diffusion" in markdown
+    for name in ("my_schemes.MyHeun", "rk4"):  # after the table: its difference against the seed spread
+        line = re.search(
+            rf"^- `{re.escape(name)}` against `diffusion`: [+-]\d.* pooled standard error .*$", markdown, re.M
+        )
+        assert line and ("within the seed spread (" in line[0] or "exceeds it: " in line[0]), markdown
     cosine = json.loads((out / "figures" / "cosine.json").read_text())
     assert all(label in json.dumps(cosine) for label in ("diffusion", "my_schemes.MyHeun", "rk4"))
     assert str(tmp_path) not in json.dumps(cosine)  # labels are schemes, not run folders

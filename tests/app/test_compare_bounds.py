@@ -114,3 +114,7 @@ def test_compare_says_run_i_of_n_and_counts_the_figures_it_wrote(tmp_path, capsy
     pngs = sorted(p.name for p in (out / "figures").glob("*.png"))
     assert sorted(f.split("/")[-1] for f in figures) == pngs and len(pngs) > 6  # every figure, not a fixed six
     assert f"and {len(pngs)} figures" in said[-1]
+    assert compare.main([*argv, *TINY]) == 0  # every run reused: no time to extrapolate from, however fast
+    again = [line for line in capsys.readouterr().out.splitlines() if re.match(r"run \d+ of \d+ done", line)]
+    assert len(again) == 4 and not any("left" in line for line in again)
+    assert "reused" not in json.loads((out / "comparison.json").read_text())["rows"][0]

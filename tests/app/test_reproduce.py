@@ -240,7 +240,8 @@ def test_a_finished_run_whose_overrides_now_mean_another_run_is_refused(tmp_path
     summary = _train(("r", [*base, "model.depth=1", *run], str(out)), compose_config)
     assert summary["status"] == "completed"
     assert config_drift(out, [*base, "model.depth=1", *run], compose_config) == []
-    assert _train(("r", [*base, "model.depth=1", *run], str(out)), compose_config) == summary  # reused, not retrained
+    again = _train(("r", [*base, "model.depth=1", *run], str(out)), compose_config)
+    assert again == {**summary, "reused": True}  # reused, not retrained (the mark Progress takes off)
     # the same folder asked for under overrides that now compose to depth 2 (as if the default had changed)
     drifted = [*base, "model.depth=2", *run]
     assert config_drift(out, drifted, compose_config) == ["model.depth: 1 → 2"]

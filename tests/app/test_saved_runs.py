@@ -130,3 +130,18 @@ def test_a_saved_run_is_diagnosed(tmp_path):
         warnings.simplefilter("ignore", DeprecationWarning)
         assert main([str(run), "--out", str(tmp_path / "out"), "--batch", "4"]) == 0
     assert (tmp_path / "out" / "cosine.json").exists()
+
+
+def test_a_setting_added_since_a_run_was_saved_is_read_as_what_the_run_did():
+    """A run saved before ``model.parameterization`` (and the other :data:`ADDED` settings) existed resumes: each
+    setting it lacks and today's config has is read as the value that was its behaviour, and nothing else is filled."""
+    from odeformer.app.run.resume import config_differences
+    from odeformer.app.run.upgrade import ADDED, with_added
+
+    stored = {"model": {"depth": 2}, "train": {"lr": 1e-3}}
+    today = {"model": {"depth": 2, "parameterization": "standard", "knots": None}, "train": {"lr": 1e-3}}
+    assert [d[0] for d in config_differences(stored, today)] == ["model.parameterization", "model.knots"]
+    assert config_differences(with_added(stored, today), today) == []
+    changed = {**today, "model": {**today["model"], "parameterization": "ode"}}  # a real change is still one
+    assert [d[0] for d in config_differences(with_added(stored, changed), changed)] == ["model.parameterization"]
+    assert with_added(stored, {"model": {}, "train": {}}) == stored and ADDED["train.resolutions"] == [1.0]

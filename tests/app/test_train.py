@@ -189,7 +189,7 @@ def test_a_debug_run_writes_everything(tmp_path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*")), "tensorboard is installed: events expected"
     assert load_checkpoint(out / "last.pt")["step"] == 20
     assert "test accuracy" in done.stdout and str(out) in done.stdout
-    (snapshot,) = (out / ".hydra").iterdir()  # .hydra/<date>_<time>/: one per invocation, as the README says
+    (snapshot,) = (out / ".hydra").iterdir()  # .hydra/<date>_<time>/: one per invocation, as docs/training.md says
     assert {p.name for p in snapshot.iterdir()} == {"config.yaml", "hydra.yaml", "overrides.yaml"}
     assert not list(out.glob("*.log"))  # no always-empty log file
 
@@ -633,7 +633,7 @@ def test_a_scheme_of_ones_own_trains_by_its_dotted_path(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "summary.json").read_text())["solver"] == "MyHeun"
     done = cli(*DEBUG, "solver=user_scheme.Missing", f"train.out_dir={tmp_path / 'x'}", cwd=tmp_path)
-    assert done.returncode == 2 and "cannot import stepper 'user_scheme.Missing'" in _error_line(done)
+    assert done.returncode == 2 and "user_scheme.py defines no Missing; its classes: MyHeun." in _error_line(done)
 
 
 @pytest.mark.slow  # two processes start torch and train (about 12 s)

@@ -47,29 +47,30 @@ def test_the_check_finds_a_private_import(tmp_path):
 # -- one solver namespace ---------------------------------------------------------------------------------------------
 
 
-def _readme_table(name: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def _generated_table(page: str, name: str) -> str:
+    """The text between a page's markers of the generated table ``name``."""
+    text = (ROOT / page).read_text()
     start = text.index(f"<!-- {name} table:")
     start = text.index("\n", start) + 1
     return text[start : text.index(f"\n<!-- end of the {name} table -->", start)]
 
 
-def test_the_readme_solver_table_is_the_generated_one():
+def test_the_schemes_page_solver_table_is_the_generated_one():
     from odeformer.registry import solver_table
 
-    assert _readme_table("solver") == solver_table()
+    assert _generated_table("docs/schemes.md", "solver") == solver_table()
 
 
-def test_the_readme_stepper_table_is_the_generated_one():
+def test_the_schemes_page_stepper_table_is_the_generated_one():
     import solvers
 
-    assert _readme_table("stepper") == solvers.stepper_table()
+    assert _generated_table("docs/schemes.md", "stepper") == solvers.stepper_table()
 
 
-def test_the_readme_continuous_table_is_the_generated_one():
+def test_the_models_page_continuous_table_is_the_generated_one():
     from odeformer.continuous import continuous_table
 
-    assert _readme_table("continuous") == continuous_table()
+    assert _generated_table("docs/models.md", "continuous") == continuous_table()
 
 
 def test_the_stepper_table_states_each_schemes_claims():

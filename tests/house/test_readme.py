@@ -1,7 +1,9 @@
-"""Every shell command in README.md, run in a tiny form (few steps, small models, a scratch directory).
+"""Every shell command in README.md and the pages it sends a reader to (``test_docs.PAGES``), run in a tiny form (few
+steps, small models, a scratch directory).
 
-Each command line of the README's ``bash`` blocks must match one rule below; a new line without a rule fails
-``test_every_readme_command_has_a_tiny_form``, so the README cannot drift from what runs. The rules add only what makes
+Each command line of their ``bash`` blocks must match one rule below; a new line without a rule fails
+``test_every_readme_command_has_a_tiny_form``, so the pages cannot drift from what runs. A line the README repeats
+from a page (its examples are the pages' own) runs once. The rules add only what makes
 a command small (``train.max_steps=2``, ``--batch 4``, an output folder) and never change what it selects.
 """
 
@@ -11,7 +13,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from test_docs import ROOT, blocks, commands, shell
+from test_docs import PAGES, ROOT, blocks, commands, shell
 
 DATA = os.environ.get("ODEFORMER_DATA")
 SMALL = ["train.max_steps=2", "train.eval_every=2", "train.progress=false"]
@@ -19,9 +21,15 @@ NEEDS_DATA = ("difformer_cora", "cora_deep", "shakespeare", "sst2")
 
 
 def readme_commands() -> list[str]:
-    return [
-        c for language, name, text in blocks("README.md") if language == "bash" and not name for c in commands(text)
+    """The command lines of the pages' ``bash`` blocks, each once, in the order the pages show them."""
+    found = [
+        c
+        for page in PAGES
+        for language, name, text in blocks(page)
+        if language == "bash" and not name
+        for c in commands(text)
     ]
+    return list(dict.fromkeys(found))
 
 
 def _train(command: str, tmp: Path, index: int) -> list[str]:
@@ -128,7 +136,7 @@ def _tiny(command: str, tmp: Path, index: int) -> list[list[str]] | str:
         ]
     if words[0] == "odeformer-reproduce":
         return [[*words, "--smoke", "--out", str(tmp / "reproduce"), "--workers", "1"]]
-    raise AssertionError(f"README command without a tiny form: {command!r}; add a rule to tests/house/test_readme.py")
+    raise AssertionError(f"a command on the pages without a tiny form: {command!r}; add a rule to test_readme.py")
 
 
 def _recipe(target: str) -> str:
@@ -163,11 +171,11 @@ def test_readme_command_runs(index, command, tmp_path):
         assert done.returncode == 0, f"{shlex.join(words)}\n{done.stderr[-3000:]}"
 
 
-def test_the_readme_lists_every_key_a_resume_may_change():
-    """The README's sentence on what a resume may change names exactly ``RESUME_MAY_CHANGE``."""
+def test_the_training_page_lists_every_key_a_resume_may_change():
+    """docs/training.md's sentence on what a resume may change names exactly ``RESUME_MAY_CHANGE``."""
     from odeformer.app.run.resume import RESUME_MAY_CHANGE
 
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join((ROOT / "docs/training.md").read_text().split())
     sentence = re.search(r"a config that differs from the run's in anything but (.+?) is refused", text)
-    assert sentence, "the README's sentence on what a resume may change is gone"
+    assert sentence, "docs/training.md's sentence on what a resume may change is gone"
     assert sorted(re.findall(r"`([\w.]+)`", sentence.group(1))) == sorted(RESUME_MAY_CHANGE)

@@ -328,7 +328,7 @@ def test_the_copy_takes_the_hf_models_mode_and_dtype():
 
 
 def test_a_saved_checkpoint_loads_with_from_pretrained_and_converts(tmp_path):
-    """The README's recipe, on a checkpoint written here (no download)."""
+    """docs/models.md's recipe, on a checkpoint written here (no download)."""
     _hf_models()["vit"].save_pretrained(tmp_path)
     hf = transformers.ViTForImageClassification.from_pretrained(tmp_path).eval()
     model = odeformer.from_hf(hf, solver="full_wave")

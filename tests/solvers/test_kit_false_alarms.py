@@ -200,7 +200,8 @@ class TanhFriction(_FrictionVerlet):
 
 def schemes():
     """``{label: stepper class or instance}``: everything that must pass."""
-    chosen = {name: cls for name, cls in sorted(solvers.STEPPERS.items())}
+    chosen = {name: cls for name, cls in sorted(solvers.STEPPERS.schemes().items())}
+    chosen.update({name: row() for name, row in sorted(solvers.STEPPERS.variants().items())})  # schemes with options
     chosen.update({f"tableau {name}": solvers.STEPPERS[name] for name in solvers.TABLEAUX if name not in chosen})
     chosen["triple_jump(lambda0=0.02)"] = solvers.TripleJump(lambda0=0.02)
     chosen["triple_jump(lambda0=0.48)"] = solvers.TripleJump(lambda0=0.48)

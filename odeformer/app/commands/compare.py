@@ -24,8 +24,24 @@ The runs are jobs of the sweep engine :mod:`odeformer.app.run.sweep` (the one ``
 under ``DIR/runs``; a finished run is reused if its saved configuration is what its overrides compose to now, an
 interrupted one resumes. ``DIR/comparison.md`` and ``DIR/comparison.json`` hold one row per scheme: the test metric's
 mean ± std over the seeds, the seeds, the budget it got (steps, evaluations per token), the step cost against the
-reference and the parameter count; ``DIR/figures/`` the per-layer diagnostics of every row's seed-0 run
+reference, the parameter count and the learning rate; after the table, one line per row says whether its difference
+from the reference exceeds the spread of the seeds (in units of the pooled standard error, Welch:
+:mod:`odeformer.app.reporting.comparison`); ``DIR/figures/`` the per-layer diagnostics of every row's seed-0 run
 (:mod:`odeformer.app.reporting.diagnostics`), each curve labelled by the row's solver and options.
+
+Two controls separate a scheme from what comes with it (:mod:`odeformer.app.run.controls`):
+
+- ``--match params``: every baseline (the rows of ``--against``) is widened, or narrowed, to the parameter count of
+  the first scheme, the nearest a whole width reaches: its FFN's hidden width ``model.mlp_hidden`` (the attention and
+  its heads stay as they are), or ``model.dim`` in steps of ``model.heads`` for a model without an FFN. The counts
+  are read from models built on the meta device (nothing trained or allocated); the table's ``params`` column gives
+  each row's count and the width it was given. The budget applies as before, on the widened rows.
+- ``--lr-grid F1 F2 ...``: each row first trains one seed (seed 0) at ``train.lr`` times each factor (at most
+  :data:`~odeformer.app.run.bounds.MAX_LR_GRID`), its budget's steps, and keeps the rate with the best validation
+  metric; its seeds then train at that rate (the grid's seed-0 run is reused where it is the same run). Under
+  ``model.parameterization=ode``, ``--lr-depth D`` runs the grid at depth ``D`` (never above the row's depth, nor
+  below its ``model.knots``) and carries the rate over; under ``standard`` a rate does not carry across depth, so
+  the grid runs at the row's own depth. The ``lr`` column says which rate each row used and where it was chosen.
 """
 
 from __future__ import annotations
@@ -40,10 +56,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import files
-from ..run.bounds import MAX_SEEDS
+from ..reporting.comparison import comparison_markdown, seed_spread
+from ..run.bounds import MAX_LR_GRID, MAX_SEEDS, check_lr_grid
 from . import Parser, folder_argument, run
 
 BUDGETS = ("evals", "time", "steps")
+MATCHES = ("params",)
 _OVERRIDE = re.compile(r"^[+~]*[A-Za-z_][\w.\-]*=")  # key=value, the key without a colon
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 _NAME = re.compile(r"^[A-Za-z_]\w*$")
@@ -116,7 +134,10 @@ def _parser() -> Parser:
         prog="odeformer-compare",
         description=__doc__.splitlines()[0].strip("`").split("``: ")[-1],
         epilog="Example: odeformer-compare my_schemes.DampedVerlet --against diffusion full_wave "
-        "--experiment digits_vit --seeds 3 --budget evals --out cmp train.max_steps=300",
+        "--experiment digits_vit --seeds 3 --budget evals --out cmp train.max_steps=300. Add --match params for "
+        "baselines of the scheme's parameter count and --lr-grid 0.5 1 2 for each row at its best learning rate; "
+        "after the table a line per row says whether its difference from the first baseline exceeds the seed "
+        "spread (Welch). docs/comparing_schemes.md explains each.",
     )
     parser.add_argument(
         "words",
@@ -135,7 +156,30 @@ def _parser() -> Parser:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per row (default 3)")
     parser.add_argument("--budget", choices=BUDGETS, default="evals", help="what is equal across rows (default evals)")
     parser.add_argument(
-        "--out", type=folder_argument, required=True, help="folder of comparison.md/.json, figures/ and runs/"
+        "--out", type=folder_argument, required=True, help="folder of comparison.md/.json, figures/, runs/, lr_grid/"
+    )
+    parser.add_argument(
+        "--match",
+        choices=MATCHES,
+        default=None,
+        help="params: widen (or narrow) every baseline's FFN width (model.mlp_hidden; model.dim in steps of heads "
+        "without an FFN) to the parameter count of the first scheme, the nearest a whole width reaches",
+    )
+    parser.add_argument(
+        "--lr-grid",
+        nargs="*",
+        default=None,
+        metavar="F",
+        help=f"factors of train.lr (e.g. 0.5 1 2; at most {MAX_LR_GRID}): each row trains one seed at each, keeps "
+        "the rate with the best validation metric and trains its seeds at it (runs in lr_grid/)",
+    )
+    parser.add_argument(
+        "--lr-depth",
+        type=int,
+        default=None,
+        metavar="D",
+        help="the depth the grid runs at for rows under model.parameterization=ode, their rate carried over "
+        "(default: each row's own; under standard always the row's own)",
     )
     parser.add_argument("--workers", type=int, default=2, help="training processes side by side (default 2)")
     parser.add_argument("--rounds", type=int, default=7, help="timed steps per row for the step costs (default 7)")
@@ -152,7 +196,19 @@ def _refuse(message: str) -> None:
     raise CompareError(message)
 
 
-def _check(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
+@dataclass(frozen=True)
+class Plan:
+    """What a checked command line asks for: the ``rows``, the overrides every run takes (``fixed``), the first
+    scheme and the baselines (``--match params`` widens those to that), and the grid's factors (or None)."""
+
+    rows: list[Row]
+    fixed: list[str]
+    scheme: str | None
+    baselines: list[str]
+    factors: list[float] | None
+
+
+def _check(args: argparse.Namespace) -> Plan:
     words, fixed = split_words(args.words)
     if args.seeds < 1:
         _refuse(f"--seeds must be a whole number ≥ 1, got {args.seeds}")
@@ -167,6 +223,13 @@ def _check(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
         )
     if args.seeds > MAX_SEEDS:
         _refuse(f"--seeds {args.seeds} is more than the {MAX_SEEDS} seeds a row may have")
+    factors = check_lr_grid(args.lr_grid) if args.lr_grid is not None else None
+    if args.lr_depth is not None and args.lr_depth < 1:
+        _refuse(
+            f"--lr-depth must be a whole number ≥ 1 (the depth the learning-rate grid runs at), got {args.lr_depth}"
+        )
+    if args.lr_depth is not None and factors is None:
+        _refuse("--lr-depth sets the depth the learning-rate grid runs at; give the grid too (--lr-grid 0.5 1 2)")
     for override in fixed:
         key = override.split("=", 1)[0].lstrip("+~")
         if key in ("solver", "experiment") or key.startswith("solver.") or key in ("train.seed", "train.out_dir"):
@@ -194,10 +257,17 @@ def _check(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
             from ..run.schemes import check_scheme_name
 
             check_scheme_name(row.stepper, key="scheme")
-    return rows, [f"experiment={args.experiment}", *fixed]
+    scheme = parse_scheme(words[0]).label if words else None
+    baselines = [label for label in dict.fromkeys(parse_scheme(t).label for t in args.against) if label != scheme]
+    if args.match == "params" and (scheme is None or not baselines):
+        _refuse(
+            "--match params widens the baselines (--against) to the parameter count of the first scheme: give a "
+            "scheme before --against and at least one baseline that is not it"
+        )
+    return Plan(rows, [f"experiment={args.experiment}", *fixed], scheme, baselines, factors)
 
 
-_TAKES_ONE = {"--out", "--experiment", "--seeds", "--budget", "--workers", "--rounds"}
+_TAKES_ONE = {"--out", "--experiment", "--seeds", "--budget", "--workers", "--rounds", "--match", "--lr-depth"}
 
 
 def _without_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -216,42 +286,56 @@ def _main(argv: list[str] | None = None) -> int:
     rest, overrides = _without_overrides(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_intermixed_args(rest)
     args.words = [*args.words, *overrides]
-    rows, fixed = _check(args)  # every usage error before anything heavy is imported
+    plan = _check(args)  # every usage error before anything heavy is imported
+    rows, fixed = plan.rows, plan.fixed
 
     from ..run.bounds import check_config
-    from ..run.sections import slug
-    from ..run.sweep import Job, Sweep
+    from ..run.controls import rate
+    from ..run.sweep import Progress, Sweep
     from .train import compose_config
 
     by_label = {row.label: row for row in rows}
     overrides = {row.label: list(row.overrides) for row in rows}
     reference = rows[0].label if not args.against else parse_scheme(args.against[0]).label
     order = [reference, *(label for label in by_label if label != reference)]
-    for label in order:  # every row's config as a run would check it, before any run starts
-        check_config(compose_config([*fixed, *overrides[label]]))
-    base_steps = int(compose_config([*fixed, *overrides[reference]])["train"]["max_steps"])
+    configs = {label: compose_config([*fixed, *overrides[label]]) for label in order}
+    for label in order:  # every row's config as a run would check it, its grid's rates too, before any run starts
+        check_config(configs[label])
+        for factor in plan.factors or ():
+            train = {**configs[label]["train"], "lr": rate(float(configs[label]["train"]["lr"]), factor)}
+            check_config({**configs[label], "train": train})
+    if args.match == "params":
+        _check_widths(plan, by_label, configs)
+    base_steps = int(configs[reference]["train"]["max_steps"])
     sweep = Sweep(compose_config, args.workers)
     files.refuse_links(args.out, ["comparison.md", "comparison.json"])  # where it writes: refused now if a link
     runs, _ = files.folder(args.out / "runs", args.out), files.folder(args.out / "figures", args.out)
+    matched: dict[str, Any] = {}
+    if args.match == "params":  # before the budget: the widened rows' evaluations and step costs are theirs
+        matched = sweep.match_parameters(fixed, overrides[plan.scheme], {b: overrides[b] for b in plan.baselines})
+        for label, found in matched["rows"].items():
+            overrides[label].append(f"model.{found['key']}={found['width']}")
+            configs[label] = compose_config([*fixed, *overrides[label]])
+            check_config(configs[label])
     counted = sweep.evaluations(fixed, {label: overrides[label] for label in order})
     per_token = {label: counted[label]["per_token"] for label in order}
     costs = sweep.step_costs(
         fixed, {label: overrides[label] for label in order}, {"": []}, runs, baseline=reference, rounds=args.rounds
     )
     steps = budget_steps(args.budget, order, base_steps, per_token, costs)
+    tags = {label: _width_tag(matched, label) for label in order}
+    grid = _grid_plan(args, plan.factors, order, fixed, overrides, configs, steps, tags) if plan.factors else {}
+    progress = Progress(len(order) * args.seeds + sum(len(row["jobs"]) for row in grid.values()))  # grid included
+    if grid:
+        _run_grid(sweep, grid, args.out, progress)
     jobs = [
-        Job(
-            slug(f"{label}__steps={steps[label]}__seed={seed}"),
-            label,
-            "",
-            seed,
-            [*fixed, *overrides[label], f"train.max_steps={steps[label]}", f"train.seed={seed}"],
-        )
+        _job(label, tags[label], steps[label], seed, [*fixed, *overrides[label]], grid[label]["lr"] if grid else None)
         for label in order
         for seed in range(args.seeds)
     ]
-    results = sweep.run(jobs, runs)
+    results = sweep.run(jobs, runs, progress)
     comparison = _comparison(args, overrides, order, reference, base_steps, steps, per_token, counted, costs, results)
+    _controls(comparison, plan, matched, grid, configs)
     figures = _figures(results, runs, by_label, args.out)
     comparison["figures"] = figures
     files.write_text(args.out / "comparison.json", json.dumps(comparison, indent=2, ensure_ascii=False) + "\n")
@@ -260,6 +344,93 @@ def _main(argv: list[str] | None = None) -> int:
     shown = files.printable(args.out)
     print(f"wrote {shown}/comparison.md, {shown}/comparison.json and {len(figures)} figures in {shown}/figures")
     return 0
+
+
+def _check_widths(plan: Plan, rows: dict[str, Row], configs: dict[str, dict[str, Any]]) -> None:
+    """A baseline that sets the width ``--match params`` sets is refused: the command chooses it."""
+    from ..run.controls import width_key
+
+    for label in plan.baselines:
+        key = width_key(configs[label]["model"])[0]
+        if any(o.split("=", 1)[0] == f"model.{key}" for o in rows[label].overrides[1:]):
+            _refuse(
+                f"scheme {label!r}: --match params sets model.{key} of every baseline to match "
+                f"{plan.scheme!r}'s parameter count; drop the row's own model.{key}"
+            )
+
+
+def _width_tag(matched: dict[str, Any], label: str) -> str:
+    """A matched row's width in its runs' folder names (a wider baseline is another run)."""
+    found = (matched.get("rows") or {}).get(label) if matched else None
+    return f"__{found['key']}={found['width']}" if found else ""
+
+
+def _job(label: str, tag: str, steps: int, seed: int, overrides: list[str], lr: float | None = None) -> Any:
+    """The sweep job of one row's seed: its overrides with the budget's steps, the seed and (from a grid) the rate."""
+    from ..run.sections import slug
+    from ..run.sweep import Job
+
+    rate = [] if lr is None else [f"train.lr={lr!r}"]
+    name = slug(f"{label}{tag}{'' if lr is None else f'__lr={lr!r}'}__steps={steps}__seed={seed}")
+    return Job(name, label, "", seed, [*overrides, f"train.max_steps={steps}", f"train.seed={seed}", *rate])
+
+
+def _grid_plan(args, factors, order, fixed, overrides, configs, steps, tags) -> dict[str, dict[str, Any]]:
+    """Per row, its learning-rate grid: the rates (``train.lr`` times each factor), the depth it runs at and why
+    (:func:`odeformer.app.run.controls.grid_depth`), and its jobs (seed 0, the row's budget of steps)."""
+    from ..run.controls import grid_depth, rate
+
+    grid = {}
+    for label in order:
+        model = configs[label]["model"]
+        depth, where = grid_depth(model, args.lr_depth)
+        extra = [] if depth == model["depth"] else [f"model.depth={depth}"]
+        base = float(configs[label]["train"]["lr"])
+        rates = [rate(base, factor) for factor in factors]
+        tag = f"{tags[label]}{'' if not extra else f'__depth={depth}'}"
+        jobs = [_job(label, tag, steps[label], 0, [*fixed, *overrides[label], *extra], lr) for lr in rates]
+        grid[label] = {"factors": factors, "rates": rates, "base": base, "depth": depth, "where": where, "jobs": jobs}
+    return grid
+
+
+def _run_grid(sweep, grid: dict[str, dict[str, Any]], out: Path, progress: Any) -> None:
+    """Train every row's grid (one sweep, under ``out/lr_grid``) and keep, per row, the rate whose run had the best
+    validation metric (``lr``, ``factor``, the runs' ``val``); a row none of whose grid runs finished keeps
+    ``train.lr``."""
+    from ..run.controls import best_rate
+
+    jobs = [job for row in grid.values() for job in row["jobs"]]
+    results = sweep.run(jobs, files.folder(out / "lr_grid", out), progress)
+    for label, row in grid.items():
+        summaries = [r.summary for r in results if r.row == label]
+        best = best_rate(row["rates"], summaries)
+        row["val"] = [s.get("val") for s in summaries]
+        row["factor"] = None if best is None else row["factors"][row["rates"].index(best)]
+        row["lr"] = row["base"] if best is None else best
+
+
+def _controls(comparison, plan: Plan, matched, grid, configs) -> None:
+    """Each row of ``comparison`` with its learning rate (and the grid that chose it), the width it was matched at,
+    and its difference from the reference against the seed spread; the comparison with what was matched and the
+    grid's factors."""
+    rows = comparison["rows"]
+    reference = next(row for row in rows if row["solver"] == comparison["reference"])
+    for row in rows:
+        label = row["solver"]
+        chosen = grid.get(label)
+        row["lr"] = chosen["lr"] if chosen else float(configs[label]["train"]["lr"])
+        if chosen:
+            row["overrides"].append(f"train.lr={chosen['lr']!r}")
+            keep = ("factors", "rates", "val", "factor", "depth", "where")
+            row["lr_grid"] = {key: chosen[key] for key in keep}
+        if matched and label in matched["rows"]:
+            row["match"] = {**matched["rows"][label], "target": matched["target"]}
+        if row is not reference:
+            row["against_reference"] = seed_spread(reference["tests"], row["tests"])
+    if matched:
+        comparison["match"] = {"kind": "params", "scheme": plan.scheme, "target": matched["target"]}
+    if grid:
+        comparison["lr_grid"] = {"factors": plan.factors}
 
 
 def _comparison(
@@ -304,53 +475,6 @@ def _comparison(
         "seeds": args.seeds,
         "rows": rows,
     }
-
-
-def comparison_markdown(comparison: dict[str, Any]) -> str:
-    """The comparison's table: one row per scheme, the test metric's mean ± std over the seeds, its budget and step
-    cost against the reference; then what the budget held equal."""
-    metric = comparison["metric"] or "metric"
-    percent = metric == "accuracy"
-    scale = 100 if percent else 1
-    unit = " (%)" if percent else ""
-    reference = comparison["reference"]
-    lines = [
-        f"| solver | test {metric}{unit} | seeds | steps | evals/token per step | evals/token in all | "
-        f"step cost vs {reference} | params |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for row in comparison["rows"]:
-        if row["mean"] is None:
-            shown = "failed"
-        else:
-            shown = f"{row['mean'] * scale:.2f}"
-            if row["std"] is not None:
-                shown += f" ± {row['std'] * scale:.2f}"
-            if row["failed"]:
-                shown += f" ({len(row['failed'])} failed)"
-        budget = row["budget"]
-        cost = "–" if row["step_cost"] is None else f"{row['step_cost']:.2f}"
-        per_step = budget["evals_per_token_per_step"]
-        total = budget["evals_per_token"]
-        lines.append(
-            f"| `{row['solver']}` | {shown} | {len(row['tests'])} | {budget['steps']} | "
-            f"{'–' if per_step is None else f'{per_step:g}'}"
-            f"{' (measured)' if budget['evaluations_source'] == 'measured' else ''} | "
-            f"{'–' if total is None else f'{total:g}'} | {cost} | {row['params'] if row['params'] else '–'} |"
-        )
-    held = {
-        "steps": f"every row trains {comparison['reference_steps']} steps",
-        "evals": f"every row gets the field evaluations per token of `{reference}`'s {comparison['reference_steps']} "
-        "steps",
-        "time": f"every row gets the training time of `{reference}`'s {comparison['reference_steps']} steps, by its "
-        "step cost measured side by side",
-    }[comparison["budget"]]
-    caption = (
-        f"\n{comparison['experiment']}: test {metric}, mean ± std over {comparison['seeds']} seeds; budget "
-        f"`{comparison['budget']}`: {held}. Step cost: a training step's time over `{reference}`'s, measured side "
-        "by side in one process.\n"
-    )
-    return "\n".join(lines) + "\n" + caption
 
 
 def _figures(results, runs: Path, rows: dict[str, Row], out: Path) -> list[str]:

@@ -20,10 +20,16 @@ compute as well as at equal steps. The tables (mean ± std over seeds), accuracy
 and per-layer diagnostics go into ``docs/RESULTS.md``, each section in its own block (between its
 ``odeformer-reproduce/<section>`` markers, after a shared header block) with the command, the hardware and the
 training time: running some sections rewrites their blocks and leaves the others as they are.
+
+A section with ``depths`` and ``lr_grid`` is a learning-rate grid (``--sections depth_transfer``): every row at every
+depth and every factor on its learning rate, a run that diverges kept as a result; its block gives the best grid point
+per depth and whether it is the same, every point's validation metric, and the coordinate check of the rows' runs at
+the base rate (:func:`transfer_section`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -159,6 +165,61 @@ def work_precision(numbers: dict[str, Any], model: Any) -> dict[str, Any]:
     return {"points": points, "ode": ode}
 
 
+def transfer_section(section: Section, results: list[Result], runs_dir: Path, key: str, figures: Path) -> list[str]:
+    """A learning-rate grid's block: the best learning rate at each depth per row
+    (:func:`odeformer.app.reporting.transfer.best_learning_rates`), every grid point's validation metric, and the
+    coordinate check of each row's runs at the base learning rate (factor 1, the first seed): one figure per scheme
+    under ``figures/<key>_<scheme>/`` with its parameterisations side by side (rows whose overrides differ only in
+    ``model.parameterization`` are one scheme, named by what their labels share), and its numbers in a table."""
+    from ..reporting.transfer import (
+        best_learning_rates,
+        coordinate_figure,
+        coordinate_markdown,
+        run_coordinates,
+        transfer_markdown,
+    )
+
+    grid = section.grid(1.0)  # the labels and grid points; the learning rates are each job's own
+    found = best_learning_rates(results, grid)
+    minutes = sum(summary.get("wall_s", 0.0) for *_, summary in results) / 60
+    diverged = sum(summary.get("status") == "diverged" for *_, summary in results)
+    caption = f"{len(results)} runs ({diverged} diverged), {minutes:.1f} min of training" + (
+        " (the diverged runs' not counted)." if diverged else "."
+    )
+    parts = [transfer_markdown(found, section.depths, section.lr_grid) + f"\n\n{caption}\n"]
+    measured: dict[str, dict[int, dict[str, Any]]] = {}
+    for name, row, column, seed, _, _ in results:
+        depth, factor, _ = grid[column]
+        if factor == 1.0 and seed == section.seeds[0]:
+            measured.setdefault(row, {})[depth] = run_coordinates(runs_dir / name)
+    schemes: dict[tuple[str, ...], list[str]] = {}
+    for row, overrides in section.rows.items():
+        same = tuple(o for o in [*section.fixed, *overrides] if not o.startswith("model.parameterization="))
+        schemes.setdefault(same, []).append(row)
+    links = []
+    for rows in schemes.values():
+        shared = os.path.commonprefix(rows).rstrip(", ").strip() if len(rows) > 1 else rows[0]
+        label = shared or rows[0]
+        by_parameterisation = {
+            measured[row][min(measured[row])]["parameterization"] if len(rows) > 1 else row: measured[row]
+            for row in rows
+        }
+        folder = f"{key}_{slug(label)}"
+        title = f"{label}: the coordinate check (lr ×1, seed {section.seeds[0]})"
+        coordinate_figure(by_parameterisation, title, files.folder(figures / folder, figures))
+        links.append((label, folder))
+    parts.append(
+        "The coordinate check: per layer, the state's RMS, the step's RMS and training's change of the state, at "
+        "the base learning rate, dashed at initialisation and solid trained (numbers beside each PNG):\n\n"
+        + coordinate_markdown(measured)
+        + "\n\n"
+        + ", ".join(f"[{label}](results/{folder}/coordinates.png)" for label, folder in links)
+        + "\n"
+    )
+    parts += [f"![{key} coordinate check, {label}](results/{folder}/coordinates.png)\n" for label, folder in links]
+    return parts
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command: bad input, a damaged or refused checkpoint and missing data are one line and exit 2
     (:func:`odeformer.app.commands.run`)."""
@@ -203,6 +264,15 @@ def _main(argv: list[str] | None = None) -> int:
     for key, section in sections.items():
         parts: list[str] = []
         results, costs = run_section(sweep, section, args.runs / key)
+        if section.lr_grid:  # a learning-rate grid: its own tables and the coordinate check
+            tables, *coordinates = transfer_section(section, results, args.runs / key, key, figures)
+            parts += [
+                f"### {section.title}\n\n{tables}",
+                *([section.note + "\n"] if section.note else []),
+                *coordinates,
+            ]
+            write_section(results_md, key, parts, ["smoke", *known], args.workers)
+            continue
         markdown, cells = results_table(results, costs, len(section.seeds))
         parts.append(f"### {section.title}\n\n{markdown}\n")
         if section.note:

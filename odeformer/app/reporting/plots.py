@@ -71,6 +71,7 @@ def front_plot(fronts: dict[str, dict[str, Any]], metric: str, path: Path) -> No
     at fewer evaluations."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)  # twenty distinct colours: a section's runs each their own
     for run, front in fronts.items():
         points = sorted(p for p in front["points"] if p[1] is not None)
         if not points:

@@ -4,7 +4,8 @@ every row, by a run as it starts, and by the builder and ``odeformer-sample`` fo
 (``source``, named in the error). A file does not set what a command costs. One bound per quantity: the layers of a
 forward pass (:data:`MAX_DEPTH`, also a refinement's ``depth · k``), of a weight-tied stack (:data:`MAX_TIED_DEPTH`),
 the context (:data:`MAX_LEN`), a scheme's stages and coefficients (:data:`MAX_STAGES`, :data:`MAX_COEFFICIENT`), the
-seeds of a table (:data:`MAX_SEEDS`) and a measured step cost (:data:`MAX_COST`)."""
+seeds of a table (:data:`MAX_SEEDS`), the points of a learning-rate grid (:data:`MAX_LR_GRID`) and a measured step
+cost (:data:`MAX_COST`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from .config import FLOAT32_MAX, FLOAT32_TINY, LoopConfig, UsageError
+from .config import CONTINUOUS_TARGET, FLOAT32_MAX, FLOAT32_TINY, LoopConfig, UsageError
 from .upgrade import upgrade_config
 
 
@@ -61,6 +62,9 @@ MAX_COEFFICIENT = 1e6
 """The largest magnitude a scheme's coefficient may have (a step ``a · dt`` must stay a float32 number)."""
 MAX_SEEDS = 1000
 """The most seeds one row of a table (``odeformer-compare --seeds``, a section's ``seeds``) may have."""
+MAX_LR_GRID = 8
+"""The most points a comparison's learning-rate grid (``odeformer-compare --lr-grid``) may have: each row trains one
+run per point before its seeds."""
 MAX_COST = 1000.0
 """A row's step cost against the reference's lies within ``[1 / MAX_COST, MAX_COST]``, or it is no measurement."""
 
@@ -113,6 +117,31 @@ def check_refinement(parts: list[float], depth: int = 1, source: Path | None = N
             f"{_from(source)}a refinement by k={max(parts):g} of a depth-{depth} model takes "
             f"{depth * max(parts):g} layer steps per forward, more than the {MAX_DEPTH} allowed; give k up to {top}."
         )
+
+
+def check_lr_grid(words: list[str]) -> list[float]:
+    """A learning-rate grid as factors of ``train.lr`` (``["0.5", "1", "2"]``): 1 to :data:`MAX_LR_GRID` distinct
+    positive finite numbers, each at most 1e6 and at least 1e-6 (a factor beyond moves the learning rate out of any
+    run's range); anything else is one line saying what a grid takes."""
+    allowed = (
+        f"--lr-grid takes 1 to {MAX_LR_GRID} distinct positive factors of train.lr from 1e-06 to 1e+06 (e.g. 0.5 1 2)"
+    )
+    if not words:
+        raise UsageError(f"{allowed}; got none.")
+    if len(words) > MAX_LR_GRID:
+        raise UsageError(f"{allowed}; got {len(words)} (each costs every row a run).")
+    factors = []
+    for word in words:
+        try:
+            factor = float(word)
+        except ValueError:
+            raise UsageError(f"{allowed}; {word!r} is not a number.") from None
+        if not (math.isfinite(factor) and 1e-6 <= factor <= 1e6):
+            raise UsageError(f"{allowed}; got {word}.")
+        if factor in factors:
+            raise UsageError(f"{allowed}; {word} is given twice.")
+        factors.append(factor)
+    return factors
 
 
 def _coefficients(value: Any) -> list[Any]:
@@ -186,7 +215,8 @@ class Checked(dict):
 def check_config(config: dict[str, Any], source: Path | None = None) -> Checked:
     """The one check of a resolved config before it is built or trained (a :class:`Checked` one passes as it is).
     Composed now: its values, sizes and cost, then the loop's own (:class:`~odeformer.app.run.config.LoopConfig`:
-    ``train.max_steps`` at least 1, ...). Read from the file ``source``: read as today's
+    ``train.max_steps`` at least 1, ...) and ``train.check_scheme`` against a continuous-depth solver (whose model
+    takes no layer steps to check). Read from the file ``source``: read as today's
     (:func:`~odeformer.app.run.upgrade.upgrade_config`), then its sizes and cost (its ``train`` settings were another
     command's)."""
     if isinstance(config, Checked):
@@ -203,4 +233,9 @@ def check_config(config: dict[str, Any], source: Path | None = None) -> Checked:
             loop = LoopConfig(**config["train"], batch_size=(config.get("data") or {}).get("batch_size", 1))
         except (TypeError, ValueError) as error:
             raise UsageError(str(error)) from None
+        if loop.check_scheme and (config.get("solver") or {}).get("_target_") == CONTINUOUS_TARGET:
+            raise UsageError(
+                "train.check_scheme checks the steps of a model's layers, and a continuous-depth solver takes none "
+                "of its own (its adaptive solver is checked by its library): leave train.check_scheme off."
+            )
     return Checked(config, loop, source)

@@ -14,6 +14,7 @@ before the model is built.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -119,7 +120,7 @@ def make_solver(build: Any, solver: dict[str, Any], own: str | None, source: Pat
 
 
 def build(
-    config: dict[str, Any], source: Path | None = None, stepper: str | None = None
+    config: dict[str, Any], source: Path | None = None, stepper: str | None = None, device: str | None = None
 ) -> tuple[TaskData, nn.Module, dict[str, Any]]:
     """The dataset, the model and the run record (:data:`~odeformer.app.run.identity.RUN_RECORD`) from a resolved
     config (``solver``, ``model``, ``data``).
@@ -130,7 +131,9 @@ def build(
     the sizes, the data and the cost are checked, so that nothing else it could be refused for waits on running its
     module. Sizes that are not positive, and a model that cannot fit in this machine's memory, are one-line errors
     before it is built. The config is checked once (:func:`~odeformer.app.run.bounds.check_config`: a
-    :class:`~odeformer.app.run.bounds.Checked` one is taken as it is; one read from a file is read as today's)."""
+    :class:`~odeformer.app.run.bounds.Checked` one is taken as it is; one read from a file is read as today's).
+    ``device="meta"`` builds the model's weights as shapes only (nothing allocated, so its memory is not checked):
+    what :func:`parameter_count` reads."""
     config = check_config(config, source)
     solver, model_node, data_node = config["solver"], config["model"], config["data"]
     solver_target = target(solver, SOLVER_TARGETS, "solver", source)
@@ -142,10 +145,12 @@ def build(
     data = load(data_node["name"], data_node.get("root"), **options)
     _check_kind(spec, data_node["name"], data.kind)
     sizes = {key: data.meta[key] for key in spec.sizes}
-    check_memory(config, data.meta, source)
+    if device != "meta":  # a model on the meta device holds shapes, no memory
+        check_memory(config, data.meta, source)
     chosen = chosen or make_solver(solver_target, solver, own, source)
     try:
-        model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            model = spec.model(solver=chosen, **_arguments(model_node), **sizes)
     except TypeError as error:  # a key the model (or the backbone it passes its options to) does not take
         unknown = re.search(r"unexpected keyword argument '(\w+)'", str(error))
         if unknown is None:
@@ -169,6 +174,14 @@ def build(
     elif own is not None:  # a class of one's own: what it claims, which a resume checks it still does
         record["scheme"] = {"class": own, "claims": dataclasses.asdict(solvers.Claims.of(chosen.stepper))}
     return data, model, record
+
+
+def parameter_count(config: dict[str, Any], stepper: str | None = None) -> int:
+    """The number of parameters the model of ``config`` has, without training it or allocating its weights: the
+    model built on the meta device (its data read for the sizes it gives), every parameter counted once (a tied or
+    shared one included). Equal to ``sum(p.numel() for p in model.parameters())`` of the model :func:`build` makes."""
+    _, model, _ = build(config, stepper=stepper, device="meta")
+    return sum(p.numel() for p in model.parameters())
 
 
 def _step(model: nn.Module, chosen: Any, depth: int, given: float | None) -> float:

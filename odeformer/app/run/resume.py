@@ -21,7 +21,7 @@ from .checkpoints import CheckpointError, load_checkpoint
 from .history import diverged_after, non_finite
 from .identity import IDENTITY, describe, run_record
 from .locks import RunDirectoryError
-from .upgrade import upgrade_config, upgrade_overrides
+from .upgrade import upgrade_config, upgrade_overrides, with_added
 
 # -- commands a user is told to run -------------------------------------------------------------------------------
 
@@ -227,7 +227,7 @@ def check_resume_config(out_dir: Path, payload: dict[str, Any], config: dict[str
         _check_identity(last, record, config)
         return []
     check_config_shape(last, stored, config)
-    differences = config_differences(stored, config)
+    differences = config_differences(with_added(stored, config), config)
     allowed: list[tuple[str, Any, Any]] = []
     diverged = diverged_after(out_dir, int(payload.get("step") or 0))
     if diverged is not None:

@@ -17,7 +17,9 @@ breaks any of this is one line, :class:`SectionError`, naming the file and the k
 from __future__ import annotations
 
 import functools
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -30,9 +32,12 @@ from .sweep import Job, Result, Sweep
 
 MATCH_ABOVE = 1.1  # rows costing more than this many times diffusion's training time get a compute-matched row
 SETTINGS = (
-    "title", "fixed", "rows", "columns", "seeds", "note", "plot", "diagnose", "matched", "learned", "atlas", "refine"
+    "title", "fixed", "rows", "columns", "seeds", "note", "plot", "diagnose", "matched", "learned", "atlas", "refine",
+    "depths", "lr_grid",
 )  # fmt: skip
 """The settings a section may have (``title``, ``fixed`` and ``rows`` it must have)."""
+GRID_EXCLUDES = ("columns", "plot", "diagnose", "matched", "learned", "atlas", "refine")
+"""The settings a learning-rate grid (``depths`` and ``lr_grid``) takes none of: its columns are its grid points."""
 GROUPS = ("solver", "model", "data", "train", "experiment")
 """What an override in a sections file may set: a key of these groups, or the group's option."""
 
@@ -49,6 +54,10 @@ class Section:
     ``[2, 4, 8]``) gives every row's seed-0 run its stability atlas and refinement (:mod:`odeformer.atlas`);
     ``refine`` (resolutions such as ``[0.5, 2, 4, 8]``) gives every row's seed-0 run its refinement alone, the
     metric at each resolution and at the ODE's solution, in one table.
+
+    ``depths`` and ``lr_grid`` (given together) make a learning-rate transfer grid: the columns are every depth
+    (``model.depth``) and every factor on the learning rate the row's overrides compose to (``train.lr``), so each
+    row is trained at each depth and each learning rate (:meth:`grid`); such a section has no other columns.
     """
 
     title: str
@@ -63,12 +72,34 @@ class Section:
     learned: dict[str, dict[str, float]] = field(default_factory=dict)
     atlas: tuple[int, ...] = ()
     refine: tuple[float, ...] = ()
+    depths: tuple[int, ...] = ()
+    lr_grid: tuple[float, ...] = ()
 
-    def runs(self) -> list[Job]:
-        """The sweep's job for every cell and seed: its run's name, row, column, seed and overrides."""
+    def grid(self, base_lr: float) -> dict[str, tuple[int, float, list[str]]]:
+        """A learning-rate grid's columns for a row whose learning rate is ``base_lr``: label (``depth 4, lr ×0.25``)
+        to its depth, its factor on ``base_lr`` and the overrides that make it; depth by depth, factors in order."""
+        return {
+            f"depth {depth}, lr ×{factor:g}": (
+                depth,
+                factor,
+                [f"model.depth={depth}", f"train.lr={base_lr * factor:.6g}"],
+            )
+            for depth in self.depths
+            for factor in self.lr_grid
+        }
+
+    def runs(self, base_lr: Callable[[list[str]], float] | None = None) -> list[Job]:
+        """The sweep's job for every cell and seed: its run's name, row, column, seed and overrides. A learning-rate
+        grid needs ``base_lr``: the learning rate a row's overrides (the fixed ones, then the row's) compose to."""
+        if self.lr_grid and base_lr is None:
+            raise ValueError(f"section {self.title!r}: a learning-rate grid needs each row's base learning rate")
         out = []
         for row, row_overrides in self.rows.items():
-            for column, column_overrides in self.columns.items():
+            columns = self.columns
+            if self.lr_grid:
+                base = base_lr([*self.fixed, *row_overrides])
+                columns = {label: overrides for label, (_, _, overrides) in self.grid(base).items()}
+            for column, column_overrides in columns.items():
                 for seed in self.seeds:
                     name = slug(f"{row}__{column}__seed={seed}" if column else f"{row}__seed={seed}")
                     overrides = [*self.fixed, *row_overrides, *column_overrides, f"train.seed={seed}"]
@@ -204,6 +235,7 @@ def _section(path: Path, key: str, node: Any) -> Section:
         raise fail(
             "refine", f"must be a list of resolutions (whole numbers from 2, or 1/m such as 0.5), got {refine!r}."
         )
+    depths, lr_grid = _grid(node, fixed, rows, fail)
     section = Section(
         title,
         fixed,
@@ -213,16 +245,55 @@ def _section(path: Path, key: str, node: Any) -> Section:
         note,
         flags["plot"],
         tuple(diagnose),
-        flags["matched"],
+        flags["matched"] and not lr_grid,
         {str(symbol): {str(k): float(v) for k, v in members.items()} for symbol, members in learned.items()},
         tuple(atlas),
         tuple(float(k) for k in refine),
+        depths,
+        lr_grid,
     )
     try:
-        section.runs()
+        section.runs(lambda overrides: 1.0)  # the names: a grid's labels do not depend on its base
     except ValueError as error:
         raise fail("rows", str(error)) from None
     return section
+
+
+def _grid(node: dict, fixed: list[str], rows: dict[str, list[str]], fail) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """A learning-rate grid's ``depths`` and ``lr_grid`` (both or neither), checked against the other settings."""
+    if "depths" not in node and "lr_grid" not in node:
+        return (), ()
+    for name in ("depths", "lr_grid"):
+        if name not in node:
+            other = "lr_grid" if name == "depths" else "depths"
+            raise fail(other, f"a learning-rate grid needs both depths and lr_grid; {name} is missing.")
+    depths, factors = node["depths"], node["lr_grid"]
+    if not isinstance(depths, list) or len(depths) < 2 or not all(_natural(d) and d >= 1 for d in depths):
+        raise fail("depths", f"must be a list of at least two depths (whole numbers from 1), got {depths!r}.")
+    if len(set(depths)) < len(depths):
+        raise fail("depths", f"must be distinct, got {depths!r}.")
+    if not isinstance(factors, list) or len(factors) < 2 or not all(_number(f) and 0 < f < math.inf for f in factors):
+        raise fail(
+            "lr_grid", f"must be a list of at least two factors on the learning rate (above 0), got {factors!r}."
+        )
+    if len({float(f) for f in factors}) < len(factors) or 1 not in factors:
+        raise fail(
+            "lr_grid",
+            f"must be distinct factors including 1 (the base learning rate, the coordinate check's), got {factors!r}.",
+        )
+    given = [name for name in GRID_EXCLUDES if name in node]
+    if given:
+        raise fail(
+            given[0],
+            "a learning-rate grid's columns are its depths and factors; it takes none of "
+            + ", ".join(GRID_EXCLUDES)
+            + ".",
+        )
+    for where, overrides in (("fixed", fixed), *((f"rows.{label}", o) for label, o in rows.items())):
+        depth = next((o for o in overrides if o.lstrip("+~").startswith("model.depth=")), None)
+        if depth is not None:
+            raise fail(where, f"{depth!r}: the grid sets model.depth from depths; remove it.")
+    return tuple(depths), tuple(sorted(float(f) for f in factors))
 
 
 def _natural(value: Any) -> bool:
@@ -270,7 +341,11 @@ def _overrides(node: Any, fail) -> list[str]:
 
 def run_section(sweep: Sweep, section: Section, runs_dir: Path) -> tuple[list[Result], dict[str, float]]:
     """Measure the rows' step costs against diffusion's, train every cell (reusing finished runs), then the
-    compute-matched rows the costs call for."""
+    compute-matched rows the costs call for. A learning-rate grid trains its cells alone (no costs, no matched
+    rows), and a run of it that diverges is a result of the grid (``status: diverged``), not the sweep's end."""
+    if section.lr_grid:
+        jobs = section.runs(lambda overrides: float(sweep.compose(overrides)["train"]["lr"]))
+        return sweep.run(jobs, runs_dir, keep_diverged=True), {}
     costs = sweep.step_costs(section.fixed, section.rows, section.columns, runs_dir)
     results = sweep.run(section.runs(), runs_dir)
     extra = matched_jobs(section, results, costs)

@@ -87,8 +87,14 @@ class Sweep:
     compose: Compose
     workers: int = 2
 
-    def run(self, jobs: list[Job], runs_dir: Path) -> list[Result]:
-        """Train every job into ``runs_dir / job.name`` (reusing finished runs); one :class:`Result` per job."""
+    def run(
+        self, jobs: list[Job], runs_dir: Path, progress: Progress | None = None, keep_diverged: bool = False
+    ) -> list[Result]:
+        """Train every job into ``runs_dir / job.name`` (reusing finished runs); one :class:`Result` per job. Each
+        run's end is said by ``progress`` (one :class:`Progress` may count the runs of several calls), else by a
+        :class:`Progress` of these jobs. With ``keep_diverged`` (a learning-rate grid, whose largest rates may
+        diverge), a run that diverges writes a summary saying so (``status: diverged``, no metric) that a rerun
+        reuses, and the sweep goes on; without, its one-line error stops the sweep."""
         runs_dir = files.folder(runs_dir, root=Path(runs_dir).parent)  # the table's folder: not a link
         _reuse(jobs, runs_dir, runs_dir.parent)
         for name, _, _, _, overrides in jobs:  # what each run is made of, for reuse by other tables
@@ -96,8 +102,8 @@ class Sweep:
                 made = files.folder(runs_dir / name, runs_dir)
                 files.write_text(made / "overrides.json", json.dumps(overrides) + "\n")
         work = [(name, overrides, str(runs_dir / name)) for name, _, _, _, overrides in jobs]
-        train = functools.partial(_train, compose=self.compose)
-        said = Progress(len(work))
+        train = functools.partial(_train, compose=self.compose, keep_diverged=keep_diverged)
+        said = progress if progress is not None else Progress(len(work))
         if self.workers == 1:
             summaries = []
             for job in work:
@@ -157,6 +163,18 @@ class Sweep:
         if "interrupted" in counts:
             raise Interrupted(counts["interrupted"])
         return counts
+
+    def match_parameters(self, fixed: list[str], target: list[str], rows: dict[str, list[str]]) -> dict[str, Any]:
+        """The parameter count of the model ``target``'s overrides make, and per row the width that brings its model's
+        count nearest it (:func:`odeformer.app.run.controls.nearest_width`, in the key
+        :func:`~odeformer.app.run.controls.width_key` names), each count read from a model built on the meta device
+        (:func:`odeformer.app.run.builder.parameter_count`: nothing trained or allocated) in a worker process:
+        ``{"target": N, "rows": {row: {"key", "step", "from", "width", "params"}}}``."""
+        measure = functools.partial(_match_parameters, compose=self.compose)
+        (matched,) = _in_pool(measure, [(fixed, target, rows)], 1)
+        if "interrupted" in matched:
+            raise Interrupted(matched["interrupted"])
+        return matched
 
 
 # -- in a worker ----------------------------------------------------------------------------------------------------
@@ -219,8 +237,9 @@ def _job(function: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any
 
 
 @_job
-def _train(job: tuple[str, list[str], str], compose: Compose) -> dict[str, Any]:
-    """Worker: compose and train one configuration (one thread); return its summary."""
+def _train(job: tuple[str, list[str], str], compose: Compose, keep_diverged: bool = False) -> dict[str, Any]:
+    """Worker: compose and train one configuration (one thread); return its summary (see :meth:`Sweep.run` for
+    ``keep_diverged``)."""
     import torch
 
     torch.set_num_threads(1)
@@ -230,17 +249,26 @@ def _train(job: tuple[str, list[str], str], compose: Compose) -> dict[str, Any]:
     if trainer.PENDING_STOP is not None:  # the sweep was stopped before this job began
         return {"status": "interrupted", "signal": trainer.PENDING_STOP}
     summary = read_json(Path(out_dir) / "summary.json") if (Path(out_dir) / "summary.json").exists() else None
-    if isinstance(summary, dict) and summary.get("status") == "completed":
-        drift = config_drift(Path(out_dir), overrides, compose)
+    done = ("completed", "diverged") if keep_diverged else ("completed",)
+    if isinstance(summary, dict) and summary.get("status") in done:
+        saved = summary.get("config") if summary["status"] == "diverged" else None
+        drift = config_drift(Path(out_dir), overrides, compose, saved)
         if drift:
             raise ValueError(
                 f"{out_dir} was trained with {'; '.join(drift)} (then → now): its overrides compose to another "
                 "configuration today, so its numbers are not this run's; delete the folder to train it again."
             )
-        return summary
+        return {**summary, REUSED: True}  # Progress takes the mark off: it counts no time for this run
     resume = ["train.resume=true"] if (Path(out_dir) / "last.pt").exists() else []  # an interrupted sweep
     config = compose([*overrides, *resume, "train.progress=false"])
-    summary = launch.train(config, Path(out_dir), choose_threads=False)  # one thread: the workers fill the cores
+    try:
+        summary = launch.train(config, Path(out_dir), choose_threads=False)  # one thread: the workers fill the cores
+    except trainer.TrainingDiverged as error:
+        if not keep_diverged:
+            raise
+        what = str(error).split(": the dynamics diverged")[0]
+        summary = {"status": "diverged", "what": what, "val": None, "test": None, "config": config}
+        files.write_text(Path(out_dir) / "summary.json", json.dumps(summary, indent=2) + "\n")
     if summary.get("status") == "interrupted" and _IN_WORKER:  # signalled while training: no other job here
         trainer.PENDING_STOP = summary.get("signal") or signal.SIGINT
     return summary
@@ -321,18 +349,52 @@ def _measure_evaluations(job: tuple[list[str], dict[str, list[str]]], compose: C
     return out
 
 
+@_job
+def _match_parameters(job: tuple[list[str], list[str], dict[str, list[str]]], compose: Compose) -> dict[str, Any]:
+    """Worker: the target's parameter count and each row's matched width (see :meth:`Sweep.match_parameters`)."""
+    import copy
+
+    import torch
+
+    torch.set_num_threads(1)
+    from . import trainer
+    from .builder import parameter_count
+    from .controls import nearest_width, width_key
+
+    fixed, target, rows = job
+    goal = parameter_count(compose([*fixed, *target]))
+    out: dict[str, Any] = {}
+    for row, row_overrides in rows.items():
+        if trainer.PENDING_STOP is not None:
+            return {"interrupted": trainer.PENDING_STOP}
+        config = compose([*fixed, *row_overrides])
+        key, step, now = width_key(config["model"])
+
+        def count(width: int, config=config, key=key) -> int:
+            widened = copy.deepcopy(config)
+            widened["model"][key] = width
+            return parameter_count(widened)
+
+        width, params = nearest_width(count, goal, now, step)
+        out[row] = {"key": key, "step": step, "from": now, "width": width, "params": params}
+    return {"target": goal, "rows": out}
+
+
 # -- reuse and drift ------------------------------------------------------------------------------------------------
 
 
-def config_drift(run_dir: Path, overrides: list[str], compose: Compose) -> list[str]:
-    """Where a finished run's configuration (saved in its checkpoint) and what its overrides compose to now
-    disagree, as ``key: then → now``. A changed default of an experiment or a group makes the same overrides mean
-    another run; keys that only one side has (options added since) are not compared."""
+def config_drift(run_dir: Path, overrides: list[str], compose: Compose, saved: Any = None) -> list[str]:
+    """Where a finished run's configuration (saved in its checkpoint, or ``saved``: a diverged run's summary's)
+    and what its overrides compose to now disagree, as ``key: then → now``. A changed default of an experiment or a
+    group makes the same overrides mean another run; keys that only one side has (options added since) are not
+    compared."""
     from .checkpoints import load_checkpoint
     from .identity import run_record
     from .upgrade import upgrade_config
 
-    saved = upgrade_config(run_record(load_checkpoint(run_dir / "last.pt")).get("config"))  # read as today's
+    if saved is None:
+        saved = run_record(load_checkpoint(run_dir / "last.pt")).get("config")
+    saved = upgrade_config(saved)  # read as today's
     if not isinstance(saved, dict):
         raise ValueError(
             f"{run_dir / 'last.pt'} stores no config, so its run cannot be checked; delete the folder to "
@@ -405,18 +467,21 @@ def _checked_costs(path: Path, costs: Any, rows: set[str]) -> dict[str, float]:
 # -- the pool -------------------------------------------------------------------------------------------------------
 
 
+REUSED = "reused"
+"""The mark :func:`_train` puts on the summary of a finished run it reused; :class:`Progress` takes it off."""
+
+
 class Progress:
     """Says, as each of ``total`` runs ends, ``run i of N done`` with its name and status, and about how long the rest
-    will take: the time so far over the runs trained so far (one that ends within a second of the one before was
-    reused, and counts for none)."""
+    will take: the time so far over the runs trained so far (a reused run, marked :data:`REUSED`, counts for none)."""
 
     def __init__(self, total: int):
         self.total, self.done, self.trained = total, 0, 0
-        self.started = self.last = time.monotonic()
+        self.started = time.monotonic()
 
     def __call__(self, name: str, summary: dict[str, Any]) -> dict[str, Any]:
         now = time.monotonic()
-        self.done, self.trained, self.last = self.done + 1, self.trained + (now - self.last > 1), now
+        self.done, self.trained = self.done + 1, self.trained + (not summary.pop(REUSED, False))
         left = (now - self.started) / self.trained * (self.total - self.done) if self.trained else 0
         rest = f"; about {left / 60:.1f} min left" if self.done < self.total and self.trained else ""
         print(

@@ -25,6 +25,7 @@ share of every batch, rank 0 logs, evaluates and checkpoints.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -144,7 +145,8 @@ class Trainer:
         """``train.check_scheme``: every claim of every step the model's depth loop takes on this batch, as this step
         runs it (its autocast and resolution), against float64 copies (:func:`solvers.testing.check_in_model`); the
         random state is restored after it, so the run trains as it would unchecked. A failure is
-        :class:`SchemeCheckFailed`, in one line."""
+        :class:`SchemeCheckFailed`, in one line (a continuous-depth run, whose model takes no layer steps, is refused
+        before: :func:`~odeformer.app.run.bounds.check_config`)."""
         from solvers.testing import check_in_model  # the kit: only a run that asks for the check loads it
 
         def forward(model: nn.Module, batch: Any) -> Tensor:
@@ -560,9 +562,13 @@ class Trainer:
     def _leave(self) -> None:
         """Leave the process group this run created: every rank waits here for the others (rank 0 evaluates the test
         split and writes the summary alone), then tears it down. A rank that exited while another still held the
-        group aborted now and then in the teardown ("terminate called without an active exception")."""
+        group aborted now and then in the teardown ("terminate called without an active exception"). The wrapper
+        goes first: DistributedDataParallel holds the group's backend, whose worker threads then outlived the group
+        and were torn down at interpreter exit whenever the trainer (a reference cycle) was not collected before."""
         if self.joined and dist.is_initialized():
             dist.barrier()
+            self.network = self.objective.network(self.model)  # the same model, no longer wrapped
+            gc.collect()  # the wrapper and its reducer freed now, while the interpreter is whole
             dist.destroy_process_group()
             self.joined = False
 

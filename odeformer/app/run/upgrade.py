@@ -1,5 +1,5 @@
 """Configs and command lines written by earlier versions, read as today's: every rename is one entry of
-:data:`RENAMED`.
+:data:`RENAMED`, every setting added since one of :data:`ADDED`.
 
 A run directory keeps the config its checkpoints were trained with and the overrides that made it. When a name
 changes, saved runs must keep loading, resuming and comparing equal to what their overrides make now, so
@@ -24,6 +24,15 @@ RENAMED = {
     "dynamics": "equation",  # a continuous solver's key
 }
 """Every old name (a target, a scheme's, a key's) and today's."""
+
+ADDED = {
+    "model.parameterization": "standard",
+    "model.time": None,
+    "model.knots": None,
+    "train.resolutions": [1.0],
+    "train.check_scheme": False,
+}
+"""Settings added since runs were first saved, each with the value that is what a run without it did."""
 
 _warned: set[str] = set()
 
@@ -77,6 +86,21 @@ def upgrade_solver(node: dict[str, Any]) -> dict[str, Any]:
         node["name"] = path
         node["options"] = {k: v for k, v in (node.get("options") or {}).items() if filled.get(k, ...) != v}
     return node
+
+
+def with_added(stored: Any, config: dict[str, Any]) -> Any:
+    """``stored`` (a run's config, already :func:`upgrade_config` d) with each :data:`ADDED` setting it lacks and
+    ``config`` (this command's) has set to the value a run without it had: a run saved before the setting existed
+    resumes as the run it was."""
+    if not isinstance(stored, dict):
+        return stored
+    out = dict(stored)
+    for key, value in ADDED.items():
+        group, name = key.split(".")
+        node, now = out.get(group), config.get(group)
+        if isinstance(node, dict) and isinstance(now, dict) and name in now and name not in node:
+            out[group] = {**node, name: value}
+    return out
 
 
 def upgrade_config(config: Any) -> Any:
