@@ -114,7 +114,7 @@ def test_bad_input_is_one_line(make, fragment):
 
 # -- what cannot scale --------------------------------------------------------------------------------------------
 
-LAYERS = {name: entry for name, entry in odeformer.SOLVERS.items() if isinstance(entry, odeformer.Solver)}
+LAYERS = {name: odeformer.as_solver(name) for name in odeformer.solver_names("discrete")}
 UNSCALABLE = {"full_wave_official", "mix", "mix_bert", "velocity_mix"}
 
 
