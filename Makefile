@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Test processes run side by side (pytest-xdist), one torch thread each; JOBS=0 runs the tests in one process.
 JOBS ?= 2
 
-.PHONY: test test-slow train bench setup clean data
+.PHONY: test test-slow test-rehearsals train bench setup clean data
 
 setup: $(STAMP)
 
@@ -23,6 +23,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow -n $(JOBS)
+
+# The benchmark and GPU scripts rehearsed whole on the CPU (minutes each): run before `make bench` or a GPU session.
+test-rehearsals: $(STAMP)
+	$(PY) -m pytest -m rehearsal -n $(JOBS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run --results docs/RESULTS.md

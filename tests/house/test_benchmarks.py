@@ -40,7 +40,7 @@ KEYS = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.rehearsal  # every measure of `make bench` once (about 2 minutes)
 def test_smoke_benchmark_writes_every_key(tmp_path):
     out = tmp_path / "bench.json"
     results = tmp_path / "RESULTS.md"
@@ -671,7 +671,7 @@ def test_profile_categories_name_matrix_products_attention_and_the_optimiser():
     assert category("aten::gelu") == category("aten::native_layer_norm") == "other"
 
 
-@pytest.mark.slow  # compiles a tiny model
+@pytest.mark.rehearsal  # compiles a tiny model with inductor
 def test_profile_compile_runs_and_states_the_bound_on_compiling(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.profile_compile", "--tiny", "--steps", "1", "--threads", "1"],

@@ -25,7 +25,7 @@ def _installed(name):
     return importlib.util.find_spec(name) is not None
 
 
-@pytest.mark.slow  # every stage in its own interpreter, four models through inductor: about 6 minutes on two cores
+@pytest.mark.rehearsal  # every stage in its own interpreter, four models through inductor: about 3 minutes
 def test_the_rehearsal_runs_every_stage_and_writes_what_the_gpu_run_would(tmp_path):
     from benchmarks.gpu import render
     from benchmarks.gpu_run import COMPILED_MODELS, EAGER_MODELS, FILES
