@@ -105,3 +105,18 @@ def test_a_misspelled_class_is_refused_with_the_nearest_before_anything_runs(tmp
     line = _line(cli_in_process(*DEBUG, "solver=typo_schemes.Yoshida", f"train.out_dir={tmp_path / 'run'}"))
     assert "typo_schemes.py defines no Yoshida; did you mean typo_schemes.Yoshida4?" in line
     assert not (tmp_path / "ran.txt").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_config_file_with_a_key_its_group_lacks_is_one_line_naming_the_file(tmp_path):
+    """A solver YAML on a ``hydra.searchpath`` that sets a key the solver schema lacks: one line naming the file (as
+    its group and option) and the keys there are, the nearest first; the old ``stepper:`` spelling names the new one."""
+    folder = tmp_path / "my_configs" / "solver"
+    folder.mkdir(parents=True)
+    (folder / "typo.yaml").write_text("defaults:\n  - velocity_verlet\n  - _self_\nsplittin: strang\n")
+    (folder / "old.yaml").write_text("defaults:\n  - velocity_verlet\n  - _self_\nstepper: my_schemes.Yoshida4\n")
+    search = f"hydra.searchpath=[file://{tmp_path / 'my_configs'}]"
+    line = _line(cli_in_process(*DEBUG, search, "solver=typo"))
+    assert "solver/typo sets an unknown key 'solver.splittin'; did you mean splitting?" in line
+    assert "the keys of solver are: " in line and "name" in line
+    line = _line(cli_in_process(*DEBUG, search, "solver=old"))
+    assert "solver/old: stepper is no key of a solver: a scheme of your own is its name (name: module.Class)." in line

@@ -167,6 +167,19 @@ def _one_line(error: Exception, overrides: list[str]) -> str:
             return f"unknown {group} {value!r}; {hint}choose one of: {', '.join(options)}{own}."
     if isinstance(error, OverrideParseException):
         return f"cannot parse the override: {' '.join(text.split())}"
+    found = re.search(
+        r"In '([\w/.-]+)': ConfigKeyError raised while composing config:.*?full_key: ([\w.]+)", text, re.S
+    )
+    if found:  # a key in a YAML file of a config group that its schema does not have
+        option, key = found.groups()
+        parent, _, leaf = key.rpartition(".")
+        if key == "solver.stepper":  # the old second spelling of a scheme of one's own
+            return f"{option}: stepper is no key of a solver: a scheme of your own is its name (name: module.Class)."
+        keys = _keys(_composed([o for o in overrides if o.lstrip("+").startswith("hydra.")]), parent)
+        near = difflib.get_close_matches(leaf, keys, n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        where = parent or "the config"
+        return f"{option} sets an unknown key {key!r}; {hint}the keys of {where} are: {', '.join(keys)}."
     if getattr(error, "full_key", None) and "interpolation" in text:
         first = text.splitlines()[0]
         if "HydraConfig was not set" in first:
