@@ -314,6 +314,7 @@ def test_a_scheme_wrong_only_in_one_context_is_rejected_naming_the_claim_and_the
     assert "counterexample:" in str(caught.value)
 
 
+@pytest.mark.slow  # the default number of examples runs on every registered scheme in tests/solvers/test_steppers.py
 @pytest.mark.parametrize("name", ["Heun", "RK4", "VelocityVerlet", "BogackiShampine3", "Yoshida4"])
 def test_correct_schemes_step_the_same_in_every_context(name):
     check_contexts(getattr(solvers, name), examples=40)
