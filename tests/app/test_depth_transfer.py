@@ -303,3 +303,18 @@ def test_reproduce_writes_the_grids_tables_and_its_coordinate_check(tmp_path, mo
     assert set(numbers["runs"]) == {"standard", "ode"} and set(numbers["runs"]["ode"]) == {"1", "2"}
     assert len(numbers["runs"]["ode"]["2"]["trained"]["rms"]) == 3 and (figure / "coordinates.png").stat().st_size
     assert len(list((tmp_path / "runs" / "depth_transfer").glob("*/summary.json"))) == 8
+
+
+def test_the_one_table_of_which_way_a_metric_is_better_is_the_objectives():
+    """The torch-free table the comparison, its controls and the transfer grid read agrees with every objective's own
+    ``higher_is_better`` (what the trainer keeps its best checkpoint by), metric for metric."""
+    from odeformer.app.reporting.comparison import HIGHER_IS_BETTER
+    from odeformer.app.run.objectives import Objective
+
+    found, todo = {}, [Objective]
+    while todo:
+        kind = todo.pop()
+        if "metric" in vars(kind):
+            assert found.setdefault(kind.metric, kind.higher_is_better) == kind.higher_is_better, kind
+        todo.extend(kind.__subclasses__())
+    assert found == HIGHER_IS_BETTER

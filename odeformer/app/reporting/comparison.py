@@ -15,7 +15,8 @@ import statistics
 from typing import Any
 
 HIGHER_IS_BETTER = {"accuracy": True, "loss": False}
-"""Which way each metric a run reports is better (accuracy: higher; a loss in nats: lower)."""
+"""Which way each metric a run reports is better (accuracy: higher; a loss in nats: lower): the one table, torch-free,
+that the objectives' own ``higher_is_better`` agree with (tests/app/test_depth_transfer.py)."""
 LEVEL = 0.95
 """The two-sided level at which a difference is said to exceed the seed spread."""
 

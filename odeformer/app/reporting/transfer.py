@@ -21,24 +21,18 @@ import torch
 from solvers import PhaseState
 
 from .. import files
+from .comparison import HIGHER_IS_BETTER
 from .plots import pyplot
 
 DIVERGED = "diverged"
 
 
 def higher_is_better(metric: str) -> bool:
-    """Whether a larger ``metric`` (a summary's ``metric``: ``accuracy``, ``loss``) is better, as its objective
-    says (:mod:`odeformer.app.run.objectives`); an unknown metric is a ValueError."""
-    from ..run.objectives import Objective
-
-    found, todo = {}, [Objective]
-    while todo:
-        kind = todo.pop()
-        found.setdefault(kind.metric, kind.higher_is_better)
-        todo.extend(kind.__subclasses__())
-    if metric not in found:
-        raise ValueError(f"no objective measures {metric!r}; the metrics are {', '.join(sorted(found))}.")
-    return found[metric]
+    """Whether a larger ``metric`` (a summary's ``metric``: ``accuracy``, ``loss``) is better
+    (:data:`~.comparison.HIGHER_IS_BETTER`); an unknown metric is a ValueError."""
+    if metric not in HIGHER_IS_BETTER:
+        raise ValueError(f"no objective measures {metric!r}; the metrics are {', '.join(sorted(HIGHER_IS_BETTER))}.")
+    return HIGHER_IS_BETTER[metric]
 
 
 def _lr(overrides: list[str]) -> float:
