@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 CONSTRAINTS ?= constraints.txt
 PIP_CONSTRAINTS := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 STAMP := $(VENV)/.installed
-# Test processes run side by side (pytest-xdist), one torch thread each; JOBS=0 runs the tests in one process.
+# Test processes run side by side (pytest-xdist), one torch thread each, an idle one taking tests from a busy one
+# (worksteal: the long kit runs do not end up queued behind each other); JOBS=0 runs the tests in one process.
 JOBS ?= 2
 
 .PHONY: test test-slow test-rehearsals train bench setup clean data
@@ -19,10 +20,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS)
+	$(PY) -m pytest -n $(JOBS) --dist worksteal
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -m slow -n $(JOBS)
+	$(PY) -m pytest -m slow -n $(JOBS) --dist worksteal
 
 # The benchmark and GPU scripts rehearsed whole on the CPU (minutes each): run before `make bench` or a GPU session.
 test-rehearsals: $(STAMP)

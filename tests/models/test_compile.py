@@ -11,7 +11,7 @@ FULLGRAPH = sorted(set(odeformer.solver_names("discrete")) - {"reversible"})
 
 def _model(solver):
     torch.manual_seed(0)
-    return odeformer.ViT(depth=3, dim=16, heads=2, solver=solver)
+    return odeformer.ViT(depth=2, dim=16, heads=2, solver=solver)  # the first layer and one after it: what a loop traces
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,8 @@ one, Dormand–Prince 5, a variable-step Adams–Bashforth 2 with its start-up s
 depends on the absolute time (Nesterov's ``3 / t`` family) or saturates in the velocity (``c tanh v``)), and the
 layers a model runs (block steppers, every check on blocks), pass check_stepper whatever is drawn.
 
-The slow suite runs each once from a fixed seed. The full sweep (many seeds, and thorough runs) is this module run as
+The slow suite runs each once from a fixed seed (a registered scheme's default run is tests/solvers/test_steppers.py's,
+in the default suite). The full sweep (many seeds, and thorough runs) is this module run as
 a script: ``python tests/solvers/test_kit_false_alarms.py --runs 20 --thorough 3`` runs :func:`stepper_report` (every
 claim to its end) and prints one line per run with its seed and each claim's seconds (or every failed claim's
 message), prints every thread's stack when a run goes on past ``--stall`` seconds, and exits 1 if any correct scheme
@@ -224,8 +225,8 @@ def schemes():
 SCHEMES = schemes()
 
 
-@pytest.mark.slow  # every scheme once, about 5-10 s each
-@pytest.mark.parametrize("label", sorted(SCHEMES))
+@pytest.mark.slow  # about 5-10 s each; the registered schemes' default runs are test_steppers' (the default suite)
+@pytest.mark.parametrize("label", sorted(set(SCHEMES) - set(solvers.STEPPERS.schemes())))
 def test_a_correct_scheme_passes_a_drawn_run(label):
     report = check_stepper(SCHEMES[label], seed=20261204 + sorted(SCHEMES).index(label))
     assert report["order"] or SCHEMES[label].order == 0
@@ -246,6 +247,7 @@ def test_a_friction_of_the_schemes_own_passes_the_order_and_context_checks(schem
     check_contexts(scheme, examples=2)
 
 
+@pytest.mark.slow  # fifteen-stage ladders to float64's floor: about 25 s
 def test_an_eighth_order_composition_passes_the_order_check_or_is_said_unresolved():
     """Kahan and Li's composition reaches float64's floor before its error settles on a fixed problem: every slope it
     measures there is at least 8, so that problem is reported as unresolved, not failed; the others read 8."""
