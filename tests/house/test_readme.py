@@ -151,7 +151,7 @@ def test_every_readme_command_has_a_tiny_form(tmp_path):
     assert len(found) >= 15
     for i, command in enumerate(found):
         _tiny(command, tmp_path, i)
-    assert _recipe("test").endswith("-m pytest -n $(JOBS)")
+    assert _recipe("test").endswith("-m pytest -n $(JOBS) --dist worksteal")
     assert "benchmarks.run --results docs/RESULTS.md" in _recipe("bench")
     assert _recipe("train").endswith("odeformer-train experiment=digits_vit")
 
