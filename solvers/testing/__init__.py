@@ -16,7 +16,9 @@ hypothesis finds that still fails (fewest steps, smallest shape, magnitude 1, pa
 defect allows) and that is the instance the message names. Each run draws from a fresh random seed unless ``seed``
 is given (or the active hypothesis profile derandomizes, as this project's ``ci`` profile does); a failure on a drawn
 instance ends with the seed and the one line, ``check_stepper(Name, seed=...)``, that draws it again. Hypothesis's
-cache of source files goes to the temporary directory where the working directory has no ``.hypothesis`` folder.
+cache of constants read from source files goes to a scratch folder of the process, removed at exit, where the working
+directory has no ``.hypothesis`` folder and no storage is configured (``HYPOTHESIS_STORAGE_DIRECTORY``): a check
+run from a user's script leaves no folder behind.
 
 What is drawn (:mod:`solvers.testing.strategies`; the contexts in :mod:`solvers.testing.contexts`): states of two
 dimensions ``(batch, width)`` and three ``(batch, tokens, width)``, batches of 2 or 3, fields that couple the tokens of

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
+from hypothesis import configuration
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import FlakyFailure
 
@@ -23,6 +29,30 @@ def seeded(seed: int) -> Iterator[None]:
         yield
     finally:
         _SEED[0] = before
+
+
+_HOME = "__hypothesis_home_directory"  # hypothesis.configuration's own, resolved at its first storage access
+_SCRATCH: list[Path] = []
+
+
+@contextmanager
+def _no_folder_here() -> Iterator[None]:
+    """Within it, hypothesis's storage (its cache of constants read from source files; the kit keeps no example
+    database) is a scratch folder of this process, removed at exit, where hypothesis would otherwise create
+    ``.hypothesis/`` in the working directory: no ``HYPOTHESIS_STORAGE_DIRECTORY``, no home set by the caller or
+    resolved already (as pytest's run does), and no ``.hypothesis`` folder here. Leaving restores the home as it was."""
+    before = getattr(configuration, _HOME, None)
+    if before is not None or os.getenv("HYPOTHESIS_STORAGE_DIRECTORY") or (Path.cwd() / ".hypothesis").exists():
+        yield
+        return
+    if not _SCRATCH:
+        _SCRATCH.append(Path(tempfile.mkdtemp(prefix="solvers-testing-")))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    configuration.set_hypothesis_home_dir(_SCRATCH[0])
+    try:
+        yield
+    finally:
+        configuration.set_hypothesis_home_dir(before)
 
 
 def reject() -> None:
@@ -74,7 +104,7 @@ def check_drawn(
         phases=[Phase.explicit, Phase.generate, Phase.shrink] if examples > 0 else [Phase.explicit],
     )(test)
     try:
-        with _one_thread():
+        with _one_thread(), _no_folder_here():
             test()
     except FlakyFailure as group:  # a failure that did not repeat on the same instance: report the first one
         first = next((e for e in group.exceptions if isinstance(e, AssertionError)), None)

@@ -333,6 +333,28 @@ def test_a_failure_names_the_seed_and_a_one_line_reproduction(tmp_path, monkeypa
     assert not (tmp_path / ".hypothesis").exists()  # no example database in the working directory
 
 
+def test_a_users_process_gets_no_hypothesis_folder_and_leaves_no_scratch(tmp_path):
+    """In a process of the user's own (no pytest, whose run resolves hypothesis's storage first), a check writes no
+    ``.hypothesis/`` folder (hypothesis caches constants read from source files there) into the working directory;
+    its scratch folder is gone after exit."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import solvers, hypothesis.configuration as c\n"
+        "from solvers.testing import check_precision\n"
+        "check_precision(solvers.Heun, examples=1)\n"
+        "from solvers.testing._drawn import _SCRATCH\n"
+        "print(_SCRATCH[0])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOTHESIS_")}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / ".hypothesis").exists()
+    assert not os.path.exists(done.stdout.strip())
+
+
 def _contexts_seeded(scheme, seed):
     from solvers.testing._drawn import seeded
 
