@@ -121,11 +121,22 @@ def test_analyze_bounds_a_refinement_before_the_run_is_loaded(tmp_path, argv, wo
     assert words in _one(capsys)
 
 
-def test_analyze_bounds_a_tableaus_stages_before_deriving_its_claims(tmp_path, capsys):
+def test_analyze_bounds_a_tableaus_stages_before_deriving_its_claims(tmp_path, capsys, monkeypatch):
+    """A tableau of 400 stages typed out is refused on its text, before Hydra's parser reads its 320,000 characters
+    (a minute) or its claims are derived; one of 65 stages in short fractions, whose text fits, by its stages."""
+    import hydra
+
     rows = ",".join("[" + ",".join(["0.1"] * i) + "]" for i in range(400))
     argv = ["solver=tableau", f"solver.options.A=[{rows}]", f"solver.options.b=[{','.join(['0.0025'] * 400)}]"]
-    assert analyze.main([*argv, "--out", str(tmp_path / "a")]) == 2
-    assert "has 400 stages, more than the 64 allowed" in _one(capsys)
+    parsed = []
+    with monkeypatch.context() as patched:  # Hydra's compose is never reached
+        patched.setattr(hydra, "compose", lambda **k: parsed.append(k))
+        assert analyze.main([*argv, "--out", str(tmp_path / "a")]) == 2
+    assert f"solver.options.A= has a value of {len(argv[1]) - len('solver.options.A=')} characters" in _one(capsys)
+    assert not parsed
+    drifts = ",".join(["0"] * 65)
+    assert analyze.main(["solver=tableau", f"solver.options.drifts=[{drifts}]", f"solver.options.kicks=[{drifts}]"]) == 2
+    assert "solver.options.drifts has 65 stages, more than the 64 allowed" in _one(capsys)
 
 
 SCHEME = "import solvers\n\n\nclass Edited(solvers.{base}):\n    pass\n"

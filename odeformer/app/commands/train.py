@@ -126,10 +126,12 @@ def _initialized():
 def compose(overrides: list[str]) -> DictConfig:
     """The config ``odeformer-train <overrides>`` would run (Hydra's compose API; no run directory is made).
 
-    Unknown options and keys and values of the wrong type are a one-line :class:`UsageError`.
+    Unknown options and keys and values of the wrong type are a one-line :class:`UsageError`, as are overrides beyond
+    :func:`check_sizes` (before Hydra parses them).
     """
     from hydra import compose as hydra_compose
 
+    check_sizes(overrides)
     with _user_solvers(overrides), _initialized():
         try:
             composed = hydra_compose(config_name="train", overrides=overrides)
@@ -283,14 +285,7 @@ def check_command_line(argv: list[str]) -> None:
         raise UsageError("--shell-completion takes install=SHELL, uninstall=SHELL or query=... (e.g. install=bash).")
     if any(arg in _SKIP for arg in argv):
         return
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if len(key) > MAX_KEY:
-            raise UsageError(f"an override's key has {len(key)} characters (at most {MAX_KEY}): {key[:40]}...")
-        if len(value) > MAX_VALUE:
-            raise UsageError(f"{key}= has a value of {len(value)} characters (at most {MAX_VALUE}).")
-        if re.search(rf"\d{{{MAX_DIGITS + 1},}}", value):
-            raise UsageError(f"{key}= has a number of more than {MAX_DIGITS} digits; no setting takes one.")
+    check_sizes(argv)
     overrides, skip = [], False
     for arg in argv:
         if skip:
@@ -356,6 +351,20 @@ def check_command_line(argv: list[str]) -> None:
 
 
 MAX_KEY, MAX_VALUE, MAX_DIGITS = 200, 2000, 60  # far beyond any setting's key, value, number
+
+
+def check_sizes(argv: list[str]) -> None:
+    """Each override's key, value and numbers within :data:`MAX_KEY`, :data:`MAX_VALUE` and :data:`MAX_DIGITS`,
+    checked on the text before Hydra's parser reads it (a value of 300,000 characters, a tableau of 400 stages typed
+    out, takes that parser a minute): one line naming the key."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if len(key) > MAX_KEY:
+            raise UsageError(f"an override's key has {len(key)} characters (at most {MAX_KEY}): {key[:40]}...")
+        if len(value) > MAX_VALUE:
+            raise UsageError(f"{key}= has a value of {len(value)} characters (at most {MAX_VALUE}).")
+        if re.search(rf"\d{{{MAX_DIGITS + 1},}}", value):
+            raise UsageError(f"{key}= has a number of more than {MAX_DIGITS} digits; no setting takes one.")
 
 
 _ADDABLE = ("solver", "model", "data", "train", "experiment", "hydra")  # what a ``+key=value`` may add to
