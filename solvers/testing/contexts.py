@@ -950,8 +950,8 @@ def check_contexts(
         if gain > 1.0:
             rule += f", times {gain:.3g}, how much this step amplifies rounding"
         allowed = units * unit * gain
-        if dtype != torch.float64 and allowed > th.UNRESOLVED and floor == 0.0:
-            return  # the dtype cannot resolve this step: any result would pass, so none is judged
+        if allowed > th.UNRESOLVED and floor == 0.0:
+            return  # the dtype cannot resolve this step (or its inverse): any result would pass, so none is judged
         if floor > allowed:
             allowed, rule = floor, f"difference quotients resolve {floor:g}"
         if times > 0.0:  # a far start: its stage times are held only to float64's rounding there

@@ -110,9 +110,10 @@ CONTEXT_SCALES = (2.0**-10, 2.0**10)
 drawn magnitude), compared with the reference at the instance's own size: a scheme that clips, guards or switches path
 on the size of its state meets both sides."""
 UNRESOLVED = 0.1
-"""A low-precision comparison whose allowance (the scheme's rounding units times the step's amplification, in the
-dtype's rounding unit) exceeds this relative size resolves nothing and is not made: bfloat16 on a composition of
-fifteen large sub-steps."""
+"""A comparison whose allowance (the scheme's rounding units times the step's amplification, in the dtype's rounding
+unit) exceeds this relative size resolves nothing and is not made: bfloat16 on a composition of fifteen large
+sub-steps, or in float64 the inverse of a step far outside its stability region (Yoshida's eighth-order composition at
+dt = 3.2, whose inverse amplifies rounding 5·10¹³ times)."""
 COMMUTES = 1e-9
 """A scheme's limit field commutes with a shift of time or a scaling of the state (and its step must then too) where
 the two sides agree to this (relative); a friction of the scheme's own that depends on the time or the size differs by

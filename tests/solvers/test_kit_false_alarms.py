@@ -247,6 +247,19 @@ def test_a_friction_of_the_schemes_own_passes_the_order_and_context_checks(schem
     check_contexts(scheme, examples=2)
 
 
+@pytest.mark.slow  # about 20 s: the drawn contexts of a fifteen-stage composition
+def test_an_inverse_that_amplifies_rounding_beyond_resolution_is_not_judged():
+    """Found by the sweep: drawn at dt = 3.16 from t = 10, Yoshida's eighth-order step stays within BLOWN_UP but its
+    inverse amplifies rounding 4.8·10¹³ times, so float64 resolves nothing of it (the far start's other stage-time
+    rounding gave an inverse 2.5·10⁴ off, relative): no comparison whose allowance exceeds UNRESOLVED is judged, in
+    float64 as in low precision."""
+    from solvers.testing import thresholds as th
+    from solvers.testing._drawn import seeded
+
+    with seeded(2011245880):
+        assert check_contexts(Yoshida8) < th.UNRESOLVED  # raised nothing; its largest judged defect (relative)
+
+
 @pytest.mark.slow  # fifteen-stage ladders to float64's floor: about 25 s
 def test_an_eighth_order_composition_passes_the_order_check_or_is_said_unresolved():
     """Kahan and Li's composition reaches float64's floor before its error settles on a fixed problem: every slope it
