@@ -42,7 +42,9 @@ def _no_folder_here() -> Iterator[None]:
     ``.hypothesis/`` in the working directory: no ``HYPOTHESIS_STORAGE_DIRECTORY``, no home set by the caller or
     resolved already (as pytest's run does), and no ``.hypothesis`` folder here. Leaving restores the home as it was."""
     before = getattr(configuration, _HOME, None)
-    if before is not None or os.getenv("HYPOTHESIS_STORAGE_DIRECTORY") or (Path.cwd() / ".hypothesis").exists():
+    settable = hasattr(configuration, "set_hypothesis_home_dir")  # hypothesis's own; another version may lack it
+    here = Path.cwd() / ".hypothesis"
+    if not settable or before is not None or os.getenv("HYPOTHESIS_STORAGE_DIRECTORY") or here.exists():
         yield
         return
     if not _SCRATCH:
