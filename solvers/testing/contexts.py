@@ -992,7 +992,8 @@ def check_contexts(
         # there (a far start runs the field shifted in time and a scale runs state and field scaled, so that the
         # context's run is the reference's); where its own dynamics depend on the time or the size (a friction r / t,
         # c tanh v), the reference runs where the context does, and the order is measured there (:func:`_held_there`)
-        in_time, in_size = _commutes(high, inner, problem.initial(low), own, shift, scale)
+        span = [own + sum(dts[:i]) + c * dt for i, dt in enumerate(dts) for c in (0.0, 0.5, 1.0)]
+        in_time, in_size = _commutes(high, inner, problem.initial(low), span, shift, scale)
         if not in_time:
             held("time", t0)
         if not in_size:
@@ -1217,30 +1218,36 @@ def _framed(inner: Any, rest: float, k: float) -> Any:
 
 
 @torch.no_grad()
-def _commutes(stepper: AbstractStepper, inner: Any, y: Any, t: float, shift: float, scale: float) -> tuple[bool, bool]:
+def _commutes(
+    stepper: AbstractStepper, inner: Any, y: Any, times: list[float], shift: float, scale: float
+) -> tuple[bool, bool]:
     """Whether the stepper's limit field commutes with shifting the time by ``shift`` (``L[f(· - s)](t + s, y) =
-    L[f](t, y)``) and with scaling the state and the field by ``scale`` (``L[m f(·/m)](t, m y) = m L[f](t, y)``),
-    at ``(t, y)``, to ``COMMUTES`` (relative). Most schemes' limits do (the field itself, a momentum, a fixed
-    friction ``γ v``): their step must then commute too, and a context that shifts or scales is compared with the
-    reference where the other checks vouch for it. A friction ``r / t`` or ``c tanh v`` of the scheme's own does not:
-    its step is compared with the reference where the context runs it. A scheme with no limit (order 0) commutes."""
+    L[f](t, y)``) at every one of ``times`` (the run's step starts, middles and ends: a friction even in ``t``,
+    ``r / sqrt(1 + t²)``, agrees at ``±10`` and not over the steps after them) and with scaling the state and the field
+    by ``scale`` (``L[m f(·/m)](t, m y) = m L[f](t, y)``) at ``(times[0], y)``, to ``COMMUTES`` (relative). Most
+    schemes' limits do (the field itself, a momentum, a fixed friction ``γ v``): their step must then commute too, and
+    a context that shifts or scales is compared with the reference where the other checks vouch for it. A friction
+    ``r / t`` or ``c tanh v`` of the scheme's own does not: its step is compared with the reference where the context
+    runs it. A scheme with no limit (order 0) commutes."""
     try:
         limit = stepper.limit_field(inner)
-        base = _flat(limit(t, y))
+        bases = [_flat(limit(t, y)) for t in times]
     except ValueError:
         return True, True
-    size = max(float(base.abs().max()), 1e-300)
 
-    def near(value: Tensor) -> bool:
+    def near(value: Tensor, base: Tensor) -> bool:
+        size = max(float(base.abs().max()), 1e-300)
         return bool(torch.isfinite(value).all()) and float((value - base).abs().max()) <= th.COMMUTES * size
 
     in_time = in_size = True
     try:
         if shift != 0.0:
-            in_time = near(_flat(stepper.limit_field(each(inner, lambda f: _Shifted(f, shift)))(t + shift, y)))
+            shifted = stepper.limit_field(each(inner, lambda f: _Shifted(f, shift)))
+            in_time = all(near(_flat(shifted(t + shift, y)), base) for t, base in zip(times, bases))
         if scale != 1.0:
             big = _packed([u * scale for u in _parts(y)], y)
-            in_size = near(_flat(stepper.limit_field(each(inner, lambda f: _Scaled(f, scale)))(t, big)) / scale)
+            scaled = stepper.limit_field(each(inner, lambda f: _Scaled(f, scale)))
+            in_size = near(_flat(scaled(times[0], big)) / scale, bases[0])
     except (ArithmeticError, ValueError, RuntimeError):
         return shift == 0.0, scale == 1.0
     return in_time, in_size
