@@ -70,7 +70,6 @@ def _last(states: Iterator[Y]) -> Y:
     return deque(states, maxlen=1)[0]  # keeps only the last state alive
 
 
-@torch.compiler.disable  # its backward calls autograd.grad, which Dynamo does not trace: this part stays eager
 def integrate_reversible(
     stepper: AbstractStepper | Sequence[AbstractStepper],
     fields: Sequence[Any],
@@ -89,6 +88,23 @@ def integrate_reversible(
     when those were substituted only for the call (``torch.func.functional_call``). Every stepper must declare
     ``reversible``; a schedule may not switch between first- and second-order steppers.
     """
+    if torch.compiler.is_compiling():  # Dynamo is tracing this call: the custom backward calls autograd.grad,
+        return _eager()(stepper, fields, y0, dt, t0, params, modules)  # which it does not trace, so it stays eager
+    return _integrate_reversible(stepper, fields, y0, dt, t0, params, modules)
+
+
+_EAGER: list = []
+""":func:`_integrate_reversible` under ``torch.compiler.disable``, made when a compilation first needs it: the mark
+imports Dynamo, seconds that a process which never compiles (an analysis, a user's script of the kit) need not pay."""
+
+
+def _eager():
+    if not _EAGER:
+        _EAGER.append(torch.compiler.disable(_integrate_reversible))
+    return _EAGER[0]
+
+
+def _integrate_reversible(stepper, fields, y0, dt, t0, params, modules):
     steppers = _per_step(stepper, fields)
     dts = _per_step_dt(dt, steppers)
     for i, s in enumerate(steppers):
