@@ -1,8 +1,11 @@
 """The training application end to end: configs, runs, checkpoints, resume, signals, bad input, sweeps, torchrun."""
 
+import copy
+import functools
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,13 +54,13 @@ def _compose(overrides):
 DATA_FOR_MODEL = {name: spec.data for name, spec in TASK_MODELS.items()}
 
 
-@pytest.mark.parametrize("solver", entry.choices("solver"))
-@pytest.mark.parametrize("model", entry.choices("model"))
-def test_every_solver_and_model_composes_and_instantiates(solver, model):
+@functools.cache
+def _composed(group, choice):
+    """``(resolved config, unresolved YAML)`` of ``group=choice`` at the small sizes below; its model's data task."""
+    model = choice if group == "model" else "vit"
     cfg = _compose(
         [
-            f"solver={solver}",
-            f"model={model}",
+            f"{group}={choice}",
             "data=synthetic",
             f"data.options.task={DATA_FOR_MODEL[model]}",
             "data.options.n=64",
@@ -66,16 +69,38 @@ def test_every_solver_and_model_composes_and_instantiates(solver, model):
             "model.heads=2",
         ]
     )
+    return OmegaConf.to_container(cfg, resolve=True), OmegaConf.to_container(cfg, resolve=False)
+
+
+def test_a_solver_and_a_model_compose_independently():
+    """What lets the test below pair each solver's composed node with each model's config (45 compositions, not 200):
+    a solver option sets its node alone, a model option leaves the solver node as it was, and no interpolation in
+    either names the other group."""
+    base = _composed("model", "vit")[1]
+    for solver in entry.choices("solver"):
+        node = _composed("solver", solver)[1]
+        assert {k: v for k, v in node.items() if k != "solver"} == {k: v for k, v in base.items() if k != "solver"}
+        assert not re.search(r"\$\{[^}]*\bmodel\b", repr(node["solver"])), solver
+    for model in entry.choices("model"):
+        node = _composed("model", model)[1]
+        assert node["solver"] == base["solver"], model
+        assert not re.search(r"\$\{[^}]*\bsolver\b", repr(node)), model
+
+
+@pytest.mark.parametrize("solver", entry.choices("solver"))
+@pytest.mark.parametrize("model", entry.choices("model"))
+def test_every_solver_and_model_composes_and_instantiates(solver, model):
+    cfg = {**_composed("model", model)[0], "solver": _composed("solver", solver)[0]["solver"]}
     discrete = isinstance(odeformer.as_solver(solver), odeformer.Solver)
     if model == "difformer" and not discrete:
         with pytest.raises(ValueError, match=f"continuous solver '{solver}' has no layers"):
-            builder.build(OmegaConf.to_container(cfg, resolve=True))
+            builder.build(copy.deepcopy(cfg))
         return
     if model == "difformer" and solver == "reversible":  # a norm after every layer cannot be inverted
         with pytest.raises(ValueError, match="cannot be inverted"):
-            builder.build(OmegaConf.to_container(cfg, resolve=True))
+            builder.build(copy.deepcopy(cfg))
         return
-    data, net, info = builder.build(OmegaConf.to_container(cfg, resolve=True))
+    data, net, info = builder.build(copy.deepcopy(cfg))
     if discrete:
         assert len(net.backbone.layers) == 2 and info["solver"] == solver
         assert type(net.backbone.layers[0].stepper) is odeformer.as_solver(solver).stepper  # as constructed
