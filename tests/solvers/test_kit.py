@@ -427,7 +427,8 @@ def test_kit_passes_each_check_on_true_claims():
 def test_yoshida_triple_jump_passes(monkeypatch):
     """A correct fourth-order symplectic composition, evaluating outside [t, t + dt], passes, and the kit does no more
     work for it than for a fourth-order composition whose stages stay inside the step (counted in steps taken, not
-    seconds: Omelyan's 4th order, whose coefficients lie in [0, 1])."""
+    seconds: Omelyan's 4th order, whose coefficients lie in [0, 1]). Both are compared on a few drawn examples: their
+    default runs are test_steppers'."""
     p = pendulum_problem(seed=0)
     field = RecordingField(p.field)
     integrate(Yoshida4(), [field], PhaseState(p.x0, p.v0), 0.5)
@@ -440,8 +441,8 @@ def test_yoshida_triple_jump_passes(monkeypatch):
             return _step(self, *args)
 
         monkeypatch.setattr(cls, "step", counted)
-    report = check_stepper(Yoshida4)
-    check_stepper(Omelyan4)
+    report = check_stepper(Yoshida4, examples=4)
+    check_stepper(Omelyan4, examples=4)
     assert 0 < steps[Yoshida4] <= 2 * steps[Omelyan4], steps
     assert all(abs(s - 4) < 0.1 for s in report["order"])
     assert report["symplectic"]["rate"] > 3.7 and report["reversible"] < 1e-14
