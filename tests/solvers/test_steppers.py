@@ -112,8 +112,15 @@ def test_registry_is_complete_and_constructible():
 
 @pytest.mark.parametrize("name", sorted(STEPPERS.variants()))
 def test_a_variant_row_is_its_scheme_with_options_and_passes_the_kit(name):
+    """A row with options is checked as built; a row without any builds its scheme's default stepper, which
+    test_check_stepper checks (its layer, FFN step and memory are the layer's, not the stepper's)."""
     row = STEPPERS[name]
     stepper = row()
     assert set(row.options) <= set(solvers.stepper_parameters(row.scheme))
+    if not row.options:
+        plain = row.scheme()
+        assert type(stepper) is row.scheme and stepper.state_dict().keys() == plain.state_dict().keys()
+        assert all(torch.equal(a, b) for a, b in zip(stepper.state_dict().values(), plain.state_dict().values()))
+        return
     report = check_stepper(stepper)
     assert ("symplectic" in report) == row.claims().symplectic
