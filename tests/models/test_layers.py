@@ -1,5 +1,6 @@
 """Layers as block steppers: what reaches the output, what the reversible path refuses, one loop for every driver."""
 
+import dataclasses
 from typing import ClassVar
 
 import pytest
@@ -173,15 +174,39 @@ STRANG = [  # the second-order Strang layers measure slowly (about 15 s each): t
 ]
 
 
-# Layers the default suite's cases already stand for (about 8 s each): euler's is diffusion's layer and
-# semi_implicit_euler's full_wave's; tableau's default is velocity Verlet's layer; rk4_38 is a second whole-block RK4;
-# the other one-step schemes' Lie layers are order 1 as full_wave's is. They run in the slow suite.
-SLOW_LAYERS = {"euler", "semi_implicit_euler", "rk4_38", "leapfrog", "damped", "velocity_verlet", "heun", "tableau"}
+# Layers the default suite's cases already stand for (about 8 s each): tableau's default is velocity Verlet's layer;
+# rk4_38 is a second whole-block RK4; the other one-step schemes' Lie layers are order 1 as full_wave's is. They run in
+# the slow suite. (euler's layer is diffusion's and semi_implicit_euler's full_wave's: SAME below, measured once.)
+SLOW_LAYERS = {"rk4_38", "leapfrog", "damped", "velocity_verlet", "heun", "tableau"}
 # The named tableaux and learnable families are whole-block first-order or Lie second-order layers like those above.
 SLOW_LAYERS |= set(solvers.TABLEAUX) | {"two_stage_rk", "symmetric_splitting", "triple_jump"}
-LAYERS = [
-    pytest.param(n, marks=pytest.mark.slow) if n in SLOW_LAYERS else n for n in odeformer.solver_names("discrete")
-]
+
+
+def _layer(name):
+    """A preset's layer, whatever it is called: its solver record without its name and words."""
+    return dataclasses.replace(odeformer.registry.as_solver(name), name="", equation="")
+
+
+_DISCRETE = odeformer.solver_names("discrete")
+SAME = {
+    name: twin
+    for i, name in enumerate(_DISCRETE)
+    for twin in [next((n for n in _DISCRETE[:i] if _layer(n) == _layer(name)), None)]
+    if twin is not None
+}
+"""``{preset: earlier preset}`` for a preset whose layer is exactly an earlier one's: measured once, as the earlier."""
+LAYERS = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_LAYERS else n for n in _DISCRETE if n not in SAME]
+
+
+def test_a_preset_whose_layer_is_another_presets_builds_that_layer():
+    """What lets a preset's measurement stand for its twin's: the same record, and the same layer built from it (the
+    same steppers and parameters)."""
+    assert SAME  # euler's layer is diffusion's, semi_implicit_euler's full_wave's
+    for name, twin in SAME.items():
+        built = [odeformer.registry.as_solver(n).build(6) for n in (name, twin)]
+        assert repr(built[0]) == repr(built[1])
+        a, b = (dict(layer.state_dict()) for layer in built)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize(
