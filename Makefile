@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # (worksteal: the long kit runs do not end up queued behind each other); JOBS=0 runs the tests in one process.
 JOBS ?= 2
 
-.PHONY: test test-slow test-rehearsals train bench setup clean data
+.PHONY: test test-slow test-thorough test-rehearsals train bench setup clean data
 
 setup: $(STAMP)
 
@@ -24,6 +24,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow -n $(JOBS) --dist worksteal
+
+# The kit's thorough run and drawn runs of eighth-order compositions (minutes): before a release or a change to the kit.
+test-thorough: $(STAMP)
+	$(PY) -m pytest -m thorough -n $(JOBS) --dist worksteal
 
 # The benchmark and GPU scripts rehearsed whole on the CPU (minutes each): run before `make bench` or a GPU session.
 test-rehearsals: $(STAMP)

@@ -104,7 +104,7 @@ def test_correct_compositions_pass_the_thorough_geometric_checks(name):
     check_symplectic(cls, examples=200)
 
 
-@pytest.mark.slow
+@pytest.mark.thorough  # about 80 s: `make test-thorough`
 def test_the_whole_thorough_kit_passes_a_far_reaching_composition():
     """Yoshida's triple jump through every check at ``examples=200``. Forest–Ruth is its adjoint (the same weights,
     drift first) through the same composition engine: its thorough geometric checks are the test above, and the
