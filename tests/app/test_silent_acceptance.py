@@ -135,7 +135,8 @@ def test_analyze_bounds_a_tableaus_stages_before_deriving_its_claims(tmp_path, c
     assert f"solver.options.A= has a value of {len(argv[1]) - len('solver.options.A=')} characters" in _one(capsys)
     assert not parsed
     drifts = ",".join(["0"] * 65)
-    assert analyze.main(["solver=tableau", f"solver.options.drifts=[{drifts}]", f"solver.options.kicks=[{drifts}]"]) == 2
+    coefficients = [f"solver.options.drifts=[{drifts}]", f"solver.options.kicks=[{drifts}]"]
+    assert analyze.main(["solver=tableau", *coefficients]) == 2
     assert "solver.options.drifts has 65 stages, more than the 64 allowed" in _one(capsys)
 
 
