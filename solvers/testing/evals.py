@@ -19,7 +19,7 @@ class RecordingField:
         self.field, self.times = field, []
 
     def __call__(self, t, x):
-        self.times.append(float(t))
+        self.times.append(float(t.detach()) if isinstance(t, torch.Tensor) else float(t))  # a learnable dt's time too
         return self.field(t, x)
 
 
