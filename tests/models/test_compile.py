@@ -60,10 +60,13 @@ def test_reversible_compiles_with_its_stack_eager():
     """The reversible stack's custom backward stays eager (torch.compiler.disable); the rest compiles."""
     model = _model("reversible")
     images = torch.randn(2, 1, 8, 8)
+    torch._dynamo.utils.counters.clear()
     compiled = torch.compile(model, backend="eager")
     out = compiled(images)
     grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
     reference = torch.autograd.grad(model(images).square().sum(), list(model.parameters()))
+    breaks = [reason.splitlines()[0] for reason in torch._dynamo.utils.counters["graph_break"]]
+    assert any("disable()`d function" in b for b in breaks), breaks  # Dynamo skipped it, did not trace into it
     torch.testing.assert_close(out, model(images), rtol=1e-6, atol=1e-6)
     for a, b in zip(grads, reference):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
