@@ -5,7 +5,7 @@ or fp16 autocast, in half precision after ``.half()``, with one thread or severa
 under ``torch.jit.trace`` or a ``torch.func`` transform (each sample under ``vmap``, a ``jvp``, a functional ``grad``),
 on an ``nn.Module`` field with trainable weights built from attention and an FFN, on states of thousands to millions of
 entries that are views (transposed, sliced, channels-last, expanded over the batch or broadcast over the tokens with
-stride 0), of rank 1 to 5 with several heads, at times up to depth times ``dt``, with ``t`` and ``dt`` as floats or
+stride 0), of rank 1 to 5 with several heads, a single token ``(batch, 1, width)`` as cached generation steps one, at times up to depth times ``dt``, with ``t`` and ``dt`` as floats or
 0-d tensors (a learnable step size requires grad), with a state that requires grad stepped under ``no_grad``, on
 fields in training or in eval mode. The other checks run float64, autograd off, a plain function on small contiguous
 states. A scheme that branches on any of these passes them and is wrong where it is used. Here every drawn instance is
@@ -103,7 +103,8 @@ class Context:
     """Where a step runs: its state ``dtype``; its grad ``mode`` (:data:`MODES`); its ``field`` (:data:`FIELDS`);
     its ``autocast`` (``False``, ``True`` for bf16, or the dtype, :data:`AUTOCASTS`); the intra-op ``threads``; the
     state's ``layout`` (:data:`LAYOUTS`); ``rank4`` (the state viewed with a head dimension, ``(batch, 1, tokens,
-    width)``); ``heads``, dimensions inserted after the batch (``(4,)``: four heads, ``(2, 2)``: a rank-5 state; the
+    width)``); ``token`` (a state of rows viewed as one token each, ``(batch, 1, width)``, as cached generation steps a
+    new token; the reference steps the rows); ``heads``, dimensions inserted after the batch (``(4,)``: four heads, ``(2, 2)``: a rank-5 state; the
     instance's batch grows by their product, each a sample of its own); how ``time`` is handed over (:data:`TIMES`);
     a start time ``t0`` replacing the instance's (``None``: the instance's; the field is shifted in time so that the
     run is the instance's, and the reference runs from the instance's own start); a ``size``, ``(tokens, width)`` or
@@ -121,6 +122,7 @@ class Context:
     threads: int = 1
     layout: str = "contiguous"
     rank4: bool = False
+    token: bool = False
     time: str = "float"
     t0: float | None = None
     size: tuple[int, int] | str | None = None
@@ -161,6 +163,8 @@ class Context:
             parts.append({"trace": "under torch.jit.trace"}.get(self.transform, f"under torch.func.{self.transform}"))
         if self.layout != "contiguous":
             parts.append(f"a {self.layout} view" if self.layout != "channels_last" else "a channels-last state")
+        if self.token:
+            parts.append("rows as single tokens (batch, 1, width)")
         if self.rank4:
             parts.append("4-D states")
         if self.heads:
@@ -236,6 +240,8 @@ CONTEXTS = (
     Context(torch.float32, "enable_grad", "attention", scale=SCALES[1]),
     Context(torch.float64, "enable_grad", "attention"),
     Context(torch.float64, "no_grad", "function", rank4=True, t0=500.0),
+    Context(torch.float64, "enable_grad", "function", token=True),
+    Context(torch.float32, "inference_mode", "module", token=True, layout="transposed"),
     Context(torch.float32, "no_grad", "eval module", time="tensor", t0=-64.0),
     Context(torch.float64, "no_grad", "function", t0=40.0, scale=SCALES[1]),
     Context(torch.float64, "no_grad", "function", t0=-10000.0, dt=2.5),
@@ -255,7 +261,8 @@ CONTEXTS = (
 )
 """The contexts every check runs first, on a fixed instance: each value of every aspect at least once, and float64
 and float32 with each grad mode (half precision; bf16 and fp16 autocast; each field kind, with trainable weights;
-two, three and four threads; deterministic algorithms; each layout; 4-D states, several heads and rank 5; ``vmap``
+two, three and four threads; deterministic algorithms; each layout; 4-D states, several heads and rank 5; rows as
+single tokens (these on an instance of rows); ``vmap``
 (rank-1 rows), ``jvp``, functional ``grad`` and ``jit.trace``; tensor and learnable times; start times up to 10,000
 on either side and a step of 2.5; states scaled up and down; a state requiring grad under ``no_grad``; a DeiT-Tiny
 sequence, a GPT-2 width and a large state). Then instances are drawn with a context each (:func:`contexts`), every
@@ -278,6 +285,7 @@ def contexts(given: bool = False):
         threads=st.sampled_from(THREADS),
         layout=st.sampled_from(LAYOUTS),
         rank4=st.booleans(),
+        token=st.booleans(),
         time=st.sampled_from(TIMES),
         t0=st.one_of(st.none(), far),
         size=st.integers(0, 3).flatmap(
@@ -538,9 +546,11 @@ class _AsTokens:
 # -- states ----------------------------------------------------------------------------------------------------------
 
 
-def _laid_out(u: Tensor, layout: str, rank4: bool, heads: tuple[int, ...] = ()) -> Tensor:
-    """``u`` (a leaf) as the context lays it out: its batch split into ``heads`` dimensions after it (each a sample
-    of its own), a view of another layout, with a head dimension if ``rank4``."""
+def _laid_out(u: Tensor, layout: str, rank4: bool, heads: tuple[int, ...] = (), token: bool = False) -> Tensor:
+    """``u`` (a leaf) as the context lays it out: rows as one token each (``token``), its batch split into ``heads``
+    dimensions after it (each a sample of its own), a view of another layout, with a head dimension if ``rank4``."""
+    if token and u.dim() == 2:
+        u = u.unsqueeze(-2)
     if heads:
         n = math.prod(heads)
         u = u.reshape(u.shape[0] // n, *heads, *u.shape[1:])
@@ -573,7 +583,7 @@ def _start(y0: Tensor | PhaseState, context: Context) -> tuple[Any, list[Tensor]
         if context.mode in ("enable_grad", "no_grad, y requires grad"):
             leaf.requires_grad_(True)
         leaves.append(leaf)
-        laid.append(_laid_out(leaf, context.layout, context.rank4, context.heads))
+        laid.append(_laid_out(leaf, context.layout, context.rank4, context.heads, context.token))
     return (PhaseState(*laid) if isinstance(y0, PhaseState) else laid[0]), leaves
 
 
@@ -1193,7 +1203,7 @@ def check_contexts(
     # the large state is rows: what it asks (a path taken at 2^20 entries) does not need attention over a million
     # three-token tiles, a softmax over rows of three that costs more than all other fixed contexts together; drawn
     # instances reach a large state of tokens
-    fixed = [_InContext(rows if c.size == "large" else fixed_instance, c) for c in (*CONTEXTS, *given)]
+    fixed = [_InContext(rows if c.size == "large" or c.token else fixed_instance, c) for c in (*CONTEXTS, *given)]
     fixed.append(_InContext(rows, Context(torch.float32, "no_grad", "module", transform="vmap")))
     strategy = st.builds(
         _InContext, instances(pristine, width, max_steps=4, large=False), contexts(given=fields is not None)

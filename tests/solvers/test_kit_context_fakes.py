@@ -355,7 +355,7 @@ def test_every_value_of_every_aspect_is_run_on_the_fixed_instance():
     assert {c.field for c in CONTEXTS} == set(FIELDS) - {"given"}
     assert {c.layout for c in CONTEXTS} == set(LAYOUTS)
     assert {c.time for c in CONTEXTS} == set(TIMES)
-    assert any(c.autocast for c in CONTEXTS) and any(c.rank4 for c in CONTEXTS)
+    assert any(c.autocast for c in CONTEXTS) and any(c.rank4 for c in CONTEXTS) and any(c.token for c in CONTEXTS)
     assert {c.threads for c in CONTEXTS} == set(THREADS)
     assert {c.transform for c in CONTEXTS} == set(TRANSFORMS)
     assert {c.autocast_dtype for c in CONTEXTS} == {None, *AUTOCASTS}

@@ -42,6 +42,7 @@ FAKES = [
     (_fake("SeveralHeads", lambda f, t, y, dt: y.dim() >= 4 and y.shape[1] > 1), r"heads \("),
     (_fake("ChannelsLast", lambda f, t, y, dt: y.dim() == 4 and not y.is_contiguous()), r"channels-last|transposed"),
     (_fake("TokenBroadcast", lambda f, t, y, dt: 0 in y.stride()[1:]), r"a broadcast view"),
+    (_fake("OneToken", lambda f, t, y, dt: y.dim() == 3 and y.shape[-2] == 1), r"rows as single tokens"),
     (_fake("MillionEntries", lambda f, t, y, dt: y.numel() >= 2**20), r"at least 1048576 entries"),
     (_fake("PastTimes", lambda f, t, y, dt: abs(float(t)) > 8192), r"from t = -1e\+04"),
     (_fake("ManyThreads", lambda f, t, y, dt: torch.get_num_threads() >= 3), r"[34] threads"),

@@ -69,6 +69,30 @@ def test_a_wrong_scheme_reports_every_failed_claim_and_runs_the_rest():
         raise AssertionError("check_stepper passed a scheme stepper_report fails")
 
 
+class ClampedHeun(AbstractStepper):
+    """Heun that reads its state's size as a Python number (to clamp the step): it cannot run under ``vmap``."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+
+    def step(self, field, t, y, dt, state):
+        dt = dt if float(y.detach().abs().max()) < 1e30 else 0.0 * dt
+        k1 = field(t, y)
+        k2 = field(t + dt, y + dt * k1)
+        return y + 0.5 * dt * (k1 + k2), None
+
+
+def test_a_check_in_which_the_scheme_raises_fails_that_claim_and_the_rest_run():
+    report = stepper_report(ClampedHeun, seed=2)
+    contexts = next(r for r in report.results if r.claim == "contexts")
+    assert not contexts.passed and "ClampedHeun raised RuntimeError in this check" in contexts.message
+    assert "vmap" in contexts.message
+    assert [r.claim for r in report.results][-1] == "one_step" and any(r.passed for r in report.results[1:])
+
+
 def test_declarations_of_the_wrong_kind_fail_the_first_row_and_stop():
     class BadOrder(EulerCallingItselfHeun):
         order: ClassVar = "one"
