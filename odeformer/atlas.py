@@ -435,15 +435,17 @@ def refinement(
     limit: str | None = None,
     limit_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The model at ``k`` steps per layer step (``k = 1`` and each of ``parts``; :func:`resampled`): per
-    ``k``, the relative change of the logits and of the last hidden state against the finest ``k``, and ``metric``
-    of the logits if given; and ``observed_order``: the least-squares slope of ``log ‖L_k − L_k'‖`` against
-    ``log(1/k)`` over consecutive ``k < k'`` (Richardson's estimate: with ``k`` doubling, each difference is ``2^p``
-    times the next for a method of order ``p``, with no bias from a reference), or ``None`` with fewer than two
-    differences or a zero one. ``limit`` (a torchdiffeq method, e.g. ``"dopri5"``) also solves the ODE the layers
-    discretise (:func:`solved`): each row's ``limit_change`` is then its logits' distance from that solution, and
-    ``limit`` holds the solution's ``metric``, its distance from the finest ``k`` and its field evaluations
-    (``limit_options``: :func:`solved`'s tolerances and step bound)."""
+    """The model at ``k`` steps per layer step (``k = 1`` and each of ``parts``; :func:`resampled`): per ``k``, the
+    relative change of the logits and of the last hidden state against the finest ``k``, and ``metric`` of the logits if
+    given; and ``observed_order``: the least-squares slope of ``log ‖L_k − L_k'‖`` against ``log(1/k)`` over consecutive
+    ``k < k'`` (Richardson's estimate: with ``k`` doubling, each difference is ``2^p`` times the next for a method of
+    order ``p``, with no bias from a reference), or ``None`` with fewer than two differences or a zero one;
+    ``local_orders``: the same read from each difference to the next alone, ``log(d_i / d_{i+1}) / log(k_{i+1} / k_i)``
+    (``None`` where a difference is zero), whose last entries are the asymptotic rate the fit over every ``k`` mixes
+    with the coarse ones' (exact where the ``k`` double). ``limit`` (a torchdiffeq method, e.g. ``"dopri5"``) also
+    solves the ODE the layers discretise (:func:`solved`): each row's ``limit_change`` is then its logits' distance from
+    that solution, and ``limit`` holds the solution's ``metric``, its distance from the finest ``k`` and its field
+    evaluations (``limit_options``: :func:`solved`'s tolerances and step bound)."""
     backbone = _backbone(model)
     ks = sorted({1, *(check_resolution(k, len(backbone.layers)) for k in parts)})
     if len(ks) < 2:
@@ -482,7 +484,8 @@ def refinement(
         ys = [math.log(change) for _, change in steps]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         order = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
-    out: dict[str, Any] = {"refinement": rows, "observed_order": order}
+    local = [math.log(d / e) / math.log(b / a) if d > 0 and e > 0 else None for (a, d), (b, e) in zip(steps, steps[1:])]
+    out: dict[str, Any] = {"refinement": rows, "observed_order": order, "local_orders": local}
     if stiff is not None:
         out["limit"] = {"method": limit, "unsolved": stiff}
     if solution is not None:

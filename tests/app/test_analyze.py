@@ -84,14 +84,17 @@ def test_a_run_gets_its_atlas_and_refinement(tmp_path):
     out = tmp_path / "numbers.json"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        assert main([str(run), "--refine", "2", "4", "--json", str(out), "--batch", "4"]) == 0
+        assert main([str(run), "--refine", "2", "4", "8", "--json", str(out), "--batch", "4"]) == 0
     numbers = json.loads(out.read_text())
     assert len(numbers["layers"]) == 2 and numbers["small_step_limit"] is True
     for entry in numbers["layers"]:
         assert {"dt", "eigenvalues", "headroom", "predicted_contraction", "measured_contraction"} <= set(entry)
         assert entry["dt"] == 0.5 and all(len(pair) == 2 for pair in entry["eigenvalues"])
-    assert [row["k"] for row in numbers["refinement"]] == [1, 2, 4] and numbers["metric"] == "accuracy"
+    assert [row["k"] for row in numbers["refinement"]] == [1, 2, 4, 8] and numbers["metric"] == "accuracy"
     assert all(0 <= row["metric"] <= 1 for row in numbers["refinement"]) and "observed_order" in numbers
+    local = numbers["local_orders"]  # from each difference (k to 2k) to the next, the report's line beside the fit
+    assert len(local) == 2 and all(isinstance(p, float) for p in local)
+    assert ", ".join(f"{p:.2f}" for p in local) in (run / "analysis" / "report.md").read_text()
     assert {"atlas.png", "headroom.png", "contraction.png", "refinement.png", "report.md"} <= {
         p.name for p in (run / "analysis").iterdir()
     }

@@ -132,6 +132,7 @@ def test_refinement_converges_at_the_schemes_order_on_a_smooth_model(solver, ord
     images = torch.randn(4, 1, 8, 8, dtype=torch.float64)
     found = refinement(model, (images,), parts=(2, 4, 8, 16))
     assert abs(found["observed_order"] - order) < 0.3, found
+    assert abs(found["local_orders"][-1] - order) < 0.3 and len(found["local_orders"]) == 3, found  # the finest
     changes = [row["logit_change"] for row in found["refinement"]]
     assert changes == sorted(changes, reverse=True) and changes[-1] == 0.0
     assert model.backbone.resolution == 1  # restored

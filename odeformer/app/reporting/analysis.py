@@ -401,8 +401,12 @@ def run_markdown(numbers: dict[str, Any], model: Any, out: Path, title: str | No
             metric = "–" if limit.get("metric") is None else f"{limit['metric']:.4f}"
             solver = f"ODE ({limit['method']}, {limit['evaluations']} evaluations)"
             lines.append(f"| {solver} | {limit['logit_change']:.3g} | – | 0 | {metric} |")
-        order = numbers.get("observed_order")
-        lines += ["", f"Observed order: {'–' if order is None else f'{order:.2f}'}."]
+        order, local = numbers.get("observed_order"), numbers.get("local_orders") or []
+        read = ""
+        if len(local) >= 2:
+            shown = ", ".join("–" if p is None else f"{p:.2f}" for p in local)
+            read = f" (least squares over every k); from each difference to the next: {shown} (the last the finest)"
+        lines += ["", f"Observed order: {'–' if order is None else f'{order:.2f}'}{read}."]
     lines += ["", *(f"![{f[:-4]}]({f})" for f in figures), "", "## Verdicts", ""]
     lines += [f"- {line}" for line in run_verdicts(numbers)] + [""]
     text = "\n".join(lines)
