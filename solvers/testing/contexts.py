@@ -5,13 +5,14 @@ or fp16 autocast, in half precision after ``.half()``, with one thread or severa
 under ``torch.jit.trace`` or a ``torch.func`` transform (each sample under ``vmap``, a ``jvp``, a functional ``grad``),
 on an ``nn.Module`` field with trainable weights built from attention and an FFN, on states of thousands to millions of
 entries that are views (transposed, sliced, channels-last, expanded over the batch or broadcast over the tokens with
-stride 0), of rank 1 to 5 with several heads, a single token ``(batch, 1, width)`` as cached generation steps one, at times up to depth times ``dt``, with ``t`` and ``dt`` as floats or
-0-d tensors (a learnable step size requires grad), with a state that requires grad stepped under ``no_grad``, on
-fields in training or in eval mode. The other checks run float64, autograd off, a plain function on small contiguous
-states. A scheme that branches on any of these passes them and is wrong where it is used. Here every drawn instance is
-run in a drawn :class:`Context` and compared with the :data:`REFERENCE` context (float64, no grad, a plain function,
-contiguous, floats, one thread) from the same state: its values, and in training its gradients with respect to the
-state, a learnable ``dt``, the field's weights and the scheme's own parameters.
+stride 0), of rank 1 to 5 with several heads, a single token ``(batch, 1, width)`` as cached generation steps one, at
+times up to depth times ``dt``, with ``t`` and ``dt`` as floats or 0-d tensors (a learnable step size requires grad),
+with a state that requires grad stepped under ``no_grad``, on fields in training or in eval mode. The other checks run
+float64, autograd off, a plain function on small contiguous states. A scheme that branches on any of these passes them
+and is wrong where it is used. Here every drawn instance is run in a drawn :class:`Context` and compared with the
+:data:`REFERENCE` context (float64, no grad, a plain function, contiguous, floats, one thread) from the same state: its
+values, and in training its gradients with respect to the state, a learnable ``dt``, the field's weights and the
+scheme's own parameters.
 
 What a scheme may branch on is also what the reference must not share. A context's far start time is therefore
 compared with the reference at the instance's own start, the context's field shifted in time to match (a step
@@ -100,18 +101,18 @@ def _eps(dtype: torch.dtype) -> float:
 
 @dataclass(frozen=True)
 class Context:
-    """Where a step runs: its state ``dtype``; its grad ``mode`` (:data:`MODES`); its ``field`` (:data:`FIELDS`);
-    its ``autocast`` (``False``, ``True`` for bf16, or the dtype, :data:`AUTOCASTS`); the intra-op ``threads``; the
-    state's ``layout`` (:data:`LAYOUTS`); ``rank4`` (the state viewed with a head dimension, ``(batch, 1, tokens,
-    width)``); ``token`` (a state of rows viewed as one token each, ``(batch, 1, width)``, as cached generation steps a
-    new token; the reference steps the rows); ``heads``, dimensions inserted after the batch (``(4,)``: four heads, ``(2, 2)``: a rank-5 state; the
-    instance's batch grows by their product, each a sample of its own); how ``time`` is handed over (:data:`TIMES`);
-    a start time ``t0`` replacing the instance's (``None``: the instance's; the field is shifted in time so that the
-    run is the instance's, and the reference runs from the instance's own start); a ``size``, ``(tokens, width)`` or
-    ``"large"`` (at least ``CONTEXT_LARGE_STATE`` entries), replacing the instance's shape (``None``: the instance's;
-    a per-channel stepper keeps its width); a ``scale``, a power of two the state and the field are scaled by (``m
-    f(t, x / m)``; the reference runs unscaled, and the run is compared after dividing by it); a step size ``dt``
-    replacing the instance's (``None``: the instance's); ``deterministic``, under
+    """Where a step runs: its state ``dtype``; its grad ``mode`` (:data:`MODES`); its ``field`` (:data:`FIELDS`); its
+    ``autocast`` (``False``, ``True`` for bf16, or the dtype, :data:`AUTOCASTS`); the intra-op ``threads``; the state's
+    ``layout`` (:data:`LAYOUTS`); ``rank4`` (the state viewed with a head dimension, ``(batch, 1, tokens, width)``);
+    ``token`` (a state of rows viewed as one token each, ``(batch, 1, width)``, as cached generation steps a new token;
+    the reference steps the rows); ``heads``, dimensions inserted after the batch (``(4,)``: four heads, ``(2, 2)``: a
+    rank-5 state; the instance's batch grows by their product, each a sample of its own); how ``time`` is handed over
+    (:data:`TIMES`); a start time ``t0`` replacing the instance's (``None``: the instance's; the field is shifted in
+    time so that the run is the instance's, and the reference runs from the instance's own start); a ``size``,
+    ``(tokens, width)`` or ``"large"`` (at least ``CONTEXT_LARGE_STATE`` entries), replacing the instance's shape
+    (``None``: the instance's; a per-channel stepper keeps its width); a ``scale``, a power of two the state and the
+    field are scaled by (``m f(t, x / m)``; the reference runs unscaled, and the run is compared after dividing by it);
+    a step size ``dt`` replacing the instance's (``None``: the instance's); ``deterministic``, under
     ``torch.use_deterministic_algorithms(True)``; and the ``transform`` the step is called under
     (:data:`TRANSFORMS`)."""
 
