@@ -54,7 +54,7 @@ def schedule(solver: SolverSchedule, depth: int) -> list[Solver]:
     """One :class:`~odeformer.registry.Solver` per layer from any accepted ``solver`` value."""
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
         raise ValueError(f"depth must be a positive int, got {depth!r}.")
-    if isinstance(solver, (str, Solver, type)):
+    if isinstance(solver, (str, Solver, type, solvers.AbstractStepper)):  # an instance: as_solver says what to give
         chosen = [as_solver(solver)] * depth
     elif callable(solver):
         chosen = [as_solver(solver(i)) for i in range(depth)]

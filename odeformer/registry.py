@@ -188,12 +188,20 @@ def solver_table() -> str:
     return "\n".join(rows)
 
 
+_AN_INSTANCE = (
+    "a {name} instance cannot be a model's solver (every layer builds a stepper of its own): give the class, "
+    "solver={name}, or odeformer.solver({name}, options={{...}}) for its constructor's options."
+)
+
+
 def as_solver(value: str | Solver | ContinuousSolver | type) -> Solver | ContinuousSolver:
     """The record a solver value names: a name in :data:`solvers.STEPPERS` or :data:`~odeformer.continuous.
     CONTINUOUS`, a dotted ``module.Class`` path, a stepper class (a registered one's record, else the layer its claims
     call for) or a record itself; an unknown name lists the known ones, with the nearest."""
     if isinstance(value, (Solver, ContinuousSolver)):
         return value
+    if isinstance(value, AbstractStepper):
+        raise ValueError(_AN_INSTANCE.format(name=type(value).__name__))
     if isinstance(value, type):
         name = STEPPERS.name_of(value)
         return as_solver(name) if name is not None else Solver.for_stepper(value)

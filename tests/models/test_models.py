@@ -245,6 +245,12 @@ def test_per_layer_parameters_are_separate():
             r"unknown solver 'wave' \(did you mean 'full_wave'\?\); choose one of diffusion, full_wave",
         ),
         (lambda: ViT(solver=["diffusion"] * 2, depth=3), "one entry per layer: got 2 for depth 3"),
+        (
+            lambda: ViT(solver=solvers.Heun()),
+            r"a Heun instance cannot be a model's solver .*: give the class, solver=Heun, or odeformer.solver\(Heun",
+        ),
+        (lambda: ViT(solver=["diffusion", solvers.RK4()], depth=2), "a RK4 instance cannot be a model's solver"),
+        (lambda: ViT(solver=lambda i: solvers.Heun(), depth=2), "a Heun instance cannot be a model's solver"),
         (lambda: ViT(dt=-0.5), "dt must be positive and finite"),
         (lambda: ViT(image_size=9, patch_size=2), "image_size must be divisible by patch_size"),
         (lambda: odeformer.solver("full_wave", splitting="yoshida"), "splitting must be one of lie, strang"),
