@@ -4,12 +4,12 @@ one, Dormand–Prince 5, a variable-step Adams–Bashforth 2 with its start-up s
 depends on the absolute time (Nesterov's ``3 / t`` family) or saturates in the velocity (``c tanh v``)), and the
 layers a model runs (block steppers, every check on blocks), pass check_stepper whatever is drawn.
 
-The slow suite runs each once from a fixed seed (a registered scheme's default run is tests/solvers/test_steppers.py's,
-in the default suite). The full sweep (many seeds, and thorough runs) is this module run as
-a script: ``python tests/solvers/test_kit_false_alarms.py --runs 20 --thorough 3`` runs :func:`stepper_report` (every
-claim to its end) and prints one line per run with its seed and each claim's seconds (or every failed claim's
-message), prints every thread's stack when a run goes on past ``--stall`` seconds, and exits 1 if any correct scheme
-failed. Labels after the options sweep only those schemes.
+The slow suite runs each once from a fixed seed (a registered scheme's runs are tests/solvers/test_steppers.py's: half
+the default draws in the default suite, a whole default run from another seed in the slow suite). The full sweep (many
+seeds, and thorough runs) is this module run as a script: ``python tests/solvers/test_kit_false_alarms.py --runs 20
+--thorough 3`` runs :func:`stepper_report` (every claim to its end) and prints one line per run with its seed and each
+claim's seconds (or every failed claim's message), prints every thread's stack when a run goes on past ``--stall``
+seconds, and exits 1 if any correct scheme failed. Labels after the options sweep only those schemes.
 """
 
 import argparse
@@ -232,7 +232,7 @@ EIGHTH = {"KahanLi8", "Yoshida8"}
 suite, and the rounding their inverses amplify in a slow replay)."""
 
 
-@pytest.mark.parametrize(  # 5-20 s each; the registered schemes' default runs are test_steppers' (the default suite)
+@pytest.mark.parametrize(  # 5-20 s each; the registered schemes' runs are test_steppers
     "label",
     [
         pytest.param(label, marks=pytest.mark.thorough if label in EIGHTH else pytest.mark.slow)

@@ -9,19 +9,31 @@ import solvers
 from helpers import TanhField, make_stepper, start
 from solvers import STEPPERS, PhaseState, integrate
 from solvers.testing import check_order, check_stepper, problems
+from solvers.testing.thresholds import EXAMPLES
 
 NAMES = sorted(STEPPERS.schemes())  # the scheme classes; the variant rows are their schemes with options
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_check_stepper(name):
-    report = check_stepper(STEPPERS[name])
+def _holds_its_claims(name: str, report: dict) -> None:
     assert len(report["order"]) >= 2
     claims = solvers.Claims.of(STEPPERS[name])
     if claims.order >= 1:  # an order-0 scheme's report says in words that it has no small-step limit
         assert all(abs(slope - claims.order) < 0.3 for slope in report["order"]), report["order"]
     assert ("symplectic" in report) == claims.symplectic
     assert ("reversible" in report) == claims.reversible
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_check_stepper(name):
+    """Every fixed problem and context, and half the default drawn instances (seed 0): the slow test below draws the
+    default number from another seed, so the two suites together draw one and a half times a default run."""
+    _holds_its_claims(name, check_stepper(STEPPERS[name], examples=EXAMPLES // 2))
+
+
+@pytest.mark.slow  # a second whole run per scheme: about 4 CPU-minutes in all
+@pytest.mark.parametrize("name", NAMES)
+def test_check_stepper_at_its_defaults_from_another_seed(name):
+    _holds_its_claims(name, check_stepper(STEPPERS[name], seed=1))
 
 
 @pytest.mark.slow  # six more drawn problems each; check_stepper above already measures the order on a drawn one
