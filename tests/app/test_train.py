@@ -531,7 +531,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 
 def test_wrong_override_type_is_one_line():
-    done = cli("model.depth=abc")
+    done = cli_in_process("model.depth=abc")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert _error_line(done).startswith("odeformer-train: error: bad value for model.depth: Value 'abc'")
 
@@ -546,7 +546,7 @@ def test_unknown_choices_know_the_users_own_yaml(tmp_path):
 
 def test_existing_run_and_corrupt_checkpoint_are_refused_without_writing(tmp_path):
     out = tmp_path / "run"
-    assert cli(*DEBUG, f"train.out_dir={out}").returncode == 0
+    assert cli_in_process(*DEBUG, f"train.out_dir={out}").returncode == 0
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     again = cli_in_process(*DEBUG, f"train.out_dir={out}")
     assert again.returncode == 2 and "already holds a run; pass train.resume=true" in _error_line(again)
