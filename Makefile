@@ -9,6 +9,10 @@ STAMP := $(VENV)/.installed
 # Test processes run side by side (pytest-xdist), one torch thread each, an idle one taking tests from a busy one
 # (worksteal: the long kit runs do not end up queued behind each other); JOBS=0 runs the tests in one process.
 JOBS ?= 2
+# Test processes write Python's bytecode caches (__pycache__, ignored by git) even where the environment sets
+# PYTHONDONTWRITEBYTECODE: without them each xdist worker rewrites every test module's asserts and each of the suite's
+# command-line runs compiles the project anew (about 10 s a worker and 1 s a command on 2 cores).
+test test-slow test-thorough test-rehearsals: export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: test test-slow test-thorough test-rehearsals train bench setup clean data
 
