@@ -934,7 +934,8 @@ def check_contexts(
 
     Agreement is to ``ONE_STEP_RTOL`` in float64 and to :func:`~solvers.testing.protocol.float32_allowance` rounding
     units of the state's dtype otherwise, relative to the states' sizes and ``|dt| max|f|`` (a gradient relative to
-    the cotangent's and the reference gradient's sizes; a ``dt`` gradient to ``sum|r| max|f|``), each times how much
+    the cotangent's and the reference gradient's sizes; a ``dt`` gradient to ``sum|r|`` times the largest entry of the
+    scheme's limit field, :func:`_speed`), each times how much
     the step amplifies rounding. ``fields``, if given, is called as ``fields(width, seed)`` and returns a field
     ``f(t, x)`` for states ``(batch, tokens, width)`` (an ``nn.Module`` is evaluated in float64 and ``eval()`` mode;
     for a block stepper a :class:`~solvers.Block`, or a field that serves as its attention): your model's own
@@ -1174,7 +1175,7 @@ def check_contexts(
                 )
             if grads.dt is not None and not whole:  # against difference quotients in dt (a dt gradient sums tiles)
                 ref_dt, resolved = _dt_quotient(_copy(high), exact, y, t, dt, r)
-                natural = max(float(r.abs().sum()) * rate, abs(ref_dt), 1e-300)
+                natural = max(float(r.abs().sum()) * _speed(high, exact, t, y, rate), abs(ref_dt), 1e-300)
                 judge(
                     abs(grads.dt - ref_dt) / natural,
                     context.dtype,
@@ -1343,6 +1344,23 @@ def _time_rounding(stepper: AbstractStepper, exact: Any, t: float, y: Any, dt: f
     counted = _field(_time_rounding_field(exact, far, dt, seed), "function")[1]
     with torch.no_grad():
         return _fresh_step(stepper, counted, t, y, dt)
+
+
+def _speed(stepper: AbstractStepper, field: Any, t: Any, y: Any, rate: float) -> float:
+    """How fast a step moves its state as ``dt`` grows, the scale a ``dt`` gradient is judged on: the largest entry of
+    the scheme's limit field at ``(t, y)`` (for a second-order scheme its velocity beside its acceleration, with any
+    friction of its own), and at least ``rate``, the field's size. The field alone can be small, even zero (an
+    attention over one channel), where the drift ``x + dt v`` and a friction still move the state; a scheme with no
+    small-step limit: its velocity beside ``rate``."""
+    velocity = float(y.v.abs().max()) if isinstance(y, PhaseState) else 0.0
+    try:
+        limit = stepper.limit_field(field)
+        with torch.no_grad():
+            value = limit(t, y)
+    except Exception:  # noqa: BLE001 - no small-step limit (order 0), or none that can be evaluated here
+        return max(rate, velocity)
+    found = max(float(u.abs().max()) for u in _parts(value))
+    return max(rate, velocity, found) if math.isfinite(found) else max(rate, velocity)
 
 
 def _dt_quotient(stepper, exact, y, t, dt: float, r: Tensor) -> tuple[float, float]:

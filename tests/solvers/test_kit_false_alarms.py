@@ -272,6 +272,27 @@ def test_an_inverse_that_amplifies_rounding_beyond_resolution_is_not_judged():
         assert check_contexts(Yoshida8) < th.UNRESOLVED  # raised nothing; its largest judged defect (relative)
 
 
+def test_a_dt_gradient_is_judged_on_the_steps_speed_not_the_fields_alone(monkeypatch):
+    """Found by the sweep (TanhFriction, seed 1645729372, thorough; the instance it shrank to): an attention and FFN
+    field over one channel is zero (LayerNorm of one entry), so the field's size was 0 and a learnable dt's gradient
+    was judged against the cotangent's dot product alone (0.037, of terms near 80: the drift ``x + dt v`` and the
+    friction move the state). The float32 gradient, right to 4·10⁻⁹ of those terms, read as 80 rounding units off.
+    The scale is the scheme's limit field at the state (velocity, acceleration and its own friction)."""
+    from solvers.testing import contexts
+    from solvers.testing.strategies import Instance
+
+    drawn = Instance(
+        seed=29636, batch=2, tokens=3, width=1, magnitude=1.0, dt=-0.1, rate=0.1, t0=0.0, steps=2, moved=0.0,
+        moved_seed=0, layers=1,
+    )  # fmt: skip
+    context = contexts.Context(torch.float32, "enable_grad", "attention", heads=(3,), time="learnable dt")
+    only = lambda strategy, claim, *_, **__: claim(contexts._InContext(drawn, context))  # noqa: E731
+    monkeypatch.setattr(contexts, "check_drawn", only)
+    assert contexts.check_contexts(TanhFriction) < 1e-6  # the largest defect judged (relative)
+    still = PhaseState(torch.ones(1), torch.full((1,), -3.0))  # no force at all: the drift alone moves it
+    assert contexts._speed(solvers.VelocityVerlet(), lambda t, x: 0 * x, 0.0, still, 0.0) == 3.0
+
+
 def test_a_limit_even_in_time_is_compared_over_the_steps_not_at_their_start():
     """``r / sqrt(1 + t²)`` has the same friction at t = 10 and t = -10 but not over the step after each: the kit asks
     whether the limit commutes with the context's shift at every step's start, middle and end, so a far start at
