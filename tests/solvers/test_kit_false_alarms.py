@@ -5,7 +5,7 @@ depends on the absolute time (Nesterov's ``3 / t`` family) or saturates in the v
 layers a model runs (block steppers, every check on blocks), pass check_stepper whatever is drawn.
 
 The slow suite runs each once from a fixed seed (a registered scheme's runs are tests/solvers/test_steppers.py's: half
-the default draws in the default suite, a whole default run from another seed in the slow suite). The full sweep (many
+the default draws in the default suite, the other half from another seed in the slow suite). The full sweep (many
 seeds, and thorough runs) is this module run as a script: ``python tests/solvers/test_kit_false_alarms.py --runs 20
 --thorough 3`` runs :func:`stepper_report` (every claim to its end) and prints one line per run with its seed and each
 claim's seconds (or every failed claim's message), prints every thread's stack when a run goes on past ``--stall``
