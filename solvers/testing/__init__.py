@@ -457,11 +457,10 @@ def stepper_report(
 ) -> StepperReport:
     """Run every check :func:`check_stepper` runs, each to its end whatever the others found, and return a
     :class:`StepperReport`: every claim, passed or failed, with its figures (slopes, largest defects, rounding units,
-    evaluations) and a failure's message; a check in which the scheme raises (a Python branch on a tensor's value
-    under ``vmap``, say) fails that claim with the error, and the others still run. ``print(stepper_report(MyScheme))``
-    shows the table. Declarations that are
-    not of the right kind fail the first row and nothing else runs (no check can trust them). Arguments as for
-    :func:`check_stepper`."""
+    evaluations) and a failure's message; a check in which the scheme raises (a Python branch on a tensor's value under
+    ``vmap``, say) fails that claim with the error, and the others still run. ``print(stepper_report(MyScheme))`` shows
+    the table. Declarations that are not of the right kind fail the first row and nothing else runs (no check can trust
+    them). Arguments as for :func:`check_stepper`."""
     chosen = seed if seed is not None else (0 if settings.default.derandomize else random.randrange(2**32))
     built = _instance(stepper)
     from .._splitting import _BlockStepper

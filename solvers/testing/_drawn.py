@@ -11,8 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, assume, example, given, settings
-from hypothesis import configuration
+from hypothesis import HealthCheck, Phase, assume, configuration, example, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import FlakyFailure
 

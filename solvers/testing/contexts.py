@@ -260,14 +260,13 @@ CONTEXTS = (
     Context(torch.float32, "enable_grad", "module", size=(32, 768)),
     Context(torch.float32, "no_grad", "module", size="large"),
 )
-"""The contexts every check runs first, on a fixed instance: each value of every aspect at least once, and float64
-and float32 with each grad mode (half precision; bf16 and fp16 autocast; each field kind, with trainable weights;
-two, three and four threads; deterministic algorithms; each layout; 4-D states, several heads and rank 5; rows as
-single tokens (these on an instance of rows); ``vmap``
-(rank-1 rows), ``jvp``, functional ``grad`` and ``jit.trace``; tensor and learnable times; start times up to 10,000
-on either side and a step of 2.5; states scaled up and down; a state requiring grad under ``no_grad``; a DeiT-Tiny
-sequence, a GPT-2 width and a large state). Then instances are drawn with a context each (:func:`contexts`), every
-transformer size among them."""
+"""The contexts every check runs first, on a fixed instance: each value of every aspect at least once, and float64 and
+float32 with each grad mode (half precision; bf16 and fp16 autocast; each field kind, with trainable weights; two, three
+and four threads; deterministic algorithms; each layout; 4-D states, several heads and rank 5; rows as single tokens
+(these on an instance of rows); ``vmap`` (rank-1 rows), ``jvp``, functional ``grad`` and ``jit.trace``; tensor and
+learnable times; start times up to 10,000 on either side and a step of 2.5; states scaled up and down; a state requiring
+grad under ``no_grad``; a DeiT-Tiny sequence, a GPT-2 width and a large state). Then instances are drawn with a context
+each (:func:`contexts`), every transformer size among them."""
 
 
 def contexts(given: bool = False):
