@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import types
+from collections import OrderedDict
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -74,8 +77,84 @@ def _linear_autonomous(F, y0, t0: float, T: float) -> bool:
     return all(bool(torch.isfinite(a).all()) and float((a - parts).abs().max()) <= 1e-12 * size for a in at)
 
 
-@torch.no_grad()
+_KEPT = 32
+"""How many references :func:`reference` keeps (the latest used)."""
+_REFERENCES: OrderedDict[tuple, tuple[list, list]] = OrderedDict()
+
+
+def _fingerprint(value: Any, kept: list, depth: int = 0) -> Any:
+    """A key equal to another value's only where both compute the same, or ``None`` where that cannot be told.
+
+    A tensor by its dtype, shape and bytes (on the CPU, without a gradient, at most 2¹⁶ entries); a number or string
+    by its type and ``repr``; a tuple, list or dict by its items; a Python module, class or builtin by itself (kept
+    alive in ``kept``, so that its id stays its own); a plain function by its code, defaults, closure and the values
+    of the globals its code names, read now. Anything else (a module with parameters, an object with state, values
+    nested more than six deep) is ``None``."""
+    if value is None or isinstance(value, (bool, int, float, complex, str)):
+        return (type(value).__name__, repr(value))
+    if depth > 6:  # nested too deep (or a container holding itself)
+        return None
+    if isinstance(value, (types.ModuleType, type, types.BuiltinFunctionType)):
+        kept.append(value)
+        return ("object", id(value))
+    if isinstance(value, Tensor):
+        if value.requires_grad or value.device.type != "cpu" or value.numel() > 1 << 16 or value.is_sparse:
+            return None
+        raw = value.detach().contiguous().reshape(-1).view(torch.uint8)
+        return ("tensor", str(value.dtype), tuple(value.shape), bytes(raw.tolist()))
+    if isinstance(value, dict):
+        value = sorted(value.items(), key=lambda item: repr(item[0]))
+    if isinstance(value, (tuple, list)):
+        items = tuple(_fingerprint(item, kept, depth + 1) for item in value)
+        return None if any(item is None for item in items) else (type(value).__name__, items)
+    if isinstance(value, types.FunctionType) and not value.__kwdefaults__:
+        try:
+            cells = [cell.cell_contents for cell in value.__closure__ or ()]
+        except ValueError:  # a cell not yet filled
+            return None
+        names = sorted(name for name in value.__code__.co_names if name in value.__globals__)
+        named = [value.__globals__[name] for name in names]
+        parts = [_fingerprint(part, kept, depth + 1) for part in (value.__defaults__, *cells, *named)]
+        return None if any(part is None for part in parts) else ("function", value.__code__, tuple(names), *parts)
+    return None
+
+
+def _reference_key(stepper: AbstractStepper, problem: Problem, kept: list) -> tuple | None:
+    """What :func:`reference` depends on, where the stepper's limit field is the default one (``x' = f``, resp.
+    ``x' = v, v' = f``): the problem's field, start, span and kind, whether the stepper is second-order, and the
+    checkpoints and step the reference is solved at; ``None`` where a part cannot be told apart from another
+    (:func:`_fingerprint`) or the stepper states a limit of its own."""
+    limit = getattr(stepper.limit_field, "__func__", None)
+    if limit is not AbstractStepper.limit_field:
+        return None
+    parts = (problem.field, problem.x0, problem.v0, problem.t0, problem.T, problem.linear, stepper.second_order)
+    parts += (th.CHECKPOINTS, th.REFERENCE_DT)  # how it is solved
+    key = tuple(_fingerprint(part, kept) for part in parts)
+    return None if any(part is None for part in key) else key
+
+
 def reference(stepper: AbstractStepper, problem: Problem) -> list:
+    """The flow of ``stepper.limit_field`` from the problem's start at the checkpoints ``t0 + k T / 8``, ``k = 1..8``
+    (:func:`_solve`), solved once for every stepper of its kind where the limit is the default one and the problem's
+    field is a plain function of tensors and numbers (the fixed problems are the same for every scheme checked). The
+    latest ``_KEPT`` are kept, keyed by :func:`_reference_key`: the field's code and every value it closes over or
+    reads from its module, the start's bytes, the span, and whether the stepper is second-order."""
+    kept: list = []
+    key = _reference_key(stepper, problem, kept)
+    if key is None:
+        return _solve(stepper, problem)
+    if key in _REFERENCES:
+        _REFERENCES.move_to_end(key)
+        return list(_REFERENCES[key][0])
+    solved = _solve(stepper, problem)
+    _REFERENCES[key] = (solved, kept)
+    while len(_REFERENCES) > _KEPT:
+        _REFERENCES.popitem(last=False)
+    return list(solved)
+
+
+@torch.no_grad()
+def _solve(stepper: AbstractStepper, problem: Problem) -> list:
     """The flow of ``stepper.limit_field`` from the problem's start at the checkpoints ``t0 + k T / 8``, ``k = 1..8``.
 
     Exact (matrix exponential) where the problem is linear and the limit field is too (linear in the state and the

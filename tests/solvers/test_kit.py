@@ -475,6 +475,51 @@ def test_nonlinear_reference_is_converged():
     assert _trajectory_error(refs, finer) < 2e-14
 
 
+_GAIN = {"gain": 1.0}
+"""A global a field below reads when called (a user may change it between two checks)."""
+
+
+def test_a_reference_is_solved_once_for_every_scheme_of_its_kind_and_only_for_the_same_problem(monkeypatch):
+    """The reference is kept, keyed by what it depends on: the field's code and every value it closes over or reads
+    from its module, the start, the span and the stepper's kind. Rebuilding a problem finds it; a problem that
+    differs in any of these, or a stepper with a limit field of its own, is solved anew."""
+    from collections import OrderedDict
+
+    from solvers.testing import references
+    from solvers.testing import thresholds as th
+    from solvers.testing.problems import Problem
+
+    def problem(scale=1.0, x0=0.3):
+        w = torch.tensor([scale, 2.0], dtype=torch.float64)
+        start = torch.full((2, 2), 0.3, dtype=torch.float64)
+        start[-1, -1] = x0  # the last entry alone
+        return Problem("p", lambda t, x: -_GAIN["gain"] * w * torch.sin(x), start, torch.zeros_like(start), 0.5, False)
+
+    solved, solve = [], references._solve
+    monkeypatch.setattr(references, "_REFERENCES", OrderedDict())
+    monkeypatch.setattr(references, "_solve", lambda stepper, p: solved.append(p) or solve(stepper, p))
+    first = reference(VelocityVerlet(), problem())
+    again = reference(Omelyan4(), problem())  # another scheme of the same kind, the problem built anew
+    assert len(solved) == 1 and all(torch.equal(a.x, b.x) and torch.equal(a.v, b.v) for a, b in zip(first, again))
+    fresh = solve(VelocityVerlet(), problem())
+    assert all(torch.equal(a.x, b.x) and torch.equal(a.v, b.v) for a, b in zip(first, fresh))
+    reference(VelocityVerlet(), problem(scale=-0.0))  # a tensor the field closes over
+    reference(VelocityVerlet(), problem(x0=0.30000000000000004))  # the start's last bits
+    reference(Heun(), problem())  # a first-order stepper: the stacked system
+    with monkeypatch.context() as patch:
+        patch.setitem(_GAIN, "gain", 2.0)  # a global the field reads
+        reference(VelocityVerlet(), problem())
+    assert len(solved) == 5
+    reference(LightWave(), problem())  # a friction of its own: never kept
+    reference(LightWave(), problem())
+    assert len(solved) == 7
+    for name, value in (("REFERENCE_DT", th.REFERENCE_DT / 2), ("CHECKPOINTS", 2 * th.CHECKPOINTS)):
+        with monkeypatch.context() as patch:  # how the reference is solved
+            patch.setattr(th, name, value)
+            reference(VelocityVerlet(), problem())
+    assert len(solved) == 9
+
+
 def test_recording_field_records_times():
     f = RecordingField(lambda t, x: x)
     f(0.5, torch.zeros(1))
