@@ -87,9 +87,9 @@ def _fingerprint(value: Any, kept: list, depth: int = 0) -> Any:
 
     A tensor by its dtype, shape and bytes (on the CPU, without a gradient, at most 2¹⁶ entries); a number or string
     by its type and ``repr``; a tuple, list or dict by its items; a Python module, class or builtin by itself (kept
-    alive in ``kept``, so that its id stays its own); a plain function by its code, defaults, closure and the values
-    of the globals its code names, read now. Anything else (a module with parameters, an object with state, values
-    nested more than six deep) is ``None``."""
+    alive in ``kept``, so that its id stays its own); a plain function by its code, defaults, closure, the globals its
+    code names and the data it may read as a global module's attribute (``config.GAIN``), all read now. Anything else
+    (a module with parameters, an object with state, values nested more than six deep) is ``None``."""
     if value is None or isinstance(value, (bool, int, float, complex, str)):
         return (type(value).__name__, repr(value))
     if depth > 6:  # nested too deep (or a container holding itself)
@@ -112,9 +112,16 @@ def _fingerprint(value: Any, kept: list, depth: int = 0) -> Any:
             cells = [cell.cell_contents for cell in value.__closure__ or ()]
         except ValueError:  # a cell not yet filled
             return None
-        names = sorted(name for name in value.__code__.co_names if name in value.__globals__)
-        named = [value.__globals__[name] for name in names]
-        parts = [_fingerprint(part, kept, depth + 1) for part in (value.__defaults__, *cells, *named)]
+        names = sorted(set(value.__code__.co_names))
+        named = [value.__globals__[name] for name in names if name in value.__globals__]
+        data = [  # a module's data the code may read as an attribute (``config.GAIN``)
+            (name, getattr(module, name))
+            for module in named
+            if isinstance(module, types.ModuleType)
+            for name in names
+            if isinstance(getattr(module, name, None), (bool, int, float, complex, str, Tensor, tuple, list, dict))
+        ]
+        parts = [_fingerprint(part, kept, depth + 1) for part in (value.__defaults__, *cells, *named, *data)]
         return None if any(part is None for part in parts) else ("function", value.__code__, tuple(names), *parts)
     return None
 

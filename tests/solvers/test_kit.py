@@ -509,15 +509,22 @@ def test_a_reference_is_solved_once_for_every_scheme_of_its_kind_and_only_for_th
     with monkeypatch.context() as patch:
         patch.setitem(_GAIN, "gain", 2.0)  # a global the field reads
         reference(VelocityVerlet(), problem())
-    assert len(solved) == 5
+    scaled = lambda t, x: -math.tau * torch.sin(x)  # noqa: E731
+    start = torch.full((2, 2), 0.3, dtype=torch.float64)
+    reference(VelocityVerlet(), Problem("q", scaled, start, 0 * start, 0.5, False))
+    with monkeypatch.context() as patch:
+        patch.setattr(math, "tau", 6.0)  # data read from a module
+        reference(VelocityVerlet(), Problem("q", scaled, start, 0 * start, 0.5, False))
+    reference(VelocityVerlet(), Problem("q", scaled, start, 0 * start, 0.5, False))
+    assert len(solved) == 7
     reference(LightWave(), problem())  # a friction of its own: never kept
     reference(LightWave(), problem())
-    assert len(solved) == 7
+    assert len(solved) == 9
     for name, value in (("REFERENCE_DT", th.REFERENCE_DT / 2), ("CHECKPOINTS", 2 * th.CHECKPOINTS)):
         with monkeypatch.context() as patch:  # how the reference is solved
             patch.setattr(th, name, value)
             reference(VelocityVerlet(), problem())
-    assert len(solved) == 9
+    assert len(solved) == 11
 
 
 def test_recording_field_records_times():
