@@ -1098,13 +1098,17 @@ def check_contexts(
                 gain_back = amplification(
                     _copy(high), exact, t, after, dt, back, _eps(context.dtype), inst.seed + i, inverse=True
                 )
+                times_back = 0.0
+                if frame_shift != 0.0:
+                    moved = _time_rounding(_copy(high), exact, t, after, dt, far, inst.seed + i, inverse=True)
+                    times_back = th.MODELLED_ROUNDING * float((_flat(moved) - back).abs().max()) / size
                 judge(
                     float((tiles_of(got.inverses[i]) - back).abs().max()) / size,
                     context.dtype,
                     gain_back,
                     "its inverse differs from the reference context's inverse of the same state",
                     where,
-                    times=times,
+                    times=times_back,
                 )
             itself = float((ref.carried[i] - ref.fresh[i]).abs().max()) / size  # in the reference context itself
             if not stepper.multistep and itself <= th.ONE_STEP_RTOL * max(1.0, gain):  # else check_one_step says it
@@ -1336,13 +1340,17 @@ def _time_rounding_field(exact: Any, far: float, dt: float, seed: int) -> Any:
     return each(exact, wobbling)
 
 
-def _time_rounding(stepper: AbstractStepper, exact: Any, t: float, y: Any, dt: float, far: float, seed: int):
-    """The reference step from ``y`` at ``t`` with its stage times rounded as near ``far``
-    (:func:`_time_rounding_field`): a far start's honest difference from the reference is this step's from the exact
-    one, times ``MODELLED_ROUNDING``."""
+def _time_rounding(
+    stepper: AbstractStepper, exact: Any, t: float, y: Any, dt: float, far: float, seed: int, inverse: bool = False
+):
+    """The reference step from ``y`` at ``t`` (its inverse, with ``inverse``) with its stage times rounded as near
+    ``far`` (:func:`_time_rounding_field`): a far start's honest difference from the reference is this step's from
+    the exact one, times ``MODELLED_ROUNDING``. An inverse is moved by it on its own: it may amplify the stage times'
+    rounding more than the step does (Omelyan's fourth order, dt = 3.65 from t = 10⁴: 8.4e-11 where the step moved
+    2.7e-12)."""
     counted = _field(_time_rounding_field(exact, far, dt, seed), "function")[1]
     with torch.no_grad():
-        return _fresh_step(stepper, counted, t, y, dt)
+        return stepper.inverse(counted, t, y, dt) if inverse else _fresh_step(stepper, counted, t, y, dt)
 
 
 def _speed(stepper: AbstractStepper, field: Any, t: Any, y: Any, rate: float) -> float:

@@ -293,6 +293,23 @@ def test_a_dt_gradient_is_judged_on_the_steps_speed_not_the_fields_alone(monkeyp
     assert contexts._speed(solvers.VelocityVerlet(), lambda t, x: 0 * x, 0.0, still, 0.0) == 3.0
 
 
+def test_an_inverse_from_a_far_start_is_allowed_the_rounding_its_own_stage_times_make(monkeypatch):
+    """Found by the sweep (Omelyan's fourth order, seed 258048279): from t = 10⁴ at dt = 3.65 on coupled tokens, the
+    inverse moved 8.4e-11 (relative) from the reference's, where what the far stage times' rounding moves the step,
+    not the inverse, was allowed (16 × 2.7e-12). The inverse is now allowed what that rounding moves the inverse."""
+    from solvers.testing import contexts
+    from solvers.testing.strategies import Instance
+
+    drawn = Instance(
+        seed=0, batch=2, tokens=2, width=1, magnitude=1.0, dt=1.0, rate=0.1, t0=-1.0, steps=3, moved=0.0,
+        moved_seed=0, layers=1,
+    )  # fmt: skip
+    context = contexts.Context(torch.float64, "no_grad", "function", t0=10000.0, dt=3.651741272548377)
+    only = lambda strategy, claim, *_, **__: claim(contexts._InContext(drawn, context))  # noqa: E731
+    monkeypatch.setattr(contexts, "check_drawn", only)
+    assert contexts.check_contexts(solvers.STEPPERS["omelyan4"]) < 1e-9
+
+
 def test_a_limit_even_in_time_is_compared_over_the_steps_not_at_their_start():
     """``r / sqrt(1 + t²)`` has the same friction at t = 10 and t = -10 but not over the step after each: the kit asks
     whether the limit commutes with the context's shift at every step's start, middle and end, so a far start at
