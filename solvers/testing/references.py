@@ -88,8 +88,8 @@ def _fingerprint(value: Any, kept: list, depth: int = 0) -> Any:
     A tensor by its dtype, shape and bytes (on the CPU, without a gradient, at most 2¹⁶ entries); a number or string
     by its type and ``repr``; a tuple, list or dict by its items; a Python module, class or builtin by itself (kept
     alive in ``kept``, so that its id stays its own); a plain function by its code, defaults, closure, the globals its
-    code names and the data it may read as a global module's attribute (``config.GAIN``), all read now. Anything else
-    (a module with parameters, an object with state, values nested more than six deep) is ``None``."""
+    code names and the data it may read as a global module's or class's attribute (``config.GAIN``), all read now.
+    Anything else (a module with parameters, an object with state, values nested more than six deep) is ``None``."""
     if value is None or isinstance(value, (bool, int, float, complex, str)):
         return (type(value).__name__, repr(value))
     if depth > 6:  # nested too deep (or a container holding itself)
@@ -114,12 +114,12 @@ def _fingerprint(value: Any, kept: list, depth: int = 0) -> Any:
             return None
         names = sorted(set(value.__code__.co_names))
         named = [value.__globals__[name] for name in names if name in value.__globals__]
-        data = [  # a module's data the code may read as an attribute (``config.GAIN``)
-            (name, getattr(module, name))
-            for module in named
-            if isinstance(module, types.ModuleType)
+        data = [  # a module's or class's data the code may read as an attribute (``config.GAIN``)
+            (name, getattr(owner, name))
+            for owner in named
+            if isinstance(owner, (types.ModuleType, type))
             for name in names
-            if isinstance(getattr(module, name, None), (bool, int, float, complex, str, Tensor, tuple, list, dict))
+            if isinstance(getattr(owner, name, None), (bool, int, float, complex, str, Tensor, tuple, list, dict))
         ]
         parts = [_fingerprint(part, kept, depth + 1) for part in (value.__defaults__, *cells, *named, *data)]
         return None if any(part is None for part in parts) else ("function", value.__code__, tuple(names), *parts)

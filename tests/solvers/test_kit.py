@@ -479,6 +479,12 @@ _GAIN = {"gain": 1.0}
 """A global a field below reads when called (a user may change it between two checks)."""
 
 
+class _Settings:
+    """A class whose attribute a field below reads when called."""
+
+    rate = 1.0
+
+
 def test_a_reference_is_solved_once_for_every_scheme_of_its_kind_and_only_for_the_same_problem(monkeypatch):
     """The reference is kept, keyed by what it depends on: the field's code and every value it closes over or reads
     from its module, the start, the span and the stepper's kind. Rebuilding a problem finds it; a problem that
@@ -517,14 +523,21 @@ def test_a_reference_is_solved_once_for_every_scheme_of_its_kind_and_only_for_th
         reference(VelocityVerlet(), Problem("q", scaled, start, 0 * start, 0.5, False))
     reference(VelocityVerlet(), Problem("q", scaled, start, 0 * start, 0.5, False))
     assert len(solved) == 7
+    rated = lambda t, x: -_Settings.rate * torch.sin(x)  # noqa: E731
+    reference(VelocityVerlet(), Problem("r", rated, start, 0 * start, 0.5, False))
+    with monkeypatch.context() as patch:
+        patch.setattr(_Settings, "rate", 3.0)  # data read from a class
+        reference(VelocityVerlet(), Problem("r", rated, start, 0 * start, 0.5, False))
+    reference(VelocityVerlet(), Problem("r", rated, start, 0 * start, 0.5, False))
+    assert len(solved) == 9
     reference(LightWave(), problem())  # a friction of its own: never kept
     reference(LightWave(), problem())
-    assert len(solved) == 9
+    assert len(solved) == 11
     for name, value in (("REFERENCE_DT", th.REFERENCE_DT / 2), ("CHECKPOINTS", 2 * th.CHECKPOINTS)):
         with monkeypatch.context() as patch:  # how the reference is solved
             patch.setattr(th, name, value)
             reference(VelocityVerlet(), problem())
-    assert len(solved) == 11
+    assert len(solved) == 13
 
 
 def test_recording_field_records_times():
