@@ -145,7 +145,7 @@ def reference(stepper: AbstractStepper, problem: Problem) -> list:
     (:func:`_solve`), solved once for every stepper of its kind where the limit is the default one and the problem's
     field is a plain function of tensors and numbers (the fixed problems are the same for every scheme checked). The
     latest ``_KEPT`` are kept, keyed by :func:`_reference_key`: the field's code and every value it closes over or
-    reads from its module, the start's bytes, the span, and whether the stepper is second-order."""
+    reads as a global (:func:`_fingerprint`), the start's bytes, the span, and whether the stepper is second-order."""
     kept: list = []
     key = _reference_key(stepper, problem, kept)
     if key is None:
