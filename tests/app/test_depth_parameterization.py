@@ -167,9 +167,13 @@ def test_training_resolutions_cycle_by_step_and_are_checked_against_the_model(tm
     )
     assert done.returncode == 0, done.stderr
     assert seen[:3] == [2, 2, 2]  # steps 1, 3 and 5 of 0..5 (evaluations take none)
-    for bad, words in (("[3.5]", "whole numbers from 1 to 64, or 1/m"), ("[0.125]", "m dividing the depth (4)")):
-        done = cli_in_process(*DEBUG, f"train.resolutions={bad}", f"train.out_dir={tmp_path / 'x'}")
-        assert done.returncode == 2 and words in done.stderr, done.stderr
+    bad = {"[3.5]": "whole numbers from 1 to 64, or 1/m", "[0.3]": "whole numbers from 1 to 64, or 1/m",
+           "[1,0.125]": "m dividing the depth (4)"}  # fmt: skip
+    for resolutions, words in bad.items():  # checked with the command line, before anything is built or written
+        done = cli_in_process(*DEBUG, f"train.resolutions={resolutions}", f"train.out_dir={tmp_path / 'x'}")
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 2 and len(lines) == 1 and words in lines[0], done.stderr
+        assert not (tmp_path / "x").exists()
 
 
 def test_a_tableau_typed_as_coefficients_and_a_class_of_ones_own_are_parameterised_alike():

@@ -233,6 +233,14 @@ def check_config(config: dict[str, Any], source: Path | None = None) -> Checked:
             loop = LoopConfig(**config["train"], batch_size=(config.get("data") or {}).get("batch_size", 1))
         except (TypeError, ValueError) as error:
             raise UsageError(str(error)) from None
+        depth = (config.get("model") or {}).get("depth")
+        coarse = [k for k in loop.resolutions if k < 1 and isinstance(depth, int) and depth % round(1 / k)]
+        if coarse:
+            m = round(1 / coarse[0])
+            raise UsageError(
+                f"train.resolutions={list(loop.resolutions)}: {coarse[0]:g} = 1/{m} coarsens to every {m} layers' "
+                f"span, and a coarsening 1/m needs m dividing the depth ({depth}); give a divisor of it."
+            )
         if loop.check_scheme and (config.get("solver") or {}).get("_target_") == CONTINUOUS_TARGET:
             raise UsageError(
                 "train.check_scheme checks the steps of a model's layers, and a continuous-depth solver takes none "

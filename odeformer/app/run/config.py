@@ -4,7 +4,7 @@ and the config groups generated from the registries.
 Plain dataclasses: ``odeformer/app/commands/train.py`` (the only module that imports Hydra) stores every node of
 :func:`group_options` in Hydra's ConfigStore, so each group option is a typed node (a wrong type or an unknown key
 fails at start-up) and there is no YAML to copy for a new scheme: the ``solver`` group holds every name of
-:data:`odeformer.SOLVERS` (the named layers, every registered scheme, every continuous-depth solver); the ``model``
+:func:`odeformer.solver_names` (every row of :data:`solvers.STEPPERS` and every continuous-depth solver); the ``model``
 group one node per
 registered task model (:data:`odeformer.tasks.TASK_MODELS`), made from its constructor's signature
 (:func:`model_config`), so the command line's defaults are the Python class's. ``configs/`` holds the top-level
@@ -186,7 +186,9 @@ class LoopConfig(TrainConfig):
 
 def _resolution(k: Any) -> bool:
     """Whether ``k`` can be a training resolution: a whole number from 1 to 64, or 1/m such as 0.5."""
-    return not isinstance(k, bool) and isinstance(k, (int, float)) and 0 < k <= 64 and (k < 1 or k == int(k))
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not 0 < k <= 64:
+        return False
+    return k == int(k) if k >= 1 else abs(1 / round(1 / k) - k) <= 1e-12
 
 
 def cores() -> int:
