@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import types
 from collections import OrderedDict
@@ -88,7 +89,8 @@ def _fingerprint(value: Any, kept: list, depth: int = 0) -> Any:
     A tensor by its dtype, shape and bytes (on the CPU, without a gradient, at most 2¹⁶ entries); a number or string
     by its type and ``repr``; a tuple, list or dict by its items; a Python module, class or builtin by itself (kept
     alive in ``kept``, so that its id stays its own); a plain function by its code, defaults, closure, the globals its
-    code names and the data it may read as a global module's or class's attribute (``config.GAIN``), all read now.
+    code names and the data and functions it may read as an attribute of a module or class (``config.GAIN``,
+    ``helpers.force``: :func:`_attributes`), all read now.
     Anything else (a module with parameters, an object with state, values nested more than six deep) is ``None``."""
     if value is None or isinstance(value, (bool, int, float, complex, str)):
         return (type(value).__name__, repr(value))
@@ -114,16 +116,37 @@ def _fingerprint(value: Any, kept: list, depth: int = 0) -> Any:
             return None
         names = sorted(set(value.__code__.co_names))
         named = [value.__globals__[name] for name in names if name in value.__globals__]
-        data = [  # a module's or class's data the code may read as an attribute (``config.GAIN``)
-            (name, getattr(owner, name))
-            for owner in named
-            if isinstance(owner, (types.ModuleType, type))
-            for name in names
-            if isinstance(getattr(owner, name, None), (bool, int, float, complex, str, Tensor, tuple, list, dict))
-        ]
-        parts = [_fingerprint(part, kept, depth + 1) for part in (value.__defaults__, *cells, *named, *data)]
+        parts = [_fingerprint(part, kept, depth + 1) for part in (value.__defaults__, *cells, *named)]
+        parts += [_fingerprint(part, kept, depth + 1) for part in _attributes(named, names)]
         return None if any(part is None for part in parts) else ("function", value.__code__, tuple(names), *parts)
     return None
+
+
+_DATA = (bool, int, float, complex, str, Tensor, tuple, list, dict, types.FunctionType)
+
+
+def _attributes(named: list, names: list[str]) -> list:
+    """What a function's code may read as an attribute of the modules and classes it names, and of the modules and
+    classes reached that way (``config.GAIN``, ``helpers.force``, ``helpers.sub.force``): each ``(name, value)`` that
+    is data or a plain function, at most 64 owners deep."""
+    owners, seen, found = [], set(), []
+    for owner in named:
+        if isinstance(owner, (types.ModuleType, type)) and id(owner) not in seen:
+            owners.append(owner)
+            seen.add(id(owner))
+    for owner in owners:
+        if len(seen) > 64:
+            break
+        for name in names:
+            attribute = inspect.getattr_static(owner, name, None)  # no property or module __getattr__ is run
+            if isinstance(attribute, (staticmethod, classmethod)):
+                attribute = attribute.__func__
+            if isinstance(attribute, (types.ModuleType, type)) and id(attribute) not in seen:
+                owners.append(attribute)
+                seen.add(id(attribute))
+            elif isinstance(attribute, _DATA):
+                found.append((name, attribute))
+    return found
 
 
 def _reference_key(stepper: AbstractStepper, problem: Problem, kept: list) -> tuple | None:

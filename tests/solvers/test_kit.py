@@ -7,6 +7,7 @@ test names the claim and the evidence the kit now reports.
 
 import math
 import re
+import types
 from typing import ClassVar
 
 import pytest
@@ -484,6 +485,16 @@ class _Settings:
 
     rate = 1.0
 
+    @staticmethod
+    def force(x):
+        return -torch.sin(x)
+
+
+_helpers = types.ModuleType("_helpers")
+"""A module whose functions a field below calls, one of them in a module of its own (``_helpers.sub.force``)."""
+_helpers.sub = types.ModuleType("_helpers.sub")
+_helpers.sub.force = lambda x: -torch.sin(x)
+
 
 def test_a_reference_is_solved_once_for_every_scheme_of_its_kind_and_only_for_the_same_problem(monkeypatch):
     """The reference is kept, keyed by what it depends on: the field's code and every value it closes over or reads
@@ -538,6 +549,17 @@ def test_a_reference_is_solved_once_for_every_scheme_of_its_kind_and_only_for_th
             patch.setattr(th, name, value)
             reference(VelocityVerlet(), problem())
     assert len(solved) == 13
+    called = {  # a function the field calls, read as an attribute of a module, of a module in it, of a class
+        "s": (lambda t, x: _helpers.sub.force(x), _helpers.sub, "force"),  # noqa: E731
+        "c": (lambda t, x: _Settings.force(x), _Settings, "force"),  # noqa: E731
+    }
+    for name, (field, owner, attribute) in called.items():
+        reference(VelocityVerlet(), Problem(name, field, start, 0 * start, 0.5, False))
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, attribute, staticmethod(lambda x: -2 * torch.sin(x)))
+            reference(VelocityVerlet(), Problem(name, field, start, 0 * start, 0.5, False))
+        reference(VelocityVerlet(), Problem(name, field, start, 0 * start, 0.5, False))
+    assert len(solved) == 17
 
 
 def test_recording_field_records_times():
