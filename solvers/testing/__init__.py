@@ -264,7 +264,8 @@ def check_stepper(
         call = f"check_stepper({what.__module__}.{what.__qualname__}, seed={chosen}"
         call += (f", dim={dim}" if dim is not None else "") + f", examples={examples}"
         call += ", fields=<the same fields>)" if fields is not None else ")"
-        raise AssertionError(f"{error}\n  seed {chosen}; reproduce with: {call}") from None
+        # an exception the scheme raised stays the cause (its traceback)
+        raise AssertionError(f"{error}\n  seed {chosen}; reproduce with: {call}") from error.__cause__
 
 
 def _declarations(stepper: AbstractStepper) -> None:
@@ -366,7 +367,18 @@ def _check_stepper(
         _declarations(stepper)
     report: dict[str, Any] = {}
     for claim, check in _claims(stepper, dim, examples, fields):
-        measured = check()
+        try:
+            measured = check()
+        except AssertionError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the scheme's own code may raise anything: the claim and the seed
+            said = " ".join(f"{error}".split())[:400]
+            drawn = " ".join(" ".join(getattr(error, "__notes__", ())).split())[:400]  # hypothesis's example
+            raise AssertionError(
+                f"{_name(stepper)} raised {type(error).__name__} ({said}) while its {claim} claim was checked"
+                + (f"; {drawn}" if drawn else "")
+                + "."
+            ) from error
         if claim not in ("evaluations", "gradients"):
             report[claim] = measured
     return report

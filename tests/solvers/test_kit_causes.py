@@ -154,6 +154,27 @@ def test_a_coefficients_method_that_raises_names_the_claim_that_reads_it():
     assert "the tableau claim reads" in str(caught.value) and "reproduce with: check_stepper(" in str(caught.value)
 
 
+class RaisingOnLargeStates(solvers.Heun):
+    """Heun's step, which raises an exception of its own on a state of more than 64 entries."""
+
+    def step(self, field, t, y, dt, state):
+        if y.numel() > 64:
+            raise RuntimeError("states this large are not supported")
+        return super().step(field, t, y, dt, state)
+
+
+def test_an_exception_the_scheme_raises_names_the_claim_and_the_seed_and_keeps_its_traceback():
+    """Not a bare exception from deep inside a check, with no seed to draw it again: the claim it was raised under,
+    what was drawn, the one line that reproduces it, and the scheme's own exception as the cause."""
+    with pytest.raises(AssertionError) as caught:
+        check_stepper(RaisingOnLargeStates, examples=4, seed=3)
+    message = str(caught.value)
+    said = "RaisingOnLargeStates raised RuntimeError (states this large are not supported) while its "
+    assert said in message and " claim was checked" in message
+    assert message.splitlines()[-1].strip().startswith("seed 3; reproduce with: check_stepper(")
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
 @pytest.mark.parametrize(
     "limit, linear",
     [
