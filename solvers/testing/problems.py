@@ -325,6 +325,16 @@ def default_problems(stepper: AbstractStepper, dim: int | None = None) -> list[P
     return first + ([pendulum] if width % 2 == 0 else [])
 
 
+def wide_problem(stepper: AbstractStepper, dim: int | None = None) -> Problem:
+    """The order check's problem of a transformer's shape: ``BLOCK_TOKENS`` tokens of width ``BLOCK_WIDTH`` (or the
+    stepper's) coupled as attention couples them (:func:`token_problem`), where a scheme that takes another path for
+    larger states shows; the fixed problems of :func:`default_problems` are narrow."""
+    fixed = dim if dim is not None else stepper_width(stepper)
+    return token_problem(
+        seed=5, tokens=th.BLOCK_TOKENS, dim=fixed or th.BLOCK_WIDTH, T=th.ORDER_T, second_order=stepper.second_order
+    )
+
+
 class _TanhMLP:
     """``f(x) = tanh(x W₁) W₂`` per token, with its exact tangent ``joint(x, v) = (f(x), (tanh'(x W₁) ⊙ v W₁) W₂)``."""
 

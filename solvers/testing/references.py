@@ -196,7 +196,7 @@ def _solve(stepper: AbstractStepper, problem: Problem) -> list:
     F = stepper.limit_field(problem.field_for(stepper))
     t0 = problem.t0
     if not (problem.linear and _linear_autonomous(F, y0, t0, problem.T)):
-        per_checkpoint = math.ceil(problem.T / th.CHECKPOINTS / th.REFERENCE_DT)
+        per_checkpoint = math.ceil(abs(problem.T) / th.CHECKPOINTS / th.REFERENCE_DT)  # T < 0: backwards in time
         coarse = _classic_rk4(F, y0, problem.T, per_checkpoint * th.CHECKPOINTS, per_checkpoint, t0)
         fine = _classic_rk4(F, y0, problem.T, 2 * per_checkpoint * th.CHECKPOINTS, 2 * per_checkpoint, t0)
         return [_axpy(1 / 15, b, _axpy(-1.0, b, a)) for a, b in zip(coarse, fine)]

@@ -26,6 +26,7 @@ from solvers import (
     Split,
     VelocityMix,
     VelocityVerlet,
+    axpy,
     integrate,
 )
 from solvers.testing import (
@@ -228,7 +229,44 @@ class Yoshida4(AbstractStepper):
         return PhaseState(x, v), state
 
 
+class HeunForwardEulerBack(Heun):
+    """Heun's step for positive ``dt``; for negative ones its second stage is dropped (Euler): order 1 backwards."""
+
+    def step(self, field, t, y, dt, state):
+        if float(dt) > 0:
+            return super().step(field, t, y, dt, state)
+        k = field(t, y)
+        field(t + dt, y + dt * k)  # the same evaluations at the same times: only the result differs
+        return y + dt * k, state
+
+
+class NarrowHeunWideEuler(VelocityVerlet):
+    """Velocity Verlet on states of at most four tokens; on more (a transformer's sequence), a path that drifts with
+    the old velocity: order 1 there, the same evaluations at the same times."""
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        if x.dim() < 3 or x.shape[-2] <= 4:
+            return super().step(field, t, y, dt, state)
+        a0 = field(t, x)
+        x1 = axpy(x, dt, v)
+        return PhaseState(x1, axpy(axpy(v, 0.5 * dt, a0), 0.5 * dt, field(t + dt, x1))), state
+
+
 # -- tests ----------------------------------------------------------------------------------------------------------
+
+
+def test_the_order_is_measured_backwards_in_time_and_on_states_of_a_transformers_shape():
+    """A scheme of lower order for negative steps, or for states of more tokens than the narrow problems have, is
+    rejected by the order check itself (the other checks compare it with its own path at the same signed step and
+    shape, where it is consistent)."""
+    with pytest.raises(
+        AssertionError, match=r"order 2 but its error falls like dt\^1\.0.*backwards in time \(dt < 0\)"
+    ):
+        check_order(HeunForwardEulerBack, examples=0)
+    with pytest.raises(AssertionError, match=r"order 2 but its error falls like dt\^1\.0.* on tokens\(seed=5, 2 x 6"):
+        check_order(NarrowHeunWideEuler, examples=0)
+    assert check_order(Heun, examples=0) and check_order(VelocityVerlet, examples=0)
 
 
 def test_fake_order_two_euler_is_rejected():
