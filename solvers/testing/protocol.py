@@ -133,7 +133,39 @@ def _fixed_protocol(stepper: AbstractStepper, dim: int | None = None) -> float:
         low = _cast(y, torch.float32)
         low_field = each(field, _in_float32)  # the problem in float32
         _same_form(name, low, _fresh_step(stepper, low_field, t, low, dt), problem, "float32 ")
+        if not is_block(stepper):
+            _aliased_fields(name, stepper, t, y, dt)
     return _check_derivative(name, stepper, field, t, y, dt, problem)
+
+
+def _aliased_fields(name: str, stepper: AbstractStepper, t: float, y: Any, dt: float) -> None:
+    """A field may return its input itself (``x' = x``, a residual branch that is the identity) or a tensor it keeps
+    (a constant force, a cached projection): the step must leave both as they were, and take the same step as with a
+    field returning fresh copies. A step that scales what the field returned in place (``k.mul_(dt)``) writes into
+    its own input or the model's tensor; every other field the kit draws returns a new tensor, where it cannot."""
+    x = y.x if isinstance(y, PhaseState) else y
+    force = torch.linspace(-1.0, 1.0, x.numel(), dtype=x.dtype).reshape(x.shape)
+    kept = force.clone()
+    fields = (
+        ("its input itself (x' = x)", lambda s, u: u, lambda s, u: u.clone()),
+        ("a tensor it keeps (a constant force)", lambda s, u: force, lambda s, u: force.clone()),
+    )
+    for what, aliased, fresh in fields:
+        start = _unflat(_flat(y).clone(), y)
+        y1 = _fresh_step(stepper, aliased, t, start, dt)
+        expected = _fresh_step(stepper, fresh, t, _unflat(_flat(y).clone(), y), dt)
+        written = [part for part, kept_as_was in (("y", torch.equal(_flat(start), _flat(y))),
+                   ("the field's tensor", torch.equal(force, kept))) if not kept_as_was]  # fmt: skip
+        if written or not torch.equal(_flat(y1), _flat(expected)):
+            if written:
+                did = f"wrote into {' and '.join(written)}"
+            else:
+                did = f"differs by {_error(y1, expected):.2e} from its step with a field returning a copy"
+            raise AssertionError(
+                f"{name}.step writes into what its field returned: with a field that returns {what}, the step {did}; "
+                "a model's field may return its input or a tensor it keeps, so use an evaluation out of place "
+                "(k * dt, not k.mul_(dt))."
+            )
 
 
 def _kept_or_coupled(

@@ -253,7 +253,27 @@ class NarrowHeunWideEuler(VelocityVerlet):
         return PhaseState(x1, axpy(axpy(v, 0.5 * dt, a0), 0.5 * dt, field(t + dt, x1))), state
 
 
+class InPlaceKickVerlet(VelocityVerlet):
+    """Velocity Verlet whose kicks scale the evaluation in place (``a.mul_(dt / 2)``): right wherever the field returns
+    a new tensor, as every field the kit drew did, but it writes into the position when the field returns it (``x'' =
+    x``) and into a constant force the model keeps."""
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        v = v + field(t, x).mul_(0.5 * dt)
+        x = axpy(x, dt, v)
+        return PhaseState(x, v + field(t + dt, x).mul_(0.5 * dt)), state
+
+
 # -- tests ----------------------------------------------------------------------------------------------------------
+
+
+def test_a_step_that_writes_into_what_its_field_returned_is_rejected():
+    with pytest.raises(
+        AssertionError, match=r"InPlaceKickVerlet.step writes into what its field returned: .* its input"
+    ):
+        check_protocol(InPlaceKickVerlet, examples=0)
+    check_protocol(VelocityVerlet, examples=0)
 
 
 def test_the_order_is_measured_backwards_in_time_and_on_states_of_a_transformers_shape():
