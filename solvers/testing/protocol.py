@@ -244,6 +244,7 @@ def _compare_derivative(
     scale: float,
     dead: bool = True,
     irregular=None,
+    of: str = "its steps",
 ) -> float:
     """Autograd's derivative of ``run`` (a map of the flat start ``base`` and of ``params``) along a random direction
     against difference quotients. The quotient's step ``h`` is chosen where quotients at ``h`` and ``10 h`` agree best
@@ -309,7 +310,7 @@ def _compare_derivative(
         moved = " and of the learnable parameters" if any(not n.startswith(FIELD_WEIGHT) for n, _ in params) else ""
         moved += " and of the field's trainable weights" if any(n.startswith(FIELD_WEIGHT) for n, _ in params) else ""
         raise AssertionError(
-            f"{name}'s gradient is not that of its steps on {where}: along a random direction of y{moved}, "
+            f"{name}'s gradient is not that of {of} on {where}: along a random direction of y{moved}, "
             f"autograd gives {by_autograd:.8g} and difference quotients {by_difference:.8g} (trusted to "
             f"{allowed * magnitude:.1e}); is a term computed without gradient (detach, no_grad, .item(), float())?"
         )
@@ -582,6 +583,28 @@ def check_protocol(
     return defect
 
 
+def _limit_gradient(stepper: AbstractStepper, dim: int | None) -> None:
+    """Where the stepper has learnable parameters and a small-step limit: the gradient of ``limit_field`` along a
+    random direction of the state and of the parameters equals difference quotients (on a float64 copy, at a start
+    inside its ``time_domain``, on the last of :func:`default_problems`). Which parameters shape the limit is read by
+    autograd (``model.parameterization=ode`` scales them as the scheme's own: ``odeformer.parameterization``), so a
+    limit that reads a parameter detached would leave it frozen there, though every value is right."""
+    learnable = [(n, p) for n, p in stepper.named_parameters() if p.requires_grad]
+    if not learnable or stepper.order == 0 or is_block(stepper):
+        return
+    s = _float64(stepper)
+    params = [(f"{_name(stepper)}.{n}", p) for n, p in s.named_parameters() if p.requires_grad]
+    problem = default_problems(s, dim)[-1]
+    y, t, field = problem.initial(s), placed(s, 0.3, [0.0]), problem.field_for(s)
+
+    def run(vector: Tensor) -> Tensor:  # the limit made anew: it may read its parameters when it is made
+        return _flat(s.limit_field(field)(t, _unflat(vector, y)))
+
+    where = f"{problem.name} at t = {t:g} (which parameters shape the limit is read by autograd)"
+    of = "the vector field its limit_field returns"
+    _compare_derivative(_name(stepper), run, _flat(y), params, where, problem.scale, dead=False, of=of)
+
+
 def check_gradients(
     stepper: AbstractStepper | type[AbstractStepper], dim: int | None = None, examples: int = th.EXAMPLES
 ) -> None:
@@ -590,7 +613,8 @@ def check_gradients(
     layer's learnable parameters and of the trainable weights of the field (an ``nn.Module``,
     :class:`~solvers.testing.problems.Weighted`, as a model's fields are: a stage that drops the weights' graph
     shows), it equals difference quotients (to ``GRADIENT_RTOL``, or what the quotients resolve), and every learnable
-    parameter gets a gradient that is not zero (a parameter that is never used, or used detached, is named). Drawn:
+    parameter gets a gradient that is not zero (a parameter that is never used, or used detached, is named); the
+    gradient of its ``limit_field`` to its parameters is autograd's too (:func:`_limit_gradient`). Drawn:
     ``examples`` instances of ``GRADIENT_STEPS`` steps (4 to 8) in float64 copies, of drawn shape, magnitude, signed
     ``dt`` and parameter moves: a history kept detached, or a cache carried across a
     step without its graph, shows there where one step from a fresh ``init`` cannot show it."""
@@ -598,6 +622,7 @@ def check_gradients(
     name, pristine = _name(stepper), _copy(stepper)
     width = dim if dim is not None else stepper_width(stepper)
     low, high = th.GRADIENT_STEPS
+    _limit_gradient(stepper, dim)
 
     def claim(inst: Instance) -> None:
         layers = [_float64(s) for s in inst.steppers(pristine)]

@@ -2,9 +2,13 @@
 resolution (TripleJump's λ at a small step) is not judged for a zero gradient there; one that moves the result but
 gets no gradient is rejected everywhere, and the fixed instances stay strict."""
 
+import copy
+
 import pytest
 import torch
 
+import solvers
+from solvers.testing import check_gradients
 from solvers.testing.protocol import _compare_derivative
 
 
@@ -42,3 +46,29 @@ def test_a_parameter_that_moves_the_result_but_gets_a_zero_gradient_is_rejected_
     base = torch.linspace(-1, 1, 4, dtype=torch.float64)
     with pytest.raises(AssertionError, match="S's learnable parameter p gets a gradient of zero"):
         _compare_derivative("S", run, base, [("p", p)], "here", 1.0, irregular=reject)
+
+
+class DetachedLimitLightWave(solvers.LightWave):
+    """Light Wave (a learnable momentum, per channel) whose limit field reads its friction through ``.detach()``:
+    every value is right, but autograd sees no parameter in the limit, so ``model.parameterization=ode`` would take
+    the momentum for a discretisation coefficient and freeze it."""
+
+    def limit_field(self, field):
+        honest = super().limit_field(field)
+        detached = copy.deepcopy(self)
+        for p in detached.parameters():
+            p.requires_grad_(False)
+        frozen = solvers.LightWave.limit_field(detached, field)
+        return lambda t, y: frozen(t, y) if torch.is_grad_enabled() else honest(t, y)
+
+
+def test_a_limit_field_that_reads_a_parameter_detached_is_rejected_by_the_gradient_check():
+    from odeformer.parameterization import scheme_roles
+
+    honest, detached = solvers.LightWave(dim=3), DetachedLimitLightWave(dim=3)
+    assert set(scheme_roles(honest).values()) == {"scheme"} and set(scheme_roles(detached).values()) == {
+        "discretisation"
+    }
+    with pytest.raises(AssertionError, match=r"gradient is not that of the vector field its limit_field returns"):
+        check_gradients(detached, examples=0)
+    check_gradients(honest, examples=0)
