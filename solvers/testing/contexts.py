@@ -58,7 +58,7 @@ from ._common import (
 )
 from ._drawn import check_drawn, reject
 from .problems import _cos, generator, stepper_width, weighted
-from .protocol import amplification, best_quotient, float32_allowance
+from .protocol import amplification, best_quotient, float32_allowance, unstated_coefficients
 from .references import _flat, _unflat
 from .strategies import Instance, instances
 
@@ -971,7 +971,8 @@ def check_contexts(
         worst[0] = max(worst[0], defect)
         if not defect <= allowed:
             size = f"{defect / unit:.3g} rounding units" if unit != 1.0 else f"{defect:.3g} (relative)"
-            raise AssertionError(f"{name} (order {stepper.order}): {what} by {size} {where} ({rule}).")
+            hint = unstated_coefficients(stepper, "contexts") if dtype != torch.float64 else ""
+            raise AssertionError(f"{name} (order {stepper.order}): {what} by {size} {where} ({rule}).{hint}")
 
     seen: set[tuple[str, bool]] = set()
 

@@ -717,6 +717,19 @@ def amplification(
     return change if change == change and change != float("inf") else float("inf")
 
 
+def unstated_coefficients(stepper: AbstractStepper, claim: str = "precision") -> str:
+    """For a message on a lower-precision step of a scheme that states no coefficients (no ``tableau``, no
+    ``coefficients()``): that its arithmetic was allowed for coefficients summing to 1, and how to state larger ones;
+    else ``""``."""
+    if is_block(stepper) or _stated_coefficients(stepper, claim) is not None:
+        return ""
+    return (
+        " If the step combines its stages with coefficients larger than 1 (an extrapolation, a composition written "
+        "out), that arithmetic rounds more: it states no coefficients, so theirs counted as 1; state them by a method "
+        "coefficients() returning {'A': ..., 'b': ...} (or {'drifts': ..., 'kicks': ...}), as docs/extending.md says."
+    )
+
+
 def float32_allowance(stepper: AbstractStepper, claim: str = "precision") -> float:
     """How many float32 rounding units a float32 step may differ from the float64 step by, from the scheme's own
     arithmetic: ``FLOAT32_UNITS_PER_TERM`` for each evaluation (``evals_per_step``) times the sum of the absolute
@@ -779,7 +792,7 @@ def check_precision(
                         f"{name}'s float32 step differs from its float64 step from the same state by {units:.3g} "
                         f"float32 rounding units at step {i} on {problem.name} (its arithmetic allows {allowed:.3g}"
                         f"{f', times {gain:.3g}, how much this step amplifies rounding' if gain > 1 else ''}): part "
-                        "of the step runs in a lower precision, or rounds a coefficient."
+                        f"of the step runs in a lower precision, or rounds a coefficient.{unstated_coefficients(low)}"
                     )
             y1, state = low.step(rounded, t, y, dt, state)
             _same_form(name, y, y1, problem, f"float32 step {i}'s ")

@@ -185,3 +185,57 @@ def test_an_exception_the_scheme_raises_names_the_claim_and_the_seed_and_keeps_i
 )
 def test_only_a_limit_linear_in_the_state_and_the_same_at_every_time_gets_the_exact_reference(limit, linear):
     assert _linear_autonomous(limit, torch.ones(2, 3, dtype=torch.float64), 0.0, 0.5) is linear
+
+
+class ExtrapolatedEuler(AbstractStepper):
+    """Richardson extrapolation of Euler by hand: two half steps against one whole, ``2 y_½ - y_1``, order 2, three
+    evaluations. Its coefficients (2 and 1 on whole states) are not stated, so its arithmetic is allowed one's
+    rounding; ``Stated`` below says them."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 3
+
+    def step(self, field, t, y, dt, state):
+        whole = axpy(y, dt, field(t, y))
+        half = axpy(y, 0.5 * dt, field(t, y))
+        halves = axpy(half, 0.5 * dt, field(t + 0.5 * dt, half))
+        return 2 * halves - whole, state
+
+
+class BFloat16Stage(AbstractStepper):
+    """Heun written as a plain class, whose float32 step adds its stages in bfloat16 (a "fast path" for training): a
+    lower precision."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = False
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+
+    def step(self, field, t, y, dt, state):
+        k1 = field(t, y)
+        k2 = field(t + dt, axpy(y, dt, k1))
+        if y.dtype == torch.float32:
+            return y + ((0.5 * dt) * (k1 + k2)).to(torch.bfloat16).to(y.dtype), state
+        return y + (0.5 * dt) * (k1 + k2), state
+
+
+def test_a_lower_precision_message_says_how_a_scheme_of_large_coefficients_states_them():
+    """A plain class's arithmetic is allowed the rounding of coefficients summing to 1: a rejection of its float32 step
+    says so and names ``coefficients()``; a scheme that states its coefficients gets no such line, and is allowed
+    their sum."""
+    from solvers.testing.protocol import float32_allowance, unstated_coefficients
+
+    class Stated(ExtrapolatedEuler):
+        def coefficients(self):
+            return {"A": [[0.0], [1.0, 0.0], [0.5, 0.0, 0.0]], "b": [-1.0, 1.0, 1.0]}
+
+    with pytest.raises(AssertionError) as caught:
+        check_precision(BFloat16Stage, examples=4)
+    assert "rounds a coefficient. If the step combines its stages with coefficients larger than 1" in str(caught.value)
+    assert "states no coefficients, so theirs counted as 1; state them by a method coefficients()" in str(caught.value)
+    assert unstated_coefficients(solvers.TwoStageRK()) == "" and unstated_coefficients(Stated()) == ""
+    assert float32_allowance(Stated()) > float32_allowance(ExtrapolatedEuler()) == 16
