@@ -197,6 +197,9 @@ class AbstractStepper(nn.Module):
     multistep: ClassVar[bool] = False
     symmetric: ClassVar[bool] = False
     startup_evals: ClassVar[tuple[int, ...]] = ()
+    steps_on_blocks: ClassVar[bool] = False
+    """Whether ``step`` takes a :class:`~solvers.Block` (a layer's attention and FFN) for its field rather than one
+    vector field: a block stepper (``Split``, ``Whole``, or one of your own), which the kit checks on blocks."""
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -171,6 +171,8 @@ def _sum(a: Y, b: Y) -> Y:
 
 class _BlockStepper(AbstractStepper, abstract=True):
     """Shared by :class:`Split` and :class:`Whole`: claims from the parts and the block, maps, state hand-over."""
+
+    steps_on_blocks: ClassVar[bool] = True
 
     def __init__(self, stepper: AbstractStepper):
         super().__init__()

@@ -124,7 +124,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 from .._base import AbstractStepper
 from . import thresholds as th
-from ._common import _instance, _name, _one_thread, reachable_tensors
+from ._common import _instance, _name, _one_thread, is_block, reachable_tensors
 from ._drawn import seeded
 from .contexts import CONTEXTS, REFERENCE, Context, check_contexts
 from .evals import RecordingField, check_evals
@@ -243,12 +243,10 @@ def check_stepper(
     model's attention and FFN) to the fields :func:`check_contexts` draws.
 
     Given a block stepper (:class:`~solvers.Split`, :class:`~solvers.Whole`, or one of your own stepping on a
-    :class:`~solvers.Block`) it runs every check on blocks and then :func:`check_layer` (``report["layer"]``); given a
-    block stepper's class it says to check a built one.
+    :class:`~solvers.Block` and declaring ``steps_on_blocks = True``) it runs every check on blocks and then
+    :func:`check_layer` (``report["layer"]``); given a block stepper's class it says to check a built one.
     """
-    from .._splitting import _BlockStepper
-
-    if isinstance(stepper, type) and issubclass(stepper, _BlockStepper):
+    if isinstance(stepper, type) and getattr(stepper, "steps_on_blocks", False):
         raise TypeError(
             f"{stepper.__name__} is a block stepper: it steps on a solvers.Block, so check a built one with "
             f"solvers.testing.check_layer({stepper.__name__}(...)) (check_stepper given one runs that check)."
@@ -300,9 +298,7 @@ def _declarations(stepper: AbstractStepper) -> None:
 def _claims(stepper: AbstractStepper, dim: int | None, examples: int, fields: Any) -> list[tuple[str, Any]]:
     """``(claim, check)`` for every claim the stepper's declarations call for, in the order they are checked; each
     check returns what it measured."""
-    from .._splitting import _BlockStepper
-
-    if isinstance(stepper, _BlockStepper):  # it steps on a Block: every check a stepper gets, on layers' blocks
+    if is_block(stepper):  # it steps on a Block: every check a stepper gets, on layers' blocks
         claims = [
             ("protocol", lambda: check_protocol(stepper, dim, examples)),
             ("evaluations", lambda: check_evals(stepper, dim=dim, examples=examples) or stepper.evals_per_step),

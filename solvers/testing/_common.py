@@ -202,10 +202,9 @@ def rounded_field(field: Any, nudged: Callable[[Tensor], Tensor]) -> Any:
 
 
 def is_block(stepper: Any) -> bool:
-    """Whether ``stepper`` is a block stepper (it steps on a :class:`~solvers.Block` of a layer's fields)."""
-    from .._splitting import _BlockStepper
-
-    return isinstance(stepper, _BlockStepper)
+    """Whether ``stepper`` is a block stepper: it steps on a :class:`~solvers.Block` of a layer's fields (``Split``,
+    ``Whole``, or a class of one's own declaring ``steps_on_blocks = True``)."""
+    return bool(getattr(stepper, "steps_on_blocks", False))
 
 
 def each(field: Any, wrap: Callable[[Callable], Any]) -> Any:

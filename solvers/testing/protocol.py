@@ -736,7 +736,7 @@ def float32_allowance(stepper: AbstractStepper, claim: str = "precision") -> flo
     values of its tableau's coefficients (``A`` and ``b``; a splitting's drifts and kicks; a learnable family's at
     their current values from its ``coefficients()``, the largest channel's where they are per channel; 1 where it has
     none), at least ``FLOAT32_UNITS``. Fifteen stages with weights near 2 round more than Euler."""
-    if is_block(stepper):  # a layer's arithmetic: its stepper's and its FFN scheme's
+    if isinstance(getattr(stepper, "stepper", None), AbstractStepper):  # a layer's arithmetic: its schemes' own
         parts = [stepper.stepper] + (
             [stepper.ffn] if isinstance(getattr(stepper, "ffn", None), AbstractStepper) else []
         )

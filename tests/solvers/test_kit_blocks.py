@@ -89,3 +89,51 @@ def test_the_librarys_layers_pass_every_check():
     of Heun, a whole RK4 step, Light Wave, reversible and Verlet force layers)."""
     report = check_stepper(solvers.Split(solvers.SemiImplicitEuler()), seed=4, examples=EXAMPLES // 2)
     assert {"protocol", "contexts", "precision", "order", "layer"} <= set(report)
+
+
+class _OwnLayer(solvers.AbstractStepper, abstract=True):
+    """A block stepper of one's own, not built on ``Split`` or ``Whole``: it declares that it steps on a
+    ``solvers.Block`` and reads the block's attention and FFN itself."""
+
+    second_order = False
+    symplectic = False
+    reversible = False
+    steps_on_blocks = True
+
+    def limit_field(self, field):
+        return lambda t, x: field.attention(t, x) + (field.ffn(t, x) if field.ffn is not None else 0.0)
+
+
+class MidpointBothHalves(_OwnLayer):
+    """The explicit midpoint rule on the block's summed field, written against the block: order 2, two attention
+    evaluations a step."""
+
+    order = 2
+    evals_per_step = 2
+
+    def step(self, field, t, y, dt, state):
+        def summed(s, x):
+            return field.attention(s, x) + (field.ffn(s, x) if field.ffn is not None else 0.0)
+
+        middle = solvers.axpy(y, 0.5 * dt, summed(t, y))
+        return solvers.axpy(y, dt, summed(t + 0.5 * dt, middle)), state
+
+
+class FFNFirstLie(_OwnLayer):
+    """The FFN's Euler step, then the attention's, declaring order 2: a Lie splitting is order 1."""
+
+    order = 2
+    evals_per_step = 1
+
+    def step(self, field, t, y, dt, state):
+        x = solvers.axpy(y, dt, field.ffn(t, y)) if field.ffn is not None else y
+        return solvers.axpy(x, dt, field.attention(t, x)), state
+
+
+def test_a_block_stepper_of_ones_own_is_checked_on_blocks():
+    """``steps_on_blocks = True`` is what makes a class of one's own a layer for the kit (not subclassing the
+    library's): a right one passes every check on blocks, a wrong one is rejected by its order there."""
+    report = check_stepper(MidpointBothHalves(), examples=4, seed=5)
+    assert abs(report["order"][0] - 2) < 0.3 and report["layer"]["declared"] == 2
+    with pytest.raises(AssertionError, match=r"FFNFirstLie.*order 2 but its error falls like dt\^1\.0"):
+        check_stepper(FFNFirstLie(), examples=4, seed=5)
