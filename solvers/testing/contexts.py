@@ -968,6 +968,13 @@ def check_contexts(
         if times > 0.0:  # a far start: its stage times are held only to float64's rounding there
             allowed += times
             rule += f", plus {times:.3g}, what rounding the far stage times moves it"
+        if not math.isfinite(defect):
+            big = torch.finfo(dtype).max
+            raise AssertionError(
+                f"{name} (order {stepper.order}): {what.replace('differs from', 'is not finite where')} is finite, "
+                f"{where.replace(': the scheme takes another path in that context', '')}: a value the step computes "
+                f"overflows {str(dtype).removeprefix('torch.')} (its largest is {big:.3g}), or divides by zero there."
+            )
         worst[0] = max(worst[0], defect)
         if not defect <= allowed:
             size = f"{defect / unit:.3g} rounding units" if unit != 1.0 else f"{defect:.3g} (relative)"

@@ -239,3 +239,19 @@ def test_a_lower_precision_message_says_how_a_scheme_of_large_coefficients_state
     assert "states no coefficients, so theirs counted as 1; state them by a method coefficients()" in str(caught.value)
     assert unstated_coefficients(solvers.TwoStageRK()) == "" and unstated_coefficients(Stated()) == ""
     assert float32_allowance(Stated()) > float32_allowance(ExtrapolatedEuler()) == 16
+
+
+class ScaledThroughLargeNumber(solvers.Heun):
+    """Heun whose result passes through ``* 7e4 / 7e4`` in the state's dtype: beyond float16's largest number."""
+
+    def step(self, field, t, y, dt, state):
+        y1, state = super().step(field, t, y, dt, state)
+        return (y1 * 70000.0) / 70000.0, state
+
+
+def test_a_step_that_overflows_a_lower_precision_is_said_to_overflow_not_to_take_another_path():
+    with pytest.raises(AssertionError) as caught:
+        check_contexts(ScaledThroughLargeNumber, examples=0)
+    message = str(caught.value)
+    assert "its step is not finite where the reference context's step from the same state is finite" in message
+    assert "overflows float16 (its largest is 6.55e+04)" in message and "nan rounding units" not in message
