@@ -1242,8 +1242,9 @@ def test_a_first_order_scheme_of_odd_width_is_checked_and_its_parameters_get_the
     from solvers.testing import thresholds
 
     report = check_stepper(RateHeun(dim=3))  # was refused: the one-step check wanted an even width for [x, v]
-    assert report["one_step"] == 0.0  # linear, nonlinear, uneven grid, moved rate, and the drawn problems
-    assert len(report["order"]) == 4 + thresholds.ORDER_EXAMPLES
+    assert report["one_step"] == 0.0
+    # linear, nonlinear, uneven grid, backwards in time, moved rate, tokens of a transformer's shape, the drawn problems
+    assert len(report["order"]) == 6 + thresholds.ORDER_EXAMPLES
     with pytest.raises(AssertionError, match=r"along a random direction of y and of the learnable parameters"):
         check_protocol(DetachedRateHeun(dim=3))
 
