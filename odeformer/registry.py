@@ -109,6 +109,12 @@ class Solver:
         """
         if not (isinstance(stepper, type) and issubclass(stepper, AbstractStepper)):
             raise ValueError(f"{stepper!r} is not a solvers.AbstractStepper subclass.")
+        if stepper.steps_on_blocks:
+            raise ValueError(
+                f"{stepper.__name__} steps on a solvers.Block (steps_on_blocks): a model's layers are made from a "
+                "scheme on one field (solvers.Split and solvers.Whole make the layer); train with that scheme, and "
+                f"check the layer itself with solvers.testing.check_stepper({stepper.__name__}())."
+            )
         claims, label, options = _claims_of(stepper, options or {}), name or stepper.__name__, dict(options or {})
         if claims.second_order:
             text = f"{label}: {stepper.__name__} on X'' = Attn(LN x) - x with step τ; FFN by the chain rule"

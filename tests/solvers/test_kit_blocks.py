@@ -137,3 +137,13 @@ def test_a_block_stepper_of_ones_own_is_checked_on_blocks():
     assert abs(report["order"][0] - 2) < 0.3 and report["layer"]["declared"] == 2
     with pytest.raises(AssertionError, match=r"FFNFirstLie.*order 2 but its error falls like dt\^1\.0"):
         check_stepper(FFNFirstLie(), examples=4, seed=5)
+
+
+def test_a_model_refuses_a_block_stepper_of_ones_own_in_one_line():
+    """A model's layers are made from a scheme on one field: a class stepping on blocks is the kit's to check, and a
+    model asked to train with it says so (rather than failing inside its first step)."""
+    import odeformer
+
+    with pytest.raises(ValueError, match=r"^MidpointBothHalves steps on a solvers.Block \(steps_on_blocks\)"):
+        odeformer.Solver.for_stepper(MidpointBothHalves)
+
