@@ -197,6 +197,13 @@ class AbstractStepper(nn.Module):
     multistep: ClassVar[bool] = False
     symmetric: ClassVar[bool] = False
     startup_evals: ClassVar[tuple[int, ...]] = ()
+    time_invariant: ClassVar[bool] = True
+    """Whether a step commutes with shifting the time wherever its limit does (it reads the time only through its
+    field and its limit's own terms): what the kit assumes unless a scheme says ``False`` (a step that reads the
+    absolute time in terms that vanish with ``dt``, a geometric-mean stage time); then a far start is compared with
+    the reference where it runs and the order is measured there."""
+    scale_invariant: ClassVar[bool] = True
+    """The same for scaling the state and the field by a power of two."""
     steps_on_blocks: ClassVar[bool] = False
     """Whether ``step`` takes a :class:`~solvers.Block` (a layer's attention and FFN) for its field rather than one
     vector field: a block stepper (``Split``, ``Whole``, or one of your own), which the kit checks on blocks."""

@@ -1013,6 +1013,7 @@ def check_contexts(
         # c tanh v), the reference runs where the context does, and the order is measured there (:func:`_held_there`)
         span = [own + sum(dts[:i]) + c * dt for i, dt in enumerate(dts) for c in (0.0, 0.5, 1.0)]
         in_time, in_size = _commutes(high, inner, problem.initial(low), span, shift, scale)
+        in_time, in_size = in_time and high.time_invariant, in_size and high.scale_invariant  # unless it says not
         if not in_time:
             held("time", t0)
         if not in_size:

@@ -96,7 +96,7 @@ def _counted_run(
                 f"step {i} with {how} at dt = {dt_value:g}{what}; it "
                 f"declares {claim}, so {expected} were expected."
             )
-        start = float(t)
+        start = float(t.detach()) if isinstance(t, torch.Tensor) else float(t)
         out.append([(u - start) / dt_value for u in times])
         far = max(far, abs(start) / abs(dt_value))  # c resolves only to float64's rounding of t, over dt
         t, previous = t + dt, s
@@ -130,6 +130,22 @@ def _same_abscissae(name: str, runs: list[tuple[float, tuple[list[list[float]], 
 
 
 @torch.no_grad()
+def _fitting(stepper: AbstractStepper, dts: list[float]) -> list[float]:
+    """``dts``, halved together until ``EVAL_STEPS`` steps of each (and of each alternating with ``RATES[0]`` times
+    it) fit inside the stepper's ``time_domain``: a scheme defined on a short interval is counted there (the same
+    abscissae at every ``dt`` is a claim at any scale); unchanged where it states none. An interval too short for
+    any of them keeps them as they are (the count then says it cannot run there)."""
+    steps = th.EVAL_STEPS
+    for halvings in range(40):
+        scaled = [d / 2**halvings for d in dts]
+        runs = [[d] * steps for d in scaled] + [
+            [d if i % 2 == 0 else th.RATES[0] * d for i in range(steps)] for d in scaled
+        ]
+        if all(placed(stepper, th.EVAL_T0, run) is not None for run in runs):
+            return scaled
+    return dts
+
+
 def check_evals(
     stepper: AbstractStepper | type[AbstractStepper],
     problem: Problem | None = None,
@@ -143,7 +159,8 @@ def check_evals(
     evaluation times are ``t + c dt`` with the same abscissae ``c`` at every ``dt``.
 
     Fixed: ``EVAL_STEPS`` steps from ``t = EVAL_T0`` at every ``dt`` in ``dts``, and as many alternating ``dt`` and
-    ``RATES[0] dt`` (a step size that changes twentyfold). Drawn (unless ``problem`` is given;
+    ``RATES[0] dt`` (a step size that changes twentyfold), all halved together where the runs do not fit the scheme's
+    ``time_domain`` (:func:`_fitting`). Drawn (unless ``problem`` is given;
     ``examples`` instances, :func:`~solvers.testing.strategies.instances`): up to ``MAX_HORIZON`` steps of sizes
     alternating ``dt`` and ``rate dt`` (either sign), from a drawn ``t``, on states of drawn shape and magnitude, with
     the learnable parameters moved, compared with the same run at another ``dt``.
@@ -163,6 +180,7 @@ def check_evals(
             )
         return t0
 
+    dts = _fitting(stepper, list(dts))
     for kind in TIME_KINDS:
         for tied in (False, True):
             how = "one field for all steps" if tied else "a new field each step"
@@ -176,7 +194,7 @@ def check_evals(
             runs = [(d[0], _counted_run([stepper], chosen, d, start(d), tied, what, kind)) for d in changing]
             _same_abscissae(name, runs, how + what)
     for tied in (False, True):  # with autograd on, as a model trains: the same count
-        steps = [th.EVAL_DTS[0]] * th.EVAL_STEPS
+        steps = [dts[0]] * th.EVAL_STEPS
         _counted_run([stepper], chosen, steps, start(steps), tied, "", grad=True)
     if problem is not None or examples <= 0:
         return

@@ -230,8 +230,8 @@ def placed_problem(stepper: AbstractStepper, problem: Problem) -> Problem:
     t0 = placed(stepper, problem.t0, [problem.T])
     if t0 is None:
         raise AssertionError(
-            f"{_name(stepper)}'s time_domain {stepper.time_domain!r} holds no interval of length "
-            f"{2 * problem.T:g}: the kit cannot run {problem.name} inside it."
+            f"{_name(stepper)}'s time_domain {stepper.time_domain!r} cannot hold {problem.name}: a span of "
+            f"{abs(problem.T):g} with a step's length beyond each end, at least min(1, its width / 4) inside it."
         )
     return started(problem, t0)
 
@@ -276,6 +276,7 @@ def check_order(
         moved = _moved(stepper)
         if moved is not None:
             runs.append((moved, chosen[-1], False))
+            runs.append((moved, backwards(moved, chosen[-1]), False))
     for s, p, uneven in runs:
         m = measure_order(s, p, uneven)
         name = _name(stepper) if s is stepper else f"{_name(stepper)}, its learnable parameters moved by N(0, 0.5²),"

@@ -265,7 +265,57 @@ class InPlaceKickVerlet(VelocityVerlet):
         return PhaseState(x, v + field(t + dt, x).mul_(0.5 * dt)), state
 
 
+class KickOnSecondInPlace(VelocityVerlet):
+    """Velocity Verlet that scales its second evaluation in place where it is neither the first one's tensor nor its
+    own input (what a field returning its input, or a single kept tensor, cannot show): a field keeping a tensor for
+    each call is written into."""
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        a0 = field(t, x)
+        v = axpy(v, 0.5 * dt, a0)
+        x = axpy(x, dt, v)
+        a1 = field(t + dt, x)
+        a1 = a1.mul_(0.5 * dt) if a1 is not a0 and a1 is not x else a1 * (0.5 * dt)
+        return PhaseState(x, v + a1), state
+
+
+class FrozenRateBackwards(AbstractStepper):
+    """Velocity Verlet inside two half steps of a learnable friction ``exp(-r h / 2)``, order 2, whose backward steps
+    read the rate it had when it was made: right at its start, order 0 backwards once the rate has moved."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+
+    def __init__(self):
+        super().__init__()
+        self.rate = torch.nn.Parameter(torch.tensor(0.5, dtype=torch.float64))
+        self.made_with = float(self.rate)
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        rate = self.rate if float(dt) > 0 else self.made_with
+        damp = torch.exp(-rate * (0.5 * dt) * torch.ones((), dtype=torch.float64)).to(v.dtype)
+        v = axpy(v * damp, 0.5 * dt, field(t, x))
+        x = axpy(x, dt, v)
+        return PhaseState(x, axpy(v, 0.5 * dt, field(t + dt, x)) * damp), state
+
+    def limit_field(self, field):
+        return lambda t, y: PhaseState(y.v, field(t, y.x) - self.rate * y.v)
+
+
 # -- tests ----------------------------------------------------------------------------------------------------------
+
+
+def test_a_step_that_writes_into_a_later_evaluation_or_reads_a_stale_rate_backwards_is_rejected():
+    with pytest.raises(AssertionError, match=r"another tensor it keeps at each call, the step wrote into the field"):
+        check_protocol(KickOnSecondInPlace, examples=0)
+    moved_backwards = r"its learnable parameters moved .* falls like dt\^0\.0.* backwards in time"
+    with pytest.raises(AssertionError, match=moved_backwards):
+        check_order(FrozenRateBackwards, examples=0)
 
 
 def test_a_step_that_writes_into_what_its_field_returned_is_rejected():
@@ -1243,8 +1293,9 @@ def test_a_first_order_scheme_of_odd_width_is_checked_and_its_parameters_get_the
 
     report = check_stepper(RateHeun(dim=3))  # was refused: the one-step check wanted an even width for [x, v]
     assert report["one_step"] == 0.0
-    # linear, nonlinear, uneven grid, backwards in time, moved rate, tokens of a transformer's shape, the drawn problems
-    assert len(report["order"]) == 6 + thresholds.ORDER_EXAMPLES
+    # linear, nonlinear, uneven grid, backwards in time, moved rate forwards and backwards, tokens of a transformer's
+    # shape, the drawn problems
+    assert len(report["order"]) == 7 + thresholds.ORDER_EXAMPLES
     with pytest.raises(AssertionError, match=r"along a random direction of y and of the learnable parameters"):
         check_protocol(DetachedRateHeun(dim=3))
 
@@ -1358,3 +1409,26 @@ class SmallStepTrapezoidVerlet(VelocityVerlet):
 def test_symplecticity_is_checked_at_the_small_steps_of_a_deep_stack_too():
     with pytest.raises(AssertionError, match=r"SmallStepTrapezoidVerlet declares symplectic but one step of size 0\.0"):
         check_symplectic(SmallStepTrapezoidVerlet)
+
+
+class UnitKick(AbstractStepper):
+    """A kick and a drift of unit size whatever ``dt`` (no small-step limit: order 0), a symplectic map."""
+
+    order: ClassVar[int] = 0
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = True
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        v = v + field(t, x)
+        return PhaseState(x + v, v), state
+
+    def limit_field(self, field):
+        raise ValueError("a unit kick has no small-step limit")
+
+
+def test_a_symplectic_map_with_no_small_step_limit_has_its_map_checked_and_no_energy_rate():
+    report = check_symplectic(UnitKick, examples=4)
+    assert report["energy"] == "not measured: its limit is not the problem's Hamiltonian flow"

@@ -146,4 +146,3 @@ def test_a_model_refuses_a_block_stepper_of_ones_own_in_one_line():
 
     with pytest.raises(ValueError, match=r"^MidpointBothHalves steps on a solvers.Block \(steps_on_blocks\)"):
         odeformer.Solver.for_stepper(MidpointBothHalves)
-

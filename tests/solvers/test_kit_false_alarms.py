@@ -269,6 +269,63 @@ class InverseSquareVerlet(AbstractStepper):
         return lambda t, y: PhaseState(y.v, field(t, y.x) - (self.k / t**2) * y.x)
 
 
+class ShortLivedVerlet(solvers.VelocityVerlet):
+    """Velocity Verlet stated on the times a model runs it at, a short interval ``(1, 4)``: every fixed run (the
+    evaluations' ten steps of up to 2.5, the round trips' step of 1, the energy's span of 200) must fit inside."""
+
+    time_domain = (1.0, 4.0)
+
+
+class LateForceVerlet(AbstractStepper):
+    """Velocity Verlet on ``x'' = a(t, x) - k(t) x`` with ``k = 0`` before ``t = 1`` and ``0.5`` from ``t = 2`` on
+    (smoothly between): a force of its own that acts only later, so its limit differs from the problem's flow at
+    times the energy run reaches, not at the first ones; symplectic at every step (the kicks are forces of a
+    potential at each time)."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = True
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+
+    @staticmethod
+    def k(t):  # the time kept differentiable (a learnable dt's gradient runs through it)
+        s = torch.clamp(torch.as_tensor(t, dtype=torch.float64) - 1.0, 0.0, 1.0)
+        return 0.5 * s * s * (3 - 2 * s)
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        v = axpy(v, 0.5 * dt, field(t, x) - self.k(t) * x)
+        x = axpy(x, dt, v)
+        return PhaseState(x, axpy(v, 0.5 * dt, field(t + dt, x) - self.k(t + dt) * x)), state
+
+    def limit_field(self, field):
+        return lambda t, y: PhaseState(y.v, field(t, y.x) - self.k(t) * y.x)
+
+
+class GeometricTimeVerlet(AbstractStepper):
+    """Position Verlet whose kick is scaled by ``sqrt(t (t + dt)) / (t + dt / 2) = 1 + O(dt²)``: order 2 with the
+    problem's own limit, but its step reads the absolute time, so it says ``time_invariant = False`` and is compared
+    where it runs (symmetric in ``t`` and ``t + dt``: reversible)."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = True
+    symmetric: ClassVar[bool] = True
+    evals_per_step: ClassVar[int] = 1
+    time_domain = (0.0, math.inf)
+    time_invariant: ClassVar[bool] = False
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        middle = t + 0.5 * dt
+        ratio = (t * (t + dt)) ** 0.5 / middle
+        x = axpy(x, 0.5 * dt, v)
+        v = axpy(v, dt * ratio, field(middle, x))
+        return PhaseState(axpy(x, 0.5 * dt, v), v), state
+
+
 def schemes():
     """``{label: stepper class or instance}``: everything that must pass."""
     chosen = {name: cls for name, cls in sorted(solvers.STEPPERS.schemes().items())}
@@ -282,6 +339,9 @@ def schemes():
     chosen.update(KahanLi8=KahanLi8, NesterovVerlet=NesterovVerlet, Nesterov=Nesterov, RegularNesterov=RegularNesterov)
     chosen.update(TanhFriction=TanhFriction, ReversibleNesterov=ReversibleNesterov)
     chosen.update(KleinGordonVerlet=KleinGordonVerlet, InverseSquareVerlet=InverseSquareVerlet)
+    chosen.update(
+        ShortLivedVerlet=ShortLivedVerlet, LateForceVerlet=LateForceVerlet, GeometricTimeVerlet=GeometricTimeVerlet
+    )
     chosen.update(  # the layers a model runs: every check on blocks
         {
             "layer full wave": solvers.Split(solvers.SemiImplicitEuler()),
@@ -324,6 +384,18 @@ def test_round_trips_and_energy_are_measured_inside_the_time_domain_and_against_
     if scheme.symplectic:
         report = check_symplectic(scheme, examples=4)
         assert report["energy"].startswith("not measured") and report["structure_defect"] < 1e-12
+
+
+@pytest.mark.parametrize("scheme", [ShortLivedVerlet, LateForceVerlet, GeometricTimeVerlet])
+def test_a_short_time_domain_a_late_force_and_a_step_that_reads_the_time_pass(scheme):
+    """Every fixed run fits a time domain of three units (the counted steps and the round trip's are halved until
+    they do); a force of the scheme's own that acts only after ``t = 1`` keeps its energy out of the energy test
+    (the limit is compared with the flow over the whole run, not at its first times); a step that reads the absolute
+    time and says so (``time_invariant = False``) is compared with the reference where it runs."""
+    report = check_stepper(scheme, examples=4, seed=11)
+    assert report["order"]
+    if scheme is LateForceVerlet:
+        assert check_symplectic(scheme, examples=0)["energy"].startswith("not measured")
 
 
 def test_the_order_check_confirms_an_eighth_order_composition():

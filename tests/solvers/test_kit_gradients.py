@@ -72,3 +72,5 @@ def test_a_limit_field_that_reads_a_parameter_detached_is_rejected_by_the_gradie
     with pytest.raises(AssertionError, match=r"gradient is not that of the vector field its limit_field returns"):
         check_gradients(detached, examples=0)
     check_gradients(honest, examples=0)
+    with pytest.raises(AssertionError, match=r"gradient is not that of the vector field its limit_field returns"):
+        check_gradients(solvers.Split(DetachedLimitLightWave(dim=2)), examples=0)  # a layer's limit too
