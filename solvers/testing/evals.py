@@ -129,7 +129,6 @@ def _same_abscissae(name: str, runs: list[tuple[float, tuple[list[list[float]], 
                 )
 
 
-@torch.no_grad()
 def _fitting(stepper: AbstractStepper, dts: list[float]) -> list[float]:
     """``dts``, halved together until ``EVAL_STEPS`` steps of each (and of each alternating with ``RATES[0]`` times
     it) fit inside the stepper's ``time_domain``: a scheme defined on a short interval is counted there (the same
@@ -146,6 +145,7 @@ def _fitting(stepper: AbstractStepper, dts: list[float]) -> list[float]:
     return dts
 
 
+@torch.no_grad()
 def check_evals(
     stepper: AbstractStepper | type[AbstractStepper],
     problem: Problem | None = None,
