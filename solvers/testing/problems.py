@@ -118,18 +118,24 @@ def scaled(problem: Problem, magnitude: float) -> Problem:
 
 class ScaledField:
     """``m f(t, x / m)``: a field at magnitude ``m`` (the same problem, its solution ``m`` times the original's); a
-    field that offers ``joint(x, v) = (f(x), J_f(x) v)`` keeps it, scaled."""
+    field that offers ``joint(x, v) = (f(x), J_f(x) v)`` (or ``joint_at(t, x, v)``) keeps it, scaled."""
 
     def __init__(self, field: Callable, m: float):
         self.field, self.m = field, m
         if hasattr(field, "joint"):
             self.joint = self._joint
+        if hasattr(field, "joint_at"):
+            self.joint_at = self._joint_at
 
     def __call__(self, t, x):
         return self.m * self.field(t, x / self.m)
 
     def _joint(self, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         value, tangent = self.field.joint(x / self.m, v)
+        return self.m * value, tangent
+
+    def _joint_at(self, t, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        value, tangent = self.field.joint_at(t, x / self.m, v)
         return self.m * value, tangent
 
 
@@ -349,6 +355,25 @@ class _TanhMLP:
         return h @ self.W2, ((1 - h * h) * (v @ self.W1)) @ self.W2
 
 
+class _TimedTanhMLP:
+    """``(1 + ½ sin(3t + phase)) tanh(x W₁) W₂``: the FFN of a layer whose weights depend on depth-time (knots), so a
+    layer that evaluates it at the wrong time shows; its tangent at ``t`` is ``joint_at(t, x, v)`` (it has no
+    ``joint``: that is an autonomous field's)."""
+
+    def __init__(self, W1: Tensor, W2: Tensor, phase: float):
+        self.mlp, self.phase = _TanhMLP(W1, W2), phase
+
+    def gain(self, t):
+        return 1 + 0.5 * _sin(3 * t + self.phase)
+
+    def __call__(self, t, x: Tensor) -> Tensor:
+        return self.gain(t) * self.mlp(t, x)
+
+    def joint_at(self, t, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        f, df = self.mlp.joint(x, v)
+        return self.gain(t) * f, self.gain(t) * df
+
+
 def block_problem(
     seed: int = 0,
     second_order: bool = False,
@@ -363,10 +388,11 @@ def block_problem(
 
     ``attention(t, x) = softmax(x Q (x K)ᵀ) x V - x`` mixes the ``tokens`` (a Laplacian-like force, so a second-order
     state sees a wave); ``ffn(t, x) = tanh(x W₁) W₂`` acts on each token. Both are smooth and autonomous, weights drawn
-    from ``seed`` at scale ``1/sqrt(dim)``; with a ``phase`` the attention is modulated in time, ``(1 + ½ cos(2t +
-    phase))`` times it (a layer that evaluates it at the wrong time shows); ``x0`` (and ``v0`` if ``second_order``)
-    standard normal, ``(batch, tokens, dim)``; ``ffn=False`` leaves the FFN out (a block of attention alone). The
-    reference is the block stepper's ``limit_field`` (the block's ODE), integrated by classic RK4.
+    from ``seed`` at scale ``1/sqrt(dim)``; with a ``phase`` both are modulated in time, the attention by ``(1 + ½
+    cos(2t + phase))`` and the FFN by ``(1 + ½ sin(3t + phase))`` (a layer that evaluates either at the wrong time
+    shows: under ``model.parameterization=ode`` with knots a model's FFN depends on depth-time too); ``x0`` (and ``v0``
+    if ``second_order``) standard normal, ``(batch, tokens, dim)``; ``ffn=False`` leaves the FFN out (a block of
+    attention alone). The reference is the block stepper's ``limit_field`` (the block's ODE), integrated by classic RK4.
     """
     from .._splitting import Block
 
@@ -378,7 +404,7 @@ def block_problem(
         mixed = weights @ (x @ V) - x
         return mixed if phase is None else (1 + 0.5 * _cos(2 * t + phase)) * mixed
 
-    mlp = _TanhMLP(W1, W2) if ffn else None
+    mlp = (_TanhMLP(W1, W2) if phase is None else _TimedTanhMLP(W1, W2, phase)) if ffn else None
 
     x0 = torch.randn(batch, tokens, dim, generator=g, dtype=torch.float64)
     v0 = torch.randn(batch, tokens, dim, generator=g, dtype=torch.float64) if second_order else None

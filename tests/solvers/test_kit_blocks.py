@@ -146,3 +146,22 @@ def test_a_model_refuses_a_block_stepper_of_ones_own_in_one_line():
 
     with pytest.raises(ValueError, match=r"^MidpointBothHalves steps on a solvers.Block \(steps_on_blocks\)"):
         odeformer.Solver.for_stepper(MidpointBothHalves)
+
+
+class FFNFrozenInTime(solvers.Split):
+    """A Strang layer that evaluates the FFN at the step's start time in every stage (the FFN "has no time"): right
+    while the FFN is autonomous, order 1 where it depends on depth-time, as a model's does under ``ode`` with knots."""
+
+    def step(self, field, t, y, dt, state):
+        if field.ffn is not None:
+            field = field._replace(ffn=lambda s, x, f=field.ffn, start=t: f(start, x))
+        return super().step(field, t, y, dt, state)
+
+
+def test_a_layer_that_evaluates_the_ffn_at_the_wrong_time_is_rejected():
+    """The kit's timed blocks modulate the FFN in time as well as the attention."""
+    from solvers.testing import check_order
+
+    with pytest.raises(AssertionError, match=r"order 2 but its error falls like dt\^1\.0.* phase=0\.7"):
+        check_order(FFNFrozenInTime(solvers.Heun(), splitting="strang"), examples=0)
+    check_order(solvers.Split(solvers.Heun(), splitting="strang"), examples=0)
