@@ -36,7 +36,7 @@ from .problems import (
     stepper_width,
 )
 from .protocol import float32_allowance
-from .references import _flat, _unflat
+from .references import _flat, _unflat, default_limit
 from .strategies import hamiltonian_problems, start_times, time_problems
 
 
@@ -218,7 +218,7 @@ def _flows_by(stepper: AbstractStepper, problem: Problem, start: float, span: fl
     ``COMMUTES``, relative) at random states and ``points`` times spread over the run. A scheme whose limit adds a
     term of its own (a friction, a force of its own, one that acts only after some time) flows by another field, and
     one with no small-step limit (order 0) by none: the problem's energy says nothing of its order there."""
-    if getattr(stepper.limit_field, "__func__", None) is AbstractStepper.limit_field:
+    if default_limit(stepper):
         return True
     field, g = problem.field_for(stepper), generator(11)
     try:

@@ -149,13 +149,18 @@ def _attributes(named: list, names: list[str]) -> list:
     return found
 
 
+def default_limit(stepper: AbstractStepper) -> bool:
+    """Whether the stepper keeps the default ``limit_field`` (``x' = f``, resp. ``x' = v, v' = f``): its limit is the
+    problem's own flow, whatever the field."""
+    return getattr(stepper.limit_field, "__func__", None) is AbstractStepper.limit_field
+
+
 def _reference_key(stepper: AbstractStepper, problem: Problem, kept: list) -> tuple | None:
     """What :func:`reference` depends on, where the stepper's limit field is the default one (``x' = f``, resp.
     ``x' = v, v' = f``): the problem's field, start, span and kind, whether the stepper is second-order, and the
     checkpoints and step the reference is solved at; ``None`` where a part cannot be told apart from another
     (:func:`_fingerprint`) or the stepper states a limit of its own."""
-    limit = getattr(stepper.limit_field, "__func__", None)
-    if limit is not AbstractStepper.limit_field:
+    if not default_limit(stepper):
         return None
     parts = (problem.field, problem.x0, problem.v0, problem.t0, problem.T, problem.linear, stepper.second_order)
     parts += (th.CHECKPOINTS, th.REFERENCE_DT)  # how it is solved
