@@ -760,6 +760,38 @@ def _run(stepper: AbstractStepper, exact: Any, y0, t0: float, dts: list[float], 
     return run
 
 
+def _ad_rounding(stepper: AbstractStepper, exact: Any, t: Any, y: Any, dt: Any, seed: int) -> float:
+    """How many float64 rounding units the field's forward-mode and reverse-mode derivatives differ by at the points a
+    step from ``y`` evaluates it, along directions and cotangents drawn from ``seed`` (relative to ``Σ |Jᵀu| |v|``;
+    the largest over the evaluations). A field whose derivative cancels inside (a softmax saturated by large logits)
+    gives its tangent and its gradient fewer digits than its values, and a step's tangent inherits them: the field's,
+    not the scheme's. A field torch.func cannot differentiate counts 1."""
+    points: list[tuple[Callable, Any, Tensor]] = []
+
+    def recording(f: Callable) -> Callable:
+        def recorded(s: Any, x: Tensor) -> Tensor:
+            points.append((f, s, x.detach().clone()))
+            return f(s, x)
+
+        return recorded
+
+    with torch.no_grad():
+        _fresh_step(stepper, each(exact, recording), t, y, dt)
+    g, worst = generator(seed + 2000), 1.0
+    for f, s, x in points:
+        v = torch.randn(x.shape, generator=g, dtype=torch.float64)
+        try:
+            out, forward = torch.func.jvp(lambda u, f=f, s=s: f(s, u), (x,), (v,))
+            _, pull = torch.func.vjp(lambda u, f=f, s=s: f(s, u), x)
+        except (NotImplementedError, RuntimeError):
+            continue
+        u = torch.randn(out.shape, generator=g, dtype=torch.float64)
+        back, forward = pull(u)[0].detach(), forward.detach()
+        natural = max(float((back.abs() * v.abs()).sum()), 1e-300)
+        worst = max(worst, abs(float((forward * u).sum()) - float((back * v).sum())) / natural / th.EPS)
+    return worst
+
+
 def _reference_grads(
     stepper: AbstractStepper,
     exact: Any,
@@ -929,7 +961,7 @@ def check_contexts(
        cotangent, with respect to the state, the field's trainable weights and the scheme's own parameters (the
        reference: a float64 copy of the stepper, autograd on), and a learnable ``dt`` (against difference quotients);
        under ``torch.func.grad`` its gradient with respect to the state, under ``torch.func.jvp`` its tangent along a
-       drawn direction, the reference's.
+       drawn direction, the reference's (allowed also what :func:`_ad_rounding` measures of the field itself).
 
     Agreement is to ``ONE_STEP_RTOL`` in float64 and to :func:`~solvers.testing.protocol.float32_allowance` rounding
     units of the state's dtype otherwise, relative to the states' sizes and ``|dt| max|f|`` (a gradient relative to
@@ -1154,7 +1186,7 @@ def check_contexts(
                 judge(
                     abs(along - expected) / natural,
                     context.dtype,
-                    max(gain, gain_grad),
+                    max(gain, gain_grad, _ad_rounding(_copy(high), exact, t, y, dt, inst.seed + i)),
                     "its tangent under torch.func.jvp differs from the reference gradient's along the same direction",
                     where + " (forward-mode AD sees another computation there)",
                     times=times_grad,
