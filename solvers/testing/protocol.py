@@ -613,8 +613,11 @@ def _limit_gradient(stepper: AbstractStepper, dim: int | None) -> None:
     problem = default_problems(s, dim)[-1]
     y, t, field = problem.initial(s), placed(s, 0.3, [0.0]), problem.field_for(s)
 
+    made: list[AbstractStepper] = []  # every object kept alive to the end: none shares an id() with a freed one
+
     def run(vector: Tensor) -> Tensor:  # the limit made anew, by a stepper object of its own sharing the parameters:
-        return _flat(copy.copy(s).limit_field(field)(t, _unflat(vector, y)))  # nothing kept for one object serves
+        made.append(copy.copy(s))  # nothing kept for one object (an attribute, a table keyed by id) serves another
+        return _flat(made[-1].limit_field(field)(t, _unflat(vector, y)))
 
     where = f"{problem.name} at t = {t:g} (which parameters shape the limit is read by autograd)"
     of = "the vector field its limit_field returns"

@@ -74,3 +74,25 @@ def test_a_limit_field_that_reads_a_parameter_detached_is_rejected_by_the_gradie
     check_gradients(honest, examples=0)
     with pytest.raises(AssertionError, match=r"gradient is not that of the vector field its limit_field returns"):
         check_gradients(solvers.Split(DetachedLimitLightWave(dim=2)), examples=0)  # a layer's limit too
+
+
+_RATES: dict[int, torch.Tensor] = {}
+
+
+class IdMemoLimitLightWave(solvers.LightWave):
+    """Light Wave whose limit field keeps its momentum, detached, in a table keyed by ``id(self)`` ("the limit built
+    many times by the ode parameterization costs nothing"): every object's first value is right, but the parameter is
+    frozen there, and an object freed and another made at its address reads the old one's stale momentum."""
+
+    def limit_field(self, field):
+        lam = _RATES.setdefault(id(self), self.lam().detach().clone())
+        return lambda t, x: field(t, x) / (1 - lam.to(x.dtype))
+
+
+def test_a_limit_memoised_in_a_table_keyed_by_the_objects_address_is_rejected_at_every_seed():
+    honest = solvers.LightWave(dim=3)
+    for _ in range(3):  # the limit's objects are kept alive to the end: none reads another's entry by a reused id()
+        _RATES.clear()
+        with pytest.raises(AssertionError, match=r"gradient is not that of the vector field its limit_field returns"):
+            check_gradients(IdMemoLimitLightWave(dim=3), examples=0)
+    check_gradients(honest, examples=0)
