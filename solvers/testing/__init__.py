@@ -28,34 +28,38 @@ problem stays the same problem), step sizes of either sign over three decades, h
 learnable parameters moved by up to two standard normals from their start, and up to three instances of the stepper with
 different parameters handing the running state on, as a model's layers do.
 
-The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.evals`, :mod:`~solvers.testing.order`,
-:mod:`~solvers.testing.geometry`, :mod:`~solvers.testing.layers`; every threshold is a named constant in
-:mod:`solvers.testing.thresholds`):
+The checks (:mod:`~solvers.testing.protocol`, :mod:`~solvers.testing.continuity`, :mod:`~solvers.testing.evals`,
+:mod:`~solvers.testing.order`, :mod:`~solvers.testing.geometry`, :mod:`~solvers.testing.layers`; every threshold is a
+named constant in :mod:`solvers.testing.thresholds`):
 
 - :func:`check_protocol`: ``step`` returns ``(y1, state)`` with ``y1`` of ``y``'s form; no step writes into anything
   reachable from ``y`` or ``state`` (values, version counters, containers), at any step of the run; the same step
   taken again, or by a copy in the other mode (``eval()``), gives the same ``y1``; a sample's result does not move
   when the other samples of its batch change.
+- :func:`check_continuity`: the step is a continuous function of its size and start time, scanned over both on a grid
+  that holds a model's exact sizes (1, 1/2, 1/4, ...) and times (``t = 0``): a branch on ``|dt|`` or on a particular
+  ``dt`` or ``t`` shows as a jump that stays as the distance halves (one where the scheme's own limit jumps in time
+  may go with it).
 - :func:`check_gradients`: the gradient of 4 to 8 steps with the state handed on, with respect to ``y0`` and every
   instance's learnable parameters, equals difference quotients; every learnable parameter gets a non-zero gradient.
 - :func:`check_precision`: a float32 step agrees with the float64 step from the same state to ``FLOAT32_UNITS``
   float32 rounding units per term of its own arithmetic (each evaluation, and each unit of its coefficients'
   magnitudes).
-- :func:`check_contexts`: a step is the same in every context a model runs it in (:class:`Context`: float64,
-  float32, float16 or bfloat16; autograd off, on with a state that requires grad, off with one, or
-  ``inference_mode``; bf16 or fp16 autocast; one to four threads; deterministic algorithms; called directly, under
-  ``vmap`` (rank-1 rows), ``jvp``, functional ``grad`` or ``jit.trace``; a plain function, an ``nn.Module`` with
-  trainable weights in training or eval mode, an attention and FFN field, or the ``fields`` you give; contiguous,
-  transposed, sliced, channels-last, expanded or broadcast (stride 0) views, 4-D states and several heads up to rank
-  5; ``t0`` and ``dt`` as floats, 0-d tensors or a ``dt`` that requires grad, steps up to ``CONTEXT_MAX_DT``; far
-  start times (past 8192), against the reference from the instance's own start on the field shifted in time; the
-  state and field scaled by a power of two, against the reference at the instance's own size; transformer sizes and
-  ``CONTEXT_LARGE_STATE`` entries as independent tiles) as in the reference (float64, no grad, a plain function): the
-  same evaluations at the same times, the same step, inverse and carried step to rounding, in training the same
-  gradient with respect to the state, the field's weights and the scheme's own parameters (against a float64 copy)
-  and (against difference quotients) a learnable ``dt``. A scheme whose own limit depends on the absolute time or the
-  size (a friction ``r / t`` or ``c tanh v``) is compared where the context runs it, its order measured there. Every
-  value of every aspect runs first on a fixed instance (:data:`CONTEXTS`), then drawn ones.
+- :func:`check_contexts`: a step is the same in every context a model runs it in (:class:`Context`: float64, float32,
+  float16 or bfloat16; autograd off, on with a state that requires grad, off with one, or ``inference_mode``; bf16 or
+  fp16 autocast; one to four threads; deterministic algorithms; called directly, under ``vmap`` (rank-1 rows), ``jvp``,
+  functional ``grad``, ``jit.trace`` or ``torch.compile``; a plain function, an ``nn.Module`` with trainable weights in
+  training or eval mode, an attention and FFN field, or the ``fields`` you give; contiguous, transposed, sliced,
+  channels-last, expanded or broadcast (stride 0) views, 4-D states and several heads up to rank 5; ``t0`` and ``dt`` as
+  floats, 0-d tensors or a ``dt`` that requires grad, steps up to ``CONTEXT_MAX_DT``; far start times (past 8192),
+  against the reference from the instance's own start on the field shifted in time; the state and field scaled by a
+  power of two, against the reference at the instance's own size; transformer sizes and ``CONTEXT_LARGE_STATE`` entries
+  as independent tiles) as in the reference (float64, no grad, a plain function): the same evaluations at the same
+  times, the same step, inverse and carried step to rounding, in training the same gradient with respect to the state,
+  the field's weights and the scheme's own parameters (against a float64 copy) and (against difference quotients) a
+  learnable ``dt``. A scheme whose own limit depends on the absolute time or the size (a friction ``r / t`` or ``c tanh
+  v``) is compared where the context runs it, its order measured there. Every value of every aspect runs first on a
+  fixed instance (:data:`CONTEXTS`), then drawn ones.
 - :func:`check_tableau` (if the stepper states its coefficients, ``tableau``): its step is their step
   (``tableau.step``) from the same state, to ``ONE_STEP_RTOL`` times the step's amplification of rounding, at any
   drawn step size, start time, magnitude and size: the claims derived from coefficients hold only for a scheme that
@@ -127,6 +131,7 @@ from . import thresholds as th
 from ._common import _instance, _name, _one_thread, is_block, reachable_tensors
 from ._drawn import seeded
 from .contexts import CONTEXTS, REFERENCE, Context, check_contexts
+from .continuity import check_continuity
 from .evals import RecordingField, check_evals
 from .geometry import check_reversible, check_symplectic
 from .layers import check_layer, check_layer_protocol
@@ -174,6 +179,7 @@ __all__ = [
     "anharmonic_problems",
     "block_problem",
     "check_contexts",
+    "check_continuity",
     "check_evals",
     "CONTEXTS",
     "REFERENCE",
@@ -305,6 +311,7 @@ def _claims(stepper: AbstractStepper, dim: int | None, examples: int, fields: An
             ("contexts", lambda: check_contexts(stepper, dim, examples, fields=fields)),
             ("precision", lambda: check_precision(stepper, dim, examples)),
             ("gradients", lambda: check_gradients(stepper, dim, examples)),
+            ("continuity", lambda: check_continuity(stepper, dim)),
             ("order", lambda: check_order(stepper, dim=dim, examples=max(th.ORDER_EXAMPLES, examples // 10))),
             ("layer", lambda: check_layer(stepper, examples=0)),
         ]
@@ -342,6 +349,7 @@ def _claims(stepper: AbstractStepper, dim: int | None, examples: int, fields: An
         ("contexts", lambda: check_contexts(stepper, dim, examples, fields=fields)),
         ("precision", lambda: check_precision(stepper, dim, examples)),
         ("gradients", gradients),
+        ("continuity", lambda: check_continuity(stepper, dim)),
         ("order", order),
     ]
     if stepper.symplectic:
@@ -382,6 +390,7 @@ def _check_stepper(
 
 _FIGURES = {
     "protocol": "gradient vs difference quotients (relative)",
+    "continuity": "largest jump where its limit jumps too (relative)",
     "evaluations": "evaluations a step",
     "tableau": "largest defect against its coefficients' step (relative)",
     "contexts": "largest defect against the reference context (relative)",

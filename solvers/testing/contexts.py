@@ -28,6 +28,7 @@ measured there (:func:`_held_there`).
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from collections.abc import Callable
@@ -80,11 +81,13 @@ wider tensor, a sample expanded over the batch (stride 0), a token broadcast ove
 first channel over its channels), and a channels-last copy of a 4-D or 5-D state (one is made 4-D for it)."""
 TIMES = ("float", "tensor", "learnable dt")
 """``t0`` and ``dt`` as Python floats, as 0-d float64 tensors, and with ``dt`` a 0-d tensor that requires grad."""
-TRANSFORMS = ("none", "vmap", "jvp", "grad", "trace")
+TRANSFORMS = ("none", "vmap", "jvp", "grad", "trace", "compile")
 """The step as it is called: directly; under ``torch.func.vmap`` over the batch (each sample alone: a row state is
 rank 1); under ``torch.func.jvp`` (its tangent along a drawn direction against the reference gradient); under
 ``torch.func.grad`` (the gradient along a cotangent against the reference's); traced by ``torch.jit.trace`` and the
-trace run."""
+trace run; compiled by ``torch.compile`` (Dynamo, the eager backend: a model trained with ``train.compile`` runs its
+steps as Dynamo captures them, and ``torch.compiler.is_compiling()`` holds there; on the fixed instance only, a
+capture costing seconds)."""
 AUTOCASTS = (torch.bfloat16, torch.float16)
 """The autocast dtypes drawn (on the CPU; a GPU's autocast is out of reach on a CPU machine)."""
 THREADS = (1, 2, 3, 4)
@@ -126,7 +129,7 @@ class Context:
     token: bool = False
     time: str = "float"
     t0: float | None = None
-    size: tuple[int, int] | str | None = None
+    size: tuple[int, int, int] | str | None = None
     scale: float = 1.0
     heads: tuple[int, ...] = ()
     dt: float | None = None
@@ -161,7 +164,8 @@ class Context:
         if self.deterministic:
             parts.append("deterministic algorithms")
         if self.transform != "none":
-            parts.append({"trace": "under torch.jit.trace"}.get(self.transform, f"under torch.func.{self.transform}"))
+            special = {"trace": "under torch.jit.trace", "compile": "under torch.compile"}
+            parts.append(special.get(self.transform, f"under torch.func.{self.transform}"))
         if self.layout != "contiguous":
             parts.append(f"a {self.layout} view" if self.layout != "channels_last" else "a channels-last state")
         if self.token:
@@ -179,7 +183,7 @@ class Context:
         if self.size == "large":
             parts.append(f"at least {th.CONTEXT_LARGE_STATE} entries")
         elif self.size is not None:
-            parts.append(f"{self.size[0]} tokens x width {self.size[1]}")
+            parts.append(f"states ({self.size[0]}, {self.size[1]}, {self.size[2]})")
         if self.scale != 1.0:
             parts.append(f"state and field scaled by 2^{round(math.log2(self.scale))}")
         return ", ".join(parts)
@@ -254,19 +258,23 @@ CONTEXTS = (
     Context(torch.float64, "enable_grad", "module", transform="jvp"),
     Context(torch.float64, "no_grad", "function", transform="grad", time="tensor"),
     Context(torch.float32, "no_grad", "module", transform="trace"),
+    Context(torch.float32, "no_grad", "module", transform="compile"),
     Context(torch.float16),
     Context(torch.bfloat16, "enable_grad", "module"),
-    Context(torch.float32, "enable_grad", "module", size=(197, 192)),
-    Context(torch.float32, "enable_grad", "module", size=(32, 768)),
+    Context(torch.float32, "enable_grad", "module", size=(8, 197, 192)),
+    Context(torch.float32, "enable_grad", "module", size=(2, 64, 768)),
+    Context(torch.float32, "no_grad", "attention", size=(64, 17, 48)),
+    Context(torch.float64, "no_grad", "function", size=(128, 17, 64)),
     Context(torch.float32, "no_grad", "module", size="large"),
 )
 """The contexts every check runs first, on a fixed instance: each value of every aspect at least once, and float64 and
-float32 with each grad mode (half precision; bf16 and fp16 autocast; each field kind, with trainable weights; two, three
-and four threads; deterministic algorithms; each layout; 4-D states, several heads and rank 5; rows as single tokens
-(these on an instance of rows); ``vmap`` (rank-1 rows), ``jvp``, functional ``grad`` and ``jit.trace``; tensor and
-learnable times; start times up to 10,000 on either side and a step of 2.5; states scaled up and down; a state requiring
-grad under ``no_grad``; a DeiT-Tiny sequence, a GPT-2 width and a large state). Then instances are drawn with a context
-each (:func:`contexts`), every transformer size among them."""
+float32 with each grad mode (half precision; bf16 and fp16 autocast; each field kind, with trainable weights; two,
+three and four threads; deterministic algorithms; each layout; 4-D states, several heads and rank 5; rows as single
+tokens (these on an instance of rows); ``vmap`` (rank-1 rows), ``jvp``, functional ``grad`` and ``jit.trace``; tensor
+and learnable times; start times up to 10,000 on either side and a step of 2.5; states scaled up and down; a state
+requiring grad under ``no_grad``; a DeiT-Tiny sequence, a GPT-2 width, the digits ViT's and Fashion-MNIST's states
+and a large state). Then instances are drawn with a context each (:func:`contexts`), every transformer size among
+them."""
 
 
 def contexts(given: bool = False):
@@ -295,7 +303,7 @@ def contexts(given: bool = False):
         heads=st.sampled_from([(), (), (3,), (2, 2)]),
         dt=st.one_of(st.none(), st.none(), steps),
         deterministic=st.booleans(),
-        transform=st.sampled_from(TRANSFORMS),
+        transform=st.sampled_from(TRANSFORMS[:-1]),  # compile: on the fixed instance (a capture costs seconds)
     ).map(_drawable)
 
 
@@ -672,6 +680,20 @@ def _fresh_in(
             return fresh, _Grads(_detached(found)), None
     except NotImplementedError:  # an operation torch has no rule of this transform for: out of its reach
         reject()
+    if transform == "compile":  # Dynamo's capture, run by the eager backend: the same kernels, another path to them
+        torch.compiler.reset()  # a fresh capture each time (a cached one would fall back to eager past its limit)
+        log = logging.getLogger("torch._dynamo")  # its graph breaks (the kit's counting fields break it) are no news
+        level = log.level
+        try:
+            log.setLevel(logging.ERROR)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return torch.compile(step, backend="eager", dynamic=False)(y), None, None
+        except torch._dynamo.exc.TorchDynamoException:  # Dynamo cannot capture it: out of its reach
+            reject()
+        finally:
+            log.setLevel(level)
+            torch.compiler.reset()
     if transform == "trace":  # what the trace does not take as inputs it holds as constants: none may require grad
         parts = tuple(u.detach() for u in _parts(y))
         frozen = [p for p in (*weights, *own) if p.requires_grad]
@@ -913,9 +935,17 @@ def _tiling(inst: Instance, context: Context, fixed_width: int | None, block: bo
     if context.size == "large":
         entries = inst.batch * max(inst.tokens, 1) * inst.width
         return inst, _Tiling(base, (math.ceil(th.CONTEXT_LARGE_STATE / entries), 1, 1))
-    tokens, width = context.size
-    nw = 1 if fixed_width else math.ceil(width / inst.width)
-    return inst, _Tiling(base, (1, math.ceil(tokens / inst.tokens), nw))
+    batch, tokens, width = context.size  # reached exactly: the tile's sizes divide the context's
+    b = inst.batch if context.heads else _divisor(batch, inst.batch)
+    w = inst.width if fixed_width else _divisor(width, inst.width)
+    inst = replace(inst, batch=b, tokens=_divisor(tokens, inst.tokens), width=w)
+    counts = (1 if context.heads else batch // b, tokens // inst.tokens, 1 if fixed_width else width // w)
+    return inst, _Tiling((inst.batch, inst.tokens, inst.width), counts)
+
+
+def _divisor(n: int, most: int) -> int:
+    """The largest divisor of ``n`` that is at most ``most`` (at least 1)."""
+    return max(d for d in range(1, max(1, min(n, most)) + 1) if n % d == 0)
 
 
 class _Tiled:

@@ -93,9 +93,20 @@ RATES = (0.05, 0.9)
 20 times from one step to the next)."""
 
 # -- contexts ---------------------------------------------------------------------------------------------------------
-CONTEXT_SIZES = ((8, 8), (16, 32), (64, 64), (197, 192), (32, 768))
-"""``(tokens, width)`` of the transformer-sized states the context check draws (a per-channel stepper keeps its
-width), over decades up to a DeiT-Tiny sequence and a GPT-2 width ..."""
+CONTEXT_SIZES = (
+    (4, 8, 8),
+    (16, 16, 32),
+    (64, 17, 48),
+    (32, 128, 128),
+    (128, 17, 64),
+    (1, 2708, 64),
+    (8, 197, 192),
+    (2, 64, 768),
+)
+"""``(batch, tokens, width)`` of the transformer-sized states the context check draws, each reached exactly by tiling
+(a per-channel stepper keeps its width, a state with heads its batch): two small ones, then the shapes the presets
+step (the digits ViT, the character LM, Fashion-MNIST, Cora's full batch), a DeiT-Tiny sequence and a GPT-2 width. A
+scheme that branches on an exact shape a model has shows ..."""
 CONTEXT_LARGE_STATE = 2**20
 """... and now and then a state of at least this many entries (a Tiny Shakespeare batch has 262k; a kernel that
 switches path above a million entries shows)."""
@@ -131,3 +142,19 @@ EXAMPLES = 12
 ORDER_EXAMPLES = 1
 """Drawn problems the order is measured on, beside the fixed ones, in the default run (a tenth of ``examples``,
 at least this many, when more are asked for)."""
+
+CONTINUITY_SPACING = 2**-6
+"""The grid :func:`~solvers.testing.continuity.check_continuity` scans a step's size and start time on: a power of two,
+so it holds a model's exact sizes (1, 1/2, 1/4, ...) and times (multiples of them, 0 among them)."""
+
+CONTINUITY_LEVELS = 30
+"""How many halvings a suspect jump is followed down (to ``CONTINUITY_SPACING / 2**30``, about 1.5e-11): a continuous
+change shrinks with the distance, a jump stays."""
+
+CONTINUITY_SUSPECTS = 3
+"""How many suspect points and gaps of each scan are followed (the largest departures from a smooth curve)."""
+
+CONTINUITY_KICK = 4.0
+"""A step may jump where its own limit jumps in time by at most this many times ``|dt|`` times the limit's jump: a
+stage that crosses a jump of the force moves the step by its weight (at most a few, a composition's) times ``dt``
+times the jump. A step's jump beyond it is the scheme's, not its limit's."""

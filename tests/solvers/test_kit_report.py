@@ -38,6 +38,7 @@ def test_a_correct_scheme_reports_every_claim_passed_with_its_figures():
         "contexts",
         "precision",
         "gradients",
+        "continuity",
         "order",
         "symplectic",
         "reversible",
@@ -48,7 +49,7 @@ def test_a_correct_scheme_reports_every_claim_passed_with_its_figures():
     assert by["tableau"].figure == "largest defect against its coefficients' step (relative): 0"
     assert by["order"].figure.startswith("slopes: [") and "2" in by["order"].figure
     text = str(report)
-    assert "VelocityVerlet (seed 5): 11 of 11 claims hold" in text and "FAIL" not in text
+    assert "VelocityVerlet (seed 5): 12 of 12 claims hold" in text and "FAIL" not in text
 
 
 def test_a_wrong_scheme_reports_every_failed_claim_and_runs_the_rest():
