@@ -79,12 +79,15 @@ def _suspects(grid: list[float], values: list[Tensor | None], size: float) -> li
     return chosen
 
 
-def _follow(value: _Values, kind: str, a: float, b: float) -> tuple[float, float, float] | None:
-    """A suspect followed ``CONTINUITY_LEVELS`` halvings down: ``(where, last, earlier)``, the size of the change at
-    the last level and three levels before it (``None`` where a value is not defined)."""
+def _follow(
+    value: _Values, kind: str, a: float, b: float, eta: float = th.CONTINUITY_SPACING / 2
+) -> tuple[float, float, float] | None:
+    """A suspect followed ``CONTINUITY_LEVELS`` halvings down (a point from the distance ``eta``): ``(where, last,
+    earlier)``, the size of the change at the last level and three levels before it (``None`` where a value is not
+    defined)."""
     sizes: list[float] = []
     if kind == "point":
-        x, centre, eta = a, value(a), th.CONTINUITY_SPACING / 2
+        x, centre = a, value(a)
         for _ in range(th.CONTINUITY_LEVELS):
             left, right = value(x - eta), value(x + eta)
             if centre is None or left is None or right is None:
@@ -203,3 +206,13 @@ def _limit_jump(stepper: AbstractStepper, field: Any, y: Any, t: float, dt: floa
     if any(value(u) is None for u in grid):
         return float("inf")  # a singular time of its own dynamics there (a friction 3 / t at t = 0)
     return max((jump for _, jump in _jumps(value, grid, size)), default=0.0)
+
+
+def point_jump(fn: Callable[[float], Any], x: float, eta: float) -> float:
+    """How far ``fn(x)`` is from the limit of ``fn`` around ``x`` (its size that stays as the distance halves
+    ``CONTINUITY_LEVELS`` times from ``eta``; 0 where the change shrinks, or a value is not defined)."""
+    followed = _follow(_values(fn), "point", x, x, eta)
+    if followed is None:
+        return 0.0
+    _, last, earlier = followed
+    return last if last > earlier / 2 else 0.0

@@ -22,6 +22,9 @@ its result rounded to the state's dtype: the scheme's own arithmetic is what is 
 - ``evaluations``: a step from a fresh ``init`` with autograd on evaluates the layer's attention (the field)
   ``evals_per_step`` times;
 - ``reversible`` (if claimed): the float64 inverse undoes the float64 step;
+- ``continuity`` (unless ``order=False``): the step at the model's own ``dt`` and ``t`` is the limit of the steps
+  around them (float64, eval mode; :mod:`~solvers.testing.continuity`): the order is measured on refined steps, so a
+  scheme that takes another step at exactly the model's size or time shows only here;
 - ``order`` (unless ``order=False``, and where the layer has a small-step limit): the one-step error against the flow
   of ``limit_field`` on the real field (in eval mode, deterministic) falls like ``dt**(order + 1)`` as the step is
   refined from the model's own ``dt``, at least.
@@ -572,9 +575,46 @@ def _check_step(r: Step, order: bool, seed: int) -> dict[str, float]:
                 f"at {r}."
             )
 
+    if order and fresh:
+        judge.worst["continuity"] = _continuity_here(r, s64, f64, t64, y64, dt64, gain)
     if order and fresh and claims.order > 0:
         judge.worst["order"] = _local_order(r, s64, f64, t64, y64, dt64, claims.order)
     return judge.worst
+
+
+def _deterministic(f64: Any) -> None:
+    """The float64 copy of a field (a block's fields) in eval mode: dropout off (the copy is the check's own)."""
+    from .._splitting import Block
+
+    for part in f64 if isinstance(f64, Block) else (f64,):
+        for module in _modules_in(part):
+            module.eval()
+
+
+def _continuity_here(r: Step, s64, f64, t64, y64, dt64, gain: float) -> float:
+    """The step at the model's own ``dt`` and ``t`` is the limit of the steps around them (float64, eval mode;
+    :func:`~solvers.testing.continuity.point_jump`): a scheme that takes another step at exactly the sizes and times a
+    model uses (``dt = 1/2``, its first layer's ``t = 0``) is refined away from them by every other check. Returns the
+    largest jump that rounding explains (relative)."""
+    from .continuity import point_jump
+
+    _deterministic(f64)
+    t, dt = float(t64), float(dt64)
+    size = max(float(_flat(y64).abs().max()), 1e-300)
+    worst = 0.0
+    for what, fn, x in (
+        ("dt", lambda u: _fresh_step(copy.deepcopy(s64), f64, t, y64, u), dt),
+        ("t", lambda u: _fresh_step(copy.deepcopy(s64), f64, u, y64, dt), t),
+    ):
+        jump = point_jump(fn, x, max(abs(dt), 1.0) / 4) / size
+        if not jump <= th.ONE_STEP_RTOL * max(1.0, gain):
+            raise AssertionError(
+                f"{_name(r.stepper)} (continuity): the step at the model's own {what} = {x:g} is not the limit of the "
+                f"steps around it: it jumps by {jump:.3g} (relative; still that after {th.CONTINUITY_LEVELS} halvings "
+                f"of the distance) at {r}: the scheme takes another step at exactly this size or time."
+            )
+        worst = max(worst, jump)
+    return worst
 
 
 def _field_error(field: Any, f64: Any, t: Any, y: Any, y64: Any, t64: Any, step: Step) -> float:
@@ -610,12 +650,9 @@ def _local_order(r: Step, s64, f64, t64, y64, dt64, order: int) -> float:
     ``ORDER_TOLERANCE`` over the finest three steps above rounding; returns it (``nan`` where fewer than three steps
     lie above rounding). A trained or freshly drawn field is often stiff at the model's own ``dt``, so the error's
     slope there is still rising toward its order: it is read where it has settled, not at a fixed depth."""
-    from .._splitting import Block
     from .references import _classic_rk4
 
-    for part in f64 if isinstance(f64, Block) else (f64,):
-        for module in _modules_in(part):
-            module.eval()  # deterministic: dropout off (the copy is the check's own)
+    _deterministic(f64)
     try:
         limit = s64.limit_field(f64)
     except ValueError:

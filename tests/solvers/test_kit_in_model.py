@@ -146,3 +146,21 @@ def test_a_model_whose_depth_loop_is_not_iterate_is_told_so():
     model = nn.Sequential(nn.Linear(4, 4))
     with pytest.raises(AssertionError, match="took no step through solvers.iterate"):
         check_in_model(model, torch.ones(2, 4))
+
+
+class EulerAtTheModelsStep(solvers.Heun):
+    """Heun that takes Euler's step at exactly this model's ``dt = 0.5`` (its evaluations still made): the in-model
+    order check refines the step from ``dt / 2`` on and never sees it."""
+
+    def step(self, field, t, y, dt, state):
+        if float(dt) == 0.5:
+            return y + dt * field(t, y) + 0 * field(t + dt, y), state
+        return super().step(field, t, y, dt, state)
+
+
+def test_a_scheme_wrong_only_at_the_models_own_step_is_rejected_there():
+    torch.manual_seed(4)
+    with pytest.raises(AssertionError, match=r"\(continuity\): the step at the model's own dt = 0.5 is not the limit"):
+        check_in_model(Tiny([solvers.Whole(EulerAtTheModelsStep()) for _ in range(2)]), _batch())
+    report = check_in_model(Tiny([solvers.Whole(solvers.Heun()) for _ in range(2)]), _batch())
+    assert report["claims"]["continuity"] <= 1e-12
