@@ -9,16 +9,20 @@ function of ``dt`` and ``t`` wherever its limit is (its stages are evaluations o
 move with them), so :func:`check_continuity` scans the step over a grid of sizes and of start times that contains a
 model's exact ones and follows every suspect to a jump or to continuity:
 
-- at a point: ``|s(x) - (s(x - η) + s(x + η)) / 2|`` as ``η`` halves ``CONTINUITY_LEVELS`` times falls with ``η``
-  where ``s`` is continuous there (like ``η`` at a kink, ``η²`` where smooth) and stays where ``s(x)`` is not its
-  neighbours' limit;
+- at a point: ``|s(x) - (s(x - η) + s(x + η)) / 2|`` and ``|s(x + η) - s(x - η)| / 2`` as ``η`` halves
+  ``CONTINUITY_LEVELS`` times fall with ``η`` where ``s`` is continuous there and stay where ``s(x)`` is not its
+  neighbours' limit, or its two sides have different limits;
 - between two grid points: bisection, keeping the half across which ``s`` changes more, keeps a jump and shrinks
   any continuous change.
 
+The state too: the step from the problem's state and, for a second-order scheme, from the state at rest (``v = 0``,
+where a model's second-order layers start), moved along a drawn direction, is followed the same way.
+
 A jump whose size stays (within a factor of 2 over the last three halvings) above what rounding can move the step
 (``ONE_STEP_RTOL`` times how much the step amplifies rounding) fails the check, unless the scheme's own limit field
-jumps in time where the step's stages reach (a force of its own switched on at a time): then the step may jump with
-it, by at most ``CONTINUITY_KICK |dt|`` times the limit's jump (what a stage crossing it can move a step by).
+jumps in time where the step's stages reach (a force of its own switched on at a time) or in the state (a dry friction
+``c sign(v)``): then the step may jump with it, by at most ``CONTINUITY_KICK |dt|`` times the limit's jump (what a
+stage crossing it can move a step by).
 """
 
 from __future__ import annotations
@@ -29,12 +33,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._base import AbstractStepper
+from .._base import AbstractStepper, PhaseState
 from . import thresholds as th
 from ._common import _float64, _fresh_step, _instance, _name, placed, time_domain
 from .problems import default_problems
 from .protocol import amplification
-from .references import _flat
+from .references import _flat, _unflat
 
 _Values = Callable[[float], "Tensor | None"]
 
@@ -92,7 +96,8 @@ def _follow(
             left, right = value(x - eta), value(x + eta)
             if centre is None or left is None or right is None:
                 return None
-            sizes.append(float((centre - (left + right) / 2).abs().max()))
+            apart = (right - left) / 2  # a step across x (a jump from one side to the other)
+            sizes.append(max(float((centre - (left + right) / 2).abs().max()), float(apart.abs().max())))
             eta /= 2
         return x, sizes[-1], sizes[-4]
     sa, sb = value(a), value(b)
@@ -175,7 +180,8 @@ def check_continuity(stepper: AbstractStepper | type[AbstractStepper], dim: int 
                 gain = amplification(s, field, at_t, y, at_dt, reference, th.EPS, 0)
                 if not jump > th.ONE_STEP_RTOL * max(1.0, gain) * max(size, float(reference.abs().max())):
                     continue  # rounding, amplified by a step that amplifies it
-            if jump <= th.CONTINUITY_KICK * abs(at_dt) * _limit_jump(s, field, y, at_t, at_dt, size):
+            limit = max(_limit_jump(s, field, y, at_t, at_dt, size), _limit_in_state(s, field, y, at_t, size))
+            if jump <= th.CONTINUITY_KICK * abs(at_dt) * limit:
                 worst_excused = max(worst_excused, jump / size)  # a stage crossing the limit's own jump
                 continue
             raise AssertionError(
@@ -186,7 +192,62 @@ def check_continuity(stepper: AbstractStepper | type[AbstractStepper], dim: int 
                 "times (dt = T / depth: 1, 1/2, 1/4, ...; its first layer at t = 0) and at any size its layers "
                 "learn, so every step must be the scheme's own."
             )
-    return worst_excused
+    return max(worst_excused, _state_continuity(s, name, problem, field, y, scans, size))
+
+
+def _state_continuity(
+    s: AbstractStepper, name: str, problem: Any, field: Any, y: Any, scans: list, size: float
+) -> float:
+    """The step is a continuous function of its state at the problem's own and, for a second-order scheme, at rest
+    (``v = 0``: a model's first layer starts its velocity there), along a drawn direction, from the start and at the
+    step sizes of the scans; a jump is excused where the limit field jumps in the state there too. Returns the
+    largest excused jump (relative)."""
+    starts = [("its state", y)]
+    if isinstance(y, PhaseState):
+        starts.append(("its state at rest (v = 0, where a model's first layer starts)", PhaseState(y.x, 0 * y.v)))
+    g = torch.Generator().manual_seed(0)
+    direction = _unflat(torch.randn(_flat(y).shape, generator=g, dtype=torch.float64) * size, y)
+    t = next((scan[3] for scan in scans if scan[3] is not None), None)
+    dts = [scan[4] for scan in scans if scan[4] is not None]
+    worst = 0.0
+    for label, start in starts:
+        for dt in dts:
+            at = placed(s, 0.0, [dt]) if t is None else t
+            if at is None:
+                continue
+
+            def moved(eta: float, start: Any = start) -> Any:
+                return _unflat(_flat(start) + eta * _flat(direction), start)
+
+            jump = point_jump(lambda eta, at=at, dt=dt: _fresh_step(s, field, at, moved(eta), dt), 0.0, 0.25) / size
+            if not jump > th.ONE_STEP_RTOL:
+                continue
+            limit = _limit_in_state(s, field, y, at, size) / size
+            if jump <= th.CONTINUITY_KICK * abs(dt) * limit:
+                worst = max(worst, jump)
+                continue
+            raise AssertionError(
+                f"{name}'s step is not a continuous function of its state: at {label} on {problem.name}, from t = "
+                f"{at:g} with dt = {dt:g}, it jumps by {jump:.3g} (relative; still that after "
+                f"{th.CONTINUITY_LEVELS} halvings of a move along a drawn direction), where its limit_field does not "
+                "jump: the step branches on the state's values there. A model's states reach such values (a "
+                "second-order layer starts its velocity at exactly 0)."
+            )
+    return worst
+
+
+def _limit_in_state(stepper: AbstractStepper, field: Any, y: Any, t: float, size: float) -> float:
+    """The largest jump of the limit field in the state, at ``y`` and (second order) at rest, along a drawn direction
+    (0 where none, or no limit): a limit discontinuous in the state (a dry friction ``c sign(v)``) makes the step jump
+    wherever a stage crosses its discontinuity, at any size and time."""
+    try:
+        limit = stepper.limit_field(field)
+    except Exception:  # noqa: BLE001 - no limit (order 0): nothing that may jump with it
+        return 0.0
+    starts = [y] + ([PhaseState(y.x, 0 * y.v)] if isinstance(y, PhaseState) else [])
+    g = torch.Generator().manual_seed(1)
+    direction = torch.randn(_flat(y).shape, generator=g, dtype=torch.float64) * size
+    return max(point_jump(lambda eta, u=u: limit(t, _unflat(_flat(u) + eta * direction, u)), 0.0, 0.25) for u in starts)
 
 
 def _limit_jump(stepper: AbstractStepper, field: Any, y: Any, t: float, dt: float, size: float) -> float:

@@ -103,3 +103,50 @@ class ExcusedFirstLayer(_Heun):
 def test_a_trace_of_a_jump_in_the_limit_excuses_no_larger_jump_of_the_step():
     with pytest.raises(AssertionError, match=r"its start time: at t = 0 with dt"):
         check_continuity(ExcusedFirstLayer)
+
+
+class RestingStartVerlet(AbstractStepper):
+    """Velocity Verlet that drops its first half-kick where the whole velocity is exactly zero (written with tensors,
+    no Python branch): a model's second-order layers start their velocity at 0, so its first step is wrong in every
+    model and right on every state the other checks draw."""
+
+    order: ClassVar[int] = 2
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = True
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        moving = (v.abs().sum() > 0).to(v.dtype)
+        v = axpy(v, 0.5 * dt * moving, field(t, x))
+        x = axpy(x, dt, v)
+        return PhaseState(x, axpy(v, 0.5 * dt, field(t + dt, x))), state
+
+
+def test_a_step_that_branches_on_a_state_at_rest_is_rejected():
+    with pytest.raises(AssertionError, match=r"not a continuous function of its state: at its state at rest \(v = 0"):
+        check_continuity(RestingStartVerlet)
+
+
+class CoulombVerlet(AbstractStepper):
+    """Velocity Verlet on ``x'' = a(t, x) - c sign(v)`` (dry friction): its limit jumps at rest, and its step with it."""
+
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        v = axpy(v, 0.5 * dt, field(t, x) - 0.3 * torch.sign(v))
+        x = axpy(x, dt, v)
+        return PhaseState(x, axpy(v, 0.5 * dt, field(t + dt, x) - 0.3 * torch.sign(v))), state
+
+    def limit_field(self, field):
+        return lambda t, y: PhaseState(y.v, field(t, y.x) - 0.3 * torch.sign(y.v))
+
+
+def test_a_step_may_jump_in_the_state_where_its_own_limit_does():
+    assert check_continuity(CoulombVerlet) > 0.0
