@@ -738,13 +738,14 @@ def amplification(
 
 def unstated_coefficients(stepper: AbstractStepper, claim: str = "precision") -> str:
     """For a message on a lower-precision step of a scheme that states no coefficients (no ``tableau``, no
-    ``coefficients()``): that its arithmetic was allowed for coefficients summing to 1, and how to state larger ones;
-    else ``""``."""
+    ``coefficients()``): that its arithmetic was allowed what its step shows on a constant field, within a bound, and
+    how to state its coefficients; else ``""``."""
     if is_block(stepper) or _stated_coefficients(stepper, claim) is not None:
         return ""
     return (
         " If the step combines its stages with coefficients larger than 1 (an extrapolation, a composition written "
-        "out), that arithmetic rounds more: it states no coefficients, so theirs counted as 1; state them by a method "
+        "out), that arithmetic rounds more: it states no coefficients, so it was allowed what its step shows on a "
+        "constant field, up to FLOAT32_UNSTATED_MOST units; state them by a method "
         "coefficients() returning {'A': ..., 'b': ...} (or {'drifts': ..., 'kicks': ...}), as docs/extending.md says."
     )
 
@@ -765,7 +766,47 @@ def float32_allowance(stepper: AbstractStepper, claim: str = "precision") -> flo
     get = source.get if isinstance(source, Mapping) else (lambda n, d: getattr(source, n, d))
     coefficients = sum(_coefficient_sum(get(n, ())) for n in names) if source is not None else 0.0
     terms = max(1, int(stepper.evals_per_step)) * max(1.0, coefficients)
-    return max(float(th.FLOAT32_UNITS), th.FLOAT32_UNITS_PER_TERM * terms)
+    allowance = max(float(th.FLOAT32_UNITS), th.FLOAT32_UNITS_PER_TERM * terms)
+    if source is None:  # its arithmetic unstated: what its own step shows where no stage can round, within a bound
+        measured = th.FLOAT32_MEASURED * _constant_field_units(stepper)
+        allowance = max(allowance, min(measured, float(th.FLOAT32_UNSTATED_MOST)))
+    return allowance
+
+
+def _constant_field_units(stepper: AbstractStepper) -> float:
+    """How many float32 rounding units a float32 step on a constant field moves from the float64 step from the same
+    (float32) state, at steps of 1/4, 1 and 3 (the largest): the field is exact in both, so what moves is the scheme's
+    own arithmetic on states (an extrapolation's combination of sub-step results with weights up to 13.5 shows some
+    tens of units where a Runge–Kutta step shows one)."""
+    width = stepper_width(stepper) or 4
+    g = generator(7)
+    second = stepper.second_order
+    low, high = _copy(stepper), _float64(stepper)
+    worst = 0.0
+    for dt in (0.25, 1.0, 3.0):
+        t = placed(stepper, 0.3, [dt])
+        if t is None:
+            continue
+        parts = [torch.randn(3, 4, width, generator=g, dtype=torch.float64).float() for _ in range(2 if second else 1)]
+        force = torch.randn(width, generator=g, dtype=torch.float64).float()
+        y32 = PhaseState(*parts) if second else parts[0]
+        y64 = PhaseState(*(u.double() for u in parts)) if second else parts[0].double()
+
+        def constant(s: Any, x: Tensor, force: Tensor = force) -> Tensor:
+            return force.to(x.dtype).expand_as(x).clone()
+
+        try:
+            with torch.no_grad():
+                a, b = (
+                    _flat(_fresh_step(low, constant, t, y32, dt)).double(),
+                    _flat(_fresh_step(high, constant, t, y64, dt)),
+                )
+        except Exception:  # noqa: BLE001 - a step that cannot take this one shows its failure in the claims' own checks
+            continue
+        size = max(float(b.abs().max()), float(_flat(y64).abs().max()), 1e-300)
+        units = float((a - b).abs().max()) / (th.EPS32 * size)
+        worst = max(worst, units) if math.isfinite(units) else worst
+    return worst
 
 
 def check_precision(

@@ -81,6 +81,13 @@ FLOAT32_UNITS = 16
 FLOAT32_UNITS_PER_TERM = 2
 """... or to this many per evaluation and unit of coefficient, ``FLOAT32_UNITS_PER_TERM * evals_per_step *
 sum|coefficients|``, where the scheme's arithmetic is larger (``check_precision``)."""
+FLOAT32_MEASURED = 2
+"""A scheme that states no coefficients is allowed this many times the float32 rounding units its own step shows on a
+constant field (which no stage can round: what moves is the scheme's own combination of states, an extrapolation's
+weights above 1) ..."""
+FLOAT32_UNSTATED_MOST = 64
+"""... up to this many units: a lower-precision stage (bf16, fp16: thousands of float32 units on a step of size one)
+stays far beyond it, and coefficients that round more than it are stated by ``coefficients()``."""
 LARGE_STATE = 4096
 """Some drawn states have at least this many entries (a write in place that only large states take is found)."""
 MAGNITUDES = (1e-3, 1e3)

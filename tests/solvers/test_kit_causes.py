@@ -224,9 +224,9 @@ class BFloat16Stage(AbstractStepper):
 
 
 def test_a_lower_precision_message_says_how_a_scheme_of_large_coefficients_states_them():
-    """A plain class's arithmetic is allowed the rounding of coefficients summing to 1: a rejection of its float32 step
-    says so and names ``coefficients()``; a scheme that states its coefficients gets no such line, and is allowed
-    their sum."""
+    """A plain class's arithmetic is allowed what its step shows on a constant field, within a bound: a rejection of its
+    float32 step says so and names ``coefficients()``; a scheme that states its coefficients gets no such line, and is
+    allowed their sum."""
     from solvers.testing.protocol import float32_allowance, unstated_coefficients
 
     class Stated(ExtrapolatedEuler):
@@ -236,7 +236,8 @@ def test_a_lower_precision_message_says_how_a_scheme_of_large_coefficients_state
     with pytest.raises(AssertionError) as caught:
         check_precision(BFloat16Stage, examples=4)
     assert "rounds a coefficient. If the step combines its stages with coefficients larger than 1" in str(caught.value)
-    assert "states no coefficients, so theirs counted as 1; state them by a method coefficients()" in str(caught.value)
+    assert "states no coefficients, so it was allowed what its step shows on a constant field" in str(caught.value)
+    assert "state them by a method coefficients()" in str(caught.value)
     assert unstated_coefficients(solvers.TwoStageRK()) == "" and unstated_coefficients(Stated()) == ""
     assert float32_allowance(Stated()) > float32_allowance(ExtrapolatedEuler()) == 16
 

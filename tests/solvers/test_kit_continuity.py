@@ -130,7 +130,7 @@ def test_a_step_that_branches_on_a_state_at_rest_is_rejected():
 
 
 class CoulombVerlet(AbstractStepper):
-    """Velocity Verlet on ``x'' = a(t, x) - c sign(v)`` (dry friction): its limit jumps at rest, and its step with it."""
+    """Velocity Verlet on ``x'' = a(t, x) - c sign(v)`` (a dry friction): its limit jumps at rest, its step with it."""
 
     order: ClassVar[int] = 1
     second_order: ClassVar[bool] = True
