@@ -42,6 +42,10 @@ from .references import _flat, _unflat
 
 _Values = Callable[[float], "Tensor | None"]
 
+MODEL_TIMES = (1.0, 2.0)
+"""The depth-times ``T`` whose steps ``T / n`` (``n`` up to 64 layers) are tested besides the grid: a model's ``dt``
+need not be a power of two (``T = 1`` over 3 layers steps 1/3)."""
+
 
 def _values(fn: Callable[[float], Any]) -> _Values:
     """``fn`` flattened to a float64 vector, ``None`` where it raises or is not finite (outside what is judged)."""
@@ -114,11 +118,26 @@ def _follow(
     return (a + b) / 2, sizes[-1], sizes[-4]
 
 
-def _jumps(value: _Values, grid: list[float], size: float) -> list[tuple[float, float]]:
-    """Where ``value`` jumps on ``grid`` (its suspects followed down): ``(where, size of the jump)``."""
+def _screened(value: _Values, points: list[float], size: float) -> list[tuple[str, float, float]]:
+    """The ``points`` (off the grid) where ``value`` is not the mean of its neighbours at ``CONTINUITY_SPACING /
+    2**20`` (a smooth change moves it by the square of that, far below rounding) by more than rounding: suspects to
+    follow."""
+    eta, found = th.CONTINUITY_SPACING / 2**20, []
+    for x in points:
+        centre, left, right = value(x), value(x - eta), value(x + eta)
+        if centre is None or left is None or right is None:
+            continue
+        if float((centre - (left + right) / 2).abs().max()) > th.ONE_STEP_RTOL * size:
+            found.append(("point", x, x))
+    return found
+
+
+def _jumps(value: _Values, grid: list[float], size: float, extra: list[float] = ()) -> list[tuple[float, float]]:
+    """Where ``value`` jumps on ``grid`` and at the ``extra`` points (its suspects followed down): ``(where, size of
+    the jump)``."""
     values = [value(x) for x in grid]
     found = []
-    for kind, a, b in _suspects(grid, values, size):
+    for kind, a, b in _suspects(grid, values, size) + _screened(value, list(extra), size):
         followed = _follow(value, kind, a, b)
         if followed is None:
             continue
@@ -162,6 +181,7 @@ def check_continuity(stepper: AbstractStepper | type[AbstractStepper], dim: int 
     for t in (start, None if start is None else start + 0.3):
         fits = [dt for dt in _grid(-span, span) if dt != 0.0 and placed(s, t, [dt]) == t] if t is not None else []
         scans.append((step_from(t), fits, lambda x, t=t: f"dt = {x:.10g} from t = {t:.6g}", t, None))
+    sizes = sorted({sign * depth_time / n for depth_time in MODEL_TIMES for n in range(1, 65) for sign in (1, -1)})
     for dt in (0.5, 1.0):
         fits: list[float] = []
         while len(fits) < 64 and dt > 8 * th.CONTINUITY_SPACING:  # a short time domain: smaller steps fit more times
@@ -173,7 +193,8 @@ def check_continuity(stepper: AbstractStepper | type[AbstractStepper], dim: int 
     for value, grid, where, t, dt in scans:
         if len(grid) < 5:
             continue
-        for x, jump in _jumps(value, grid, size):
+        extra = [x for x in sizes if placed(s, t, [x]) == t and x not in grid] if t is not None else []
+        for x, jump in _jumps(value, grid, size, extra):
             at_t, at_dt = (t, x) if t is not None else (x, dt)
             reference = value(x)
             if reference is not None:

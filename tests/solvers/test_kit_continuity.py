@@ -43,6 +43,7 @@ FAKES = [
         r"its size: at dt = -?(1|0\.5|0\.25|0\.125) ",
     ),
     (_fake("AtHalfOnly", lambda t, dt: dt == 0.5), r"its size: at dt = 0\.5 from t = 0 "),
+    (_fake("AtAThird", lambda t, dt: abs(dt - 1 / 3) < 1e-12), r"its size: at dt = 0\.3333333333 from t = 0 "),
     (_fake("AboveOneAndAHalf", lambda t, dt: abs(dt) > 1.5), r"its size: at dt = -?1\.5 "),
     (_fake("FirstLayer", lambda t, dt: t == 0.0), r"its start time: at t = 0 with dt = (0\.5|1) "),
 ]
