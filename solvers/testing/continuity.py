@@ -42,10 +42,6 @@ from .references import _flat, _unflat
 
 _Values = Callable[[float], "Tensor | None"]
 
-MODEL_TIMES = (1.0, 2.0)
-"""The depth-times ``T`` whose steps ``T / n`` (``n`` up to 64 layers) are tested besides the grid: a model's ``dt``
-need not be a power of two (``T = 1`` over 3 layers steps 1/3)."""
-
 
 def _values(fn: Callable[[float], Any]) -> _Values:
     """``fn`` flattened to a float64 vector, ``None`` where it raises or is not finite (outside what is judged)."""
@@ -181,7 +177,8 @@ def check_continuity(stepper: AbstractStepper | type[AbstractStepper], dim: int 
     for t in (start, None if start is None else start + 0.3):
         fits = [dt for dt in _grid(-span, span) if dt != 0.0 and placed(s, t, [dt]) == t] if t is not None else []
         scans.append((step_from(t), fits, lambda x, t=t: f"dt = {x:.10g} from t = {t:.6g}", t, None))
-    sizes = sorted({sign * depth_time / n for depth_time in MODEL_TIMES for n in range(1, 65) for sign in (1, -1)})
+    layers = range(1, th.CONTINUITY_LAYERS + 1)
+    sizes = sorted({sign * depth_time / n for depth_time in th.CONTINUITY_TIMES for n in layers for sign in (1, -1)})
     for dt in (0.5, 1.0):
         fits: list[float] = []
         while len(fits) < 64 and dt > 8 * th.CONTINUITY_SPACING:  # a short time domain: smaller steps fit more times

@@ -165,3 +165,9 @@ CONTINUITY_KICK = 4.0
 """A step may jump where its own limit jumps in time by at most this many times ``|dt|`` times the limit's jump: a
 stage that crosses a jump of the force moves the step by its weight (at most a few, a composition's) times ``dt``
 times the jump. A step's jump beyond it is the scheme's, not its limit's."""
+
+CONTINUITY_TIMES = (1.0, 2.0)
+"""The depth-times ``T`` whose steps ``T / n`` are tested besides the grid, for ``n`` up to ``CONTINUITY_LAYERS``: a
+model's ``dt`` need not be a power of two (``T = 1`` over 3 layers steps 1/3) ..."""
+CONTINUITY_LAYERS = 64
+"""... layers."""
