@@ -41,7 +41,8 @@ def test_a_smoke_run_needs_no_data_and_writes_outside_the_working_directory(tmp_
     assert (work / "docs" / "RESULTS.md").read_text() == "# Results\n" and sorted(p.name for p in work.iterdir()) == [
         "docs"
     ]
-    (written,) = temporary.iterdir()
+    # torch's own compile cache (made there when the first optimizer imports Dynamo) is torch's, not the run's
+    (written,) = [p for p in temporary.iterdir() if not p.name.startswith("torchinductor")]
     assert written.name.startswith("odeformer-smoke-") and str(written) in capsys.readouterr().out
     assert "| `diffusion` |" in (written / "RESULTS.md").read_text()
 
