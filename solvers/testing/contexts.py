@@ -261,7 +261,7 @@ CONTEXTS = (
     Context(torch.float32, "no_grad", "module", transform="compile"),
     Context(torch.float16),
     Context(torch.bfloat16, "enable_grad", "module"),
-    Context(torch.float32, "enable_grad", "module", size=(8, 197, 192)),
+    Context(torch.float32, "enable_grad", "module", size=(2, 197, 192)),
     Context(torch.float32, "enable_grad", "module", size=(2, 64, 768)),
     Context(torch.float32, "no_grad", "attention", size=(64, 17, 48)),
     Context(torch.float64, "no_grad", "function", size=(128, 17, 64)),

@@ -101,19 +101,20 @@ RATES = (0.05, 0.9)
 
 # -- contexts ---------------------------------------------------------------------------------------------------------
 CONTEXT_SIZES = (
-    (4, 8, 8),
-    (16, 16, 32),
-    (64, 17, 48),
-    (32, 128, 128),
-    (128, 17, 64),
+    (2, 8, 8),
+    (2, 16, 32),
+    (2, 17, 48),
+    (2, 128, 128),
+    (2, 17, 64),
     (1, 2708, 64),
-    (8, 197, 192),
+    (2, 197, 192),
     (2, 64, 768),
 )
 """``(batch, tokens, width)`` of the transformer-sized states the context check draws, each reached exactly by tiling
-(a per-channel stepper keeps its width, a state with heads its batch): two small ones, then the shapes the presets
-step (the digits ViT, the character LM, Fashion-MNIST, Cora's full batch), a DeiT-Tiny sequence and a GPT-2 width. A
-scheme that branches on an exact shape a model has shows ..."""
+(a per-channel stepper keeps its width, a state with heads its batch): two small ones, then the tokens and widths the
+presets step (the digits ViT, the character LM, Fashion-MNIST, Cora's full batch), a DeiT-Tiny sequence and a GPT-2
+width, at a batch of two (a state's cost grows with it; the fixed contexts hold the presets' own batches, 64 and 128).
+A scheme that branches on an exact shape a model has shows ..."""
 CONTEXT_LARGE_STATE = 2**20
 """... and now and then a state of at least this many entries (a Tiny Shakespeare batch has 262k; a kernel that
 switches path above a million entries shows)."""

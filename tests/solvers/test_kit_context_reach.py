@@ -62,7 +62,7 @@ FAKES = [
     ),
     (_fake("Compiled", lambda f, t, y, dt: torch.compiler.is_compiling()), r"under torch.compile"),
     (_fake("DigitsPatches", lambda f, t, y, dt: y.dim() == 3 and y.shape[-2] == 17), r"states \(64, 17, 48\)"),
-    (_fake("DeiTSequence", lambda f, t, y, dt: y.dim() == 3 and y.shape[-2] == 197), r"states \(8, 197, 192\)"),
+    (_fake("DeiTSequence", lambda f, t, y, dt: y.dim() == 3 and y.shape[-2] == 197), r"states \(2, 197, 192\)"),
     (_fake("WidthSixtyFour", lambda f, t, y, dt: y.shape[-1] == 64), r"states \((128, 17|2, 64), (64|768)\)"),
     (_fake("BatchOf128", lambda f, t, y, dt: y.shape[0] == 128), r"states \(128, 17, 64\)"),
 ]
