@@ -619,8 +619,9 @@ class _Grads:
     dt: float | None = None
     weights: Tensor | None = None
     params: Tensor | None = None
-    spread: tuple[float, float] = (0.0, 0.0)
-    """How far the weights' and the parameters' gradients move when the state moves by one rounding unit of its
+    spread: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """How far the weights', the parameters' and a learnable ``dt``'s gradients move when the state moves by one unit
+    in the last place of its
     dtype: where the step's own sums cancel (a composition's free coefficient acts at ``dt⁵``), the low-precision
     gradient is that noisy, and is held to it."""
 
@@ -729,13 +730,27 @@ def _fresh_in(
     k, m = len(leaves), len(leaves) + len(learnable)
     on_dt = None if not learnable else (0.0 if found[k] is None else float(found[k]))
     on_w, on_p = _flat_grads(found[m : m + len(weights)], weights), _flat_grads(found[m + len(weights) :], own)
-    # the same gradients from the state moved by a rounding unit: how noisy the dtype makes them
-    nudge = rounding_model(_eps(_parts(y)[0].dtype), seed + 2000)
-    moved = [nudge(u.detach().double()).to(u.dtype).requires_grad_(True) for u in _parts(y)]
-    again = _flat(step(_packed(moved, y)))
-    other = list(torch.autograd.grad((again * r).sum(), moved + weights + own, allow_unused=True))
-    w_again, p_again = _flat_grads(other[k : k + len(weights)], weights), _flat_grads(other[k + len(weights) :], own)
-    spread = tuple(0.0 if a is None else float((a - b).abs().max()) for a, b in ((on_w, w_again), (on_p, p_again)))
+    # the same gradients from the state moved by one unit in the last place, each entry up or down, three times: how
+    # noisy the dtype makes them (a relative nudge below half a unit would round back to the same state and show
+    # nothing; one draw of the rounding can happen to cancel)
+    g, spread = generator(seed + 2000), (0.0, 0.0, 0.0)
+    for _ in range(th.GRADIENT_NUDGES):
+        moved = [
+            torch.nextafter(
+                u.detach(), torch.where(torch.rand(u.shape, generator=g) < 0.5, -math.inf, math.inf).to(u)
+            ).requires_grad_(True)
+            for u in _parts(y)
+        ]
+        again = _flat(step(_packed(moved, y)))
+        other = list(torch.autograd.grad((again * r).sum(), moved + learnable + weights + own, allow_unused=True))
+        w_again = _flat_grads(other[m : m + len(weights)], weights)
+        p_again = _flat_grads(other[m + len(weights) :], own)
+        dt_again = None if not learnable or other[k] is None else other[k].detach().reshape(1).double()
+        dt_here = None if on_dt is None else torch.tensor([on_dt], dtype=torch.float64)
+        spread = tuple(
+            max(was, 0.0 if a is None or b is None else float((a - b).abs().max()))
+            for was, (a, b) in zip(spread, ((on_w, w_again), (on_p, p_again), (dt_here, dt_again)))
+        )
     return fresh, _Grads(_flat_grads(found[:k], leaves), on_dt, on_w, on_p, spread), None
 
 
@@ -1253,7 +1268,7 @@ def check_contexts(
                 judge(
                     abs(grads.dt - ref_dt) / natural,
                     context.dtype,
-                    gain,
+                    max(gain, th.MODELLED_ROUNDING * grads.spread[2] / (eps * natural)),
                     "the gradient of its step with respect to a learnable dt differs from difference quotients in dt",
                     where + " (a learnable step size's gradient is lost or changed there)",
                     floor=max(th.GRADIENT_RTOL, 10 * resolved / natural),

@@ -57,6 +57,10 @@ REVERSIBLE_DTS = (1.0, 0.5, 0.1, 0.01)
 """Step sizes of the deterministic round trips."""
 REVERSIBLE_RTOL = 1e-12
 """A round trip recovers the state to this error, relative to the largest magnitude its steps reach."""
+GRADIENT_NUDGES = 3
+"""How many times a low-precision gradient is taken again from the state moved by one unit in the last place (each
+entry up or down), to see how noisy the dtype makes it where the scheme's sums cancel (a learnable coefficient whose
+effect is of order ``dt³``)."""
 MODELLED_ROUNDING = 16
 """A round trip may also miss by this many times what modelled rounding moves it (its start and every evaluation's
 input and result perturbed by float64's rounding unit), or by the scheme's own rounding units
