@@ -1,9 +1,10 @@
 """No false alarms: every registered stepper, named tableau and learnable family (its parameter near both ends of its
 range), and correct schemes written here (Yoshida's sixth- and eighth-order compositions, Kahan and Li's eighth-order
 one, Dormand–Prince 5, a variable-step Adams–Bashforth 2 with its start-up step, Verlet with a friction of its own that
-depends on the absolute time (Nesterov's ``3 / t`` family, one of them reversible) or saturates in the velocity
-(``c tanh v``), symplectic Verlets with a force of their own (a mass term, a ``k / t²`` singular at ``t = 0``)), and the
-layers a model runs (block steppers, every check on blocks), pass check_stepper whatever is drawn.
+depends on the absolute time (Nesterov's ``3 / t`` family, one of them reversible), saturates in the velocity
+(``c tanh v``) or is clamped (``c clamp(v, -1, 1)``), symplectic Verlets with a force of their own (a mass term, a
+``k / t²`` singular at ``t = 0``)), and the layers a model runs (block steppers, every check on blocks), pass
+check_stepper whatever is drawn.
 
 The slow suite runs each once from a fixed seed (a registered scheme's runs are tests/solvers/test_steppers.py's: half
 the default draws in the default suite, the other half from another seed in the slow suite). The full sweep (many
@@ -208,6 +209,49 @@ class TanhFriction(_FrictionVerlet):
         return lambda t, y: PhaseState(y.v, field(t, y.x) - self.c * torch.tanh(y.v))
 
 
+class ClampedFriction(AbstractStepper):
+    """``x'' = a(t, x) - c clamp(x', -1, 1)``: a friction continuous but not smooth, each half kick taking it at the
+    velocity the kick starts from, so first order; where it saturates (large states) it is a constant force, which that
+    treatment integrates exactly, and the error falls like ``dt**2`` there."""
+
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = False
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 2
+
+    def __init__(self, c: float = 0.6):
+        super().__init__()
+        self.c = c
+
+    def kick(self, a, v, h):
+        return axpy(v, h, a - self.c * v.clamp(-1.0, 1.0))
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        v = self.kick(field(t, x), v, 0.5 * dt)
+        x = axpy(x, dt, v)
+        return PhaseState(x, self.kick(field(t + dt, x), v, 0.5 * dt)), state
+
+    def limit_field(self, field):
+        return lambda t, y: PhaseState(y.v, field(t, y.x) - self.c * y.v.clamp(-1.0, 1.0))
+
+
+class LargeStatesEulerTanh(TanhFriction):
+    """Wrong: TanhFriction whose second half kick reuses the force at the step's start where the velocity is large
+    (``|v| > 100`` anywhere): first order there."""
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        half = 0.5 * dt
+        start = field(t, x)
+        v = axpy(self.friction(v, half), half, start)
+        x = axpy(x, dt, v)
+        end = field(t + dt, x)
+        v = axpy(v, half, start if bool(v.abs().max() > 100) else end)
+        return PhaseState(x, self.friction(v, half)), state
+
+
 class ReversibleNesterov(NesterovVerlet):
     """``x'' = a(t, x) - (2 / t) x'``: the friction's exact flow from the step's middle out is undone by the step
     back, so the step is symmetric (reversible) though it is not symplectic; singular at ``t = 0``, so every round
@@ -337,7 +381,7 @@ def schemes():
     chosen["triple_jump(lambda0=0.48)"] = solvers.TripleJump(lambda0=0.48)
     chosen.update(Yoshida6=Yoshida6, Yoshida8=Yoshida8, DormandPrince5=DormandPrince5, VariableStepAB2=VariableStepAB2)
     chosen.update(KahanLi8=KahanLi8, NesterovVerlet=NesterovVerlet, Nesterov=Nesterov, RegularNesterov=RegularNesterov)
-    chosen.update(TanhFriction=TanhFriction, ReversibleNesterov=ReversibleNesterov)
+    chosen.update(TanhFriction=TanhFriction, ReversibleNesterov=ReversibleNesterov, ClampedFriction=ClampedFriction)
     chosen.update(KleinGordonVerlet=KleinGordonVerlet, InverseSquareVerlet=InverseSquareVerlet)
     chosen.update(
         ShortLivedVerlet=ShortLivedVerlet, LateForceVerlet=LateForceVerlet, GeometricTimeVerlet=GeometricTimeVerlet
@@ -411,6 +455,24 @@ def test_a_friction_of_the_schemes_own_passes_the_order_and_context_checks(schem
     slopes = check_order(scheme, examples=0)
     assert all(abs(s - 2) <= ORDER_TOLERANCE for s in slopes) and not slopes.unresolved
     check_contexts(scheme, examples=2)
+
+
+def test_where_its_own_friction_saturates_a_first_order_scheme_may_converge_faster():
+    """Held out: at magnitude 1024 ``c clamp(v, -1, 1)`` is a constant force, which ClampedFriction's kicks integrate
+    exactly, so its error there falls like ``dt**2``; the order measured where a scheme's own dynamics differ is held
+    to the declared order as a lower bound (the fixed problems hold it exactly), as on a drawn problem."""
+    from solvers.testing.contexts import _held_there
+
+    _held_there(ClampedFriction(), None, "size", 1024.0)
+    slopes = check_order(ClampedFriction, examples=0)
+    assert all(abs(s - 1) <= ORDER_TOLERANCE for s in slopes)
+
+
+def test_a_step_that_takes_another_path_at_large_states_is_still_held_to_its_order_there():
+    from solvers.testing.contexts import _held_there
+
+    with pytest.raises(AssertionError, match=r"magnitude 1024\) declares order 2 but its error falls like dt\^1\.0"):
+        _held_there(LargeStatesEulerTanh(), None, "size", 1024.0)
 
 
 @pytest.mark.slow  # about 20 s: the drawn contexts of a fifteen-stage composition
