@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from solvers import differentiable_jvp
+
 SNAP = 1e-9
 """A time within this fraction of a knot spacing of a knot is at that knot."""
 
@@ -75,7 +77,7 @@ class KnotField(nn.Module):
     def joint_at(self, t: Any, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """``(f(t, x), J_f(t, x) v)`` by the knots' own chain rule (``joint``), else by forward-mode AD."""
         if not hasattr(self.knots[0], "joint"):
-            return torch.func.jvp(lambda z: self(t, z), (x,), (v,))
+            return differentiable_jvp(lambda z: self(t, z), x, v)
         return self._call("joint", t, (x, v), {})
 
     def _call(self, method: str, t: Any, args: tuple, kwargs: dict[str, Any]) -> Any:

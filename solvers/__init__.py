@@ -42,6 +42,7 @@ from ._damped import Damped
 from ._euler import Euler
 from ._forest_ruth import ForestRuth
 from ._heun import Heun
+from ._jvp import DifferentiableNorms, differentiable_jvp
 from ._kutta3 import Kutta3
 from ._leapfrog import Leapfrog
 from ._learnable_composition4 import TripleJump
@@ -97,6 +98,7 @@ __all__ = [
     "Claims",
     "Composition",
     "Damped",
+    "DifferentiableNorms",
     "Euler",
     "Field",
     "ForestRuth",
@@ -134,6 +136,7 @@ __all__ = [
     "axpy",
     "check_options",
     "checkpointed",
+    "differentiable_jvp",
     "integrate",
     "integrate_reversible",
     "iterate",

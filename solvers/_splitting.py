@@ -55,6 +55,7 @@ from torch import Tensor
 from ._base import AbstractStepper, Claims, Field, PhaseState, Y, axpy, stated
 from ._euler import Euler
 from ._heun import Heun
+from ._jvp import differentiable_jvp
 
 SPLITTINGS = ("lie", "strang")
 
@@ -80,9 +81,11 @@ class Block(NamedTuple):
 
 
 def _joint(owner: Any, function: Callable[[Tensor], Tensor], x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """``(g(x), J_g(x) v)`` by ``owner.joint`` when it has one (a hand-written chain rule), else by forward-mode AD."""
+    """``(g(x), J_g(x) v)`` by ``owner.joint`` when it has one (a hand-written chain rule), else by forward-mode AD
+    (:func:`~solvers.differentiable_jvp`: LayerNorm written out, so that training's derivatives of the velocity are
+    right)."""
     joint = getattr(owner, "joint", None)
-    return joint(x, v) if joint is not None else torch.func.jvp(function, (x,), (v,))
+    return joint(x, v) if joint is not None else differentiable_jvp(function, x, v)
 
 
 def tangent(g: Callable[[Tensor], Tensor], x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

@@ -1,7 +1,7 @@
 """LayerNorm on the state and its velocity: :class:`JointLayerNorm` and the fused Function it runs.
 
-Also LayerNorm written out in ordinary operations (:func:`_layer_norm`), which :class:`~odeformer.joint.JointJVP`
-runs in place of PyTorch's fused kernel.
+(LayerNorm written out in ordinary operations, which :class:`~odeformer.joint.JointJVP` runs in place of PyTorch's
+fused kernel, is ``solvers._jvp.layer_norm``: every forward-mode fallback of the solvers runs it too.)
 """
 
 from __future__ import annotations
@@ -26,23 +26,6 @@ def _normalise(x: Tensor, dims: tuple[int, ...], eps: float) -> tuple[Tensor, Te
     centred = x - mean
     inv_std = torch.rsqrt((centred * centred).mean(dims, keepdim=True) + eps)
     return centred * inv_std, inv_std
-
-
-def _layer_norm(
-    input: Tensor,
-    normalized_shape: tuple[int, ...] | list[int] | int,
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    eps: float = 1e-5,
-    cudnn_enable: bool = True,  # torch.layer_norm's signature; unused
-) -> Tensor:
-    """``F.layer_norm`` written out: ``γ ⊙ (x - mean x) / sqrt(var x + eps) + β`` over the last
-    ``len(normalized_shape)`` dimensions."""
-    count = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
-    out, _ = _normalise(input, tuple(range(-count, 0)), eps)
-    if weight is not None:
-        out = out * weight
-    return out if bias is None else out + bias
 
 
 class JointLayerNorm(nn.Module):

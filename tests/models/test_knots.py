@@ -55,6 +55,34 @@ def test_between_knots_the_gradient_reaches_both_and_the_chain_rule_is_the_jacob
     assert (float(copy.w), float(copy.b)) == pytest.approx((1.5, 0.5)) and copy is not field.knots[0]
 
 
+class Normed(nn.Module):
+    """``f(t, x) = W LayerNorm(x)``, with no chain rule of its own: the knots carry a velocity by forward-mode AD."""
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(3).double()
+        g = torch.Generator().manual_seed(seed)
+        self.weight = nn.Parameter(torch.randn(3, 3, generator=g, dtype=torch.float64))
+
+    def forward(self, t, x):
+        return self.norm(x) @ self.weight.T
+
+
+def test_the_velocity_of_knots_without_a_chain_rule_has_autograds_derivatives():
+    """Between knots whose modules hold an ``nn.LayerNorm`` and no ``joint``: the gradient of the Jacobian-vector
+    product with respect to the state equals difference quotients (PyTorch's JVP of its fused LayerNorm has wrong
+    derivatives; the knots' fallback runs LayerNorm written out)."""
+    field = KnotField([Normed(1), Normed(2)], time=1.0)
+    g = torch.Generator().manual_seed(0)
+    x, v, r, d = (torch.randn(2, 3, generator=g, dtype=torch.float64) for _ in range(4))
+    x.requires_grad_()
+    (grad,) = torch.autograd.grad((r * field.joint_at(0.25, x, v)[1]).sum(), x)
+    h = 1e-6
+    with torch.no_grad():
+        up, down = (field.joint_at(0.25, x + s * h * d, v)[1] for s in (1, -1))
+    assert float((grad * d).sum()) == pytest.approx(float((r * (up - down)).sum()) / (2 * h), rel=1e-6, abs=1e-9)
+
+
 def test_a_knots_uses_are_its_interpolation_weights_summed_over_the_steps():
     field = _field()
     assert knot_uses(field, [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]) == [1.5, 2.0, 2.5]

@@ -205,3 +205,63 @@ def test_the_ffn_sub_step_enters_the_limit_by_its_own_scheme(second_order):
     second-order state, its tangent lift)."""
     stepper = SemiImplicitEuler() if second_order else Euler()
     check_layer(Split(stepper, ffn=GatedEuler()).double(), block_problem(seed=4, second_order=second_order))
+
+
+class _NormedFFN(nn.Module):
+    """An FFN behind ``nn.LayerNorm``, time-modulated, with no ``joint`` of its own: a split layer carries the velocity
+    through it by forward-mode AD."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.norm = nn.LayerNorm(width).double()
+        self.up = nn.Parameter(torch.randn(4 * width, width, generator=g, dtype=torch.float64) / width**0.5)
+        self.down = nn.Parameter(torch.randn(width, 4 * width, generator=g, dtype=torch.float64) / (2 * width**0.5))
+
+    def forward(self, t, x):
+        return (
+            (1 + 0.5 * torch.cos(2 * torch.as_tensor(t) + 0.7))
+            * nn.functional.gelu(self.norm(x) @ self.up.T)
+            @ (self.down.T)
+        )
+
+
+@pytest.mark.parametrize("splitting", ["lie", "strang"])
+def test_the_velocity_through_a_layer_norm_has_autograds_derivatives(splitting):
+    """Full Wave's layer over an FFN with an ``nn.LayerNorm`` and no chain rule of its own: PyTorch's JVP of its fused
+    LayerNorm has the right value but wrong derivatives (its saved mean and ``1/s`` carry none), and training
+    differentiates the velocity. The gradients of a step with respect to the state, the step size and the FFN's
+    weights (the norm's among them) equal difference quotients."""
+    width = 4
+    ffn = _NormedFFN(width)
+    g = torch.Generator().manual_seed(5)
+    attention_weight = torch.randn(width, width, generator=g, dtype=torch.float64) / width
+
+    def attention(t, x):
+        return torch.tanh(x @ attention_weight)
+
+    block = Block(attention, ffn)
+    layer = Split(SemiImplicitEuler(), splitting=splitting)
+    x, v = (torch.randn(2, 3, width, generator=g, dtype=torch.float64) for _ in range(2))
+    cotangent = torch.randn(2, 2, 3, width, generator=g, dtype=torch.float64)
+    params = [x, v, ffn.norm.weight, ffn.norm.bias, ffn.up]
+
+    def value(x, v, dt):
+        y1, _ = layer.step(block, 0.3, PhaseState(x, v), dt, layer.init(block, 0.3, PhaseState(x, v)))
+        return (cotangent * torch.stack(tuple(y1))).sum()
+
+    dt = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    for p in (x, v):
+        p.requires_grad_()
+    grads = torch.autograd.grad(value(x, v, dt), [*params, dt])
+    h = 1e-6
+    with torch.no_grad():
+        for p, grad in zip([*params, dt], grads):
+            direction = torch.randn(p.shape, generator=g, dtype=torch.float64)
+            p += h * direction
+            up = value(x, v, dt)
+            p -= 2 * h * direction
+            down = value(x, v, dt)
+            p += h * direction
+            quotient = float(up - down) / (2 * h)
+            assert abs(float((grad * direction).sum()) - quotient) <= 1e-6 * max(1.0, abs(quotient))
