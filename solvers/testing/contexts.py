@@ -59,7 +59,7 @@ from ._common import (
 )
 from ._drawn import check_drawn, reject
 from .problems import _cos, generator, stepper_width, weighted
-from .protocol import amplification, best_quotient, float32_allowance, unstated_coefficients
+from .protocol import amplification, best_quotient, float32_allowance, time_held_step, unstated_coefficients
 from .references import _flat, _unflat
 from .strategies import Instance, instances
 
@@ -1089,7 +1089,8 @@ def check_contexts(
         # context's run is the reference's); where its own dynamics depend on the time or the size (a friction r / t,
         # c tanh v), the reference runs where the context does, and the order is measured there (:func:`_held_there`)
         span = [own + sum(dts[:i]) + c * dt for i, dt in enumerate(dts) for c in (0.0, 0.5, 1.0)]
-        in_time, in_size = _commutes(high, inner, problem.initial(low), span, shift, scale)
+        visited = _visited(high, inner, problem.initial(low), own, dts)
+        in_time, in_size = _commutes(high, inner, visited, span, shift, scale)
         in_time, in_size = in_time and high.time_invariant, in_size and high.scale_invariant  # unless it says not
         if not in_time:
             held("time", t0)
@@ -1166,6 +1167,9 @@ def check_contexts(
             if frame_shift != 0.0:
                 moved = _time_rounding(_copy(high), exact, t, y, dt, far, inst.seed + i)
                 times = th.MODELLED_ROUNDING * float((_flat(moved) - reference).abs().max()) / size
+            if context.dtype != torch.float64:
+                moved = time_held_step(_copy(high), exact, t, y, dt, far, _eps(context.dtype))
+                times += th.MODELLED_ROUNDING * float((_flat(moved) - reference).abs().max()) / size
             shown = f" (tiles {which} of {tiling.tiles} of {problem.name})" if whole else f", on {problem.name}"
             started = (
                 f"from t = {far:.4g} (the reference from t = {t:.4g})" if frame_shift != 0.0 else f"from t = {t:.4g}"
@@ -1188,6 +1192,9 @@ def check_contexts(
                 if frame_shift != 0.0:
                     moved = _time_rounding(_copy(high), exact, t, after, dt, far, inst.seed + i, inverse=True)
                     times_back = th.MODELLED_ROUNDING * float((_flat(moved) - back).abs().max()) / size
+                if context.dtype != torch.float64:
+                    moved = time_held_step(_copy(high), exact, t, after, dt, far, _eps(context.dtype), inverse=True)
+                    times_back += th.MODELLED_ROUNDING * float((_flat(moved) - back).abs().max()) / size
                 judge(
                     float((tiles_of(got.inverses[i]) - back).abs().max()) / size,
                     context.dtype,
@@ -1323,19 +1330,22 @@ def _framed(inner: Any, rest: float, k: float) -> Any:
 
 @torch.no_grad()
 def _commutes(
-    stepper: AbstractStepper, inner: Any, y: Any, times: list[float], shift: float, scale: float
+    stepper: AbstractStepper, inner: Any, ys: list[Any], times: list[float], shift: float, scale: float
 ) -> tuple[bool, bool]:
     """Whether the stepper's limit field commutes with shifting the time by ``shift`` (``L[f(· - s)](t + s, y) =
-    L[f](t, y)``) at every one of ``times`` (the run's step starts, middles and ends: a friction even in ``t``,
-    ``r / sqrt(1 + t²)``, agrees at ``±10`` and not over the steps after them) and with scaling the state and the field
-    by ``scale`` (``L[m f(·/m)](t, m y) = m L[f](t, y)``) at ``(times[0], y)``, to ``COMMUTES`` (relative). Most
+    L[f](t, y)``) and with scaling the state and the field by ``scale`` (``L[m f(·/m)](t, m y) = m L[f](t, y)``), to
+    ``COMMUTES`` (relative), at every one of ``times`` (the run's step starts, middles and ends: a friction even in
+    ``t``, ``r / sqrt(1 + t²)``, agrees at ``±10`` and not over the steps after them; a force ``b sin(w t)`` of the
+    scheme's own scales at ``t = 0`` and nowhere else) and every state of ``ys`` (the states the run visits: a
+    friction ``c clamp(v, -1, 1)`` scales where ``|v| < 1`` and not where the run takes it past 1). Most
     schemes' limits do (the field itself, a momentum, a fixed friction ``γ v``): their step must then commute too, and
     a context that shifts or scales is compared with the reference where the other checks vouch for it. A friction
     ``r / t`` or ``c tanh v`` of the scheme's own does not: its step is compared with the reference where the context
     runs it. A scheme with no limit (order 0) commutes."""
+    points = [(t, y) for y in ys for t in times]
     try:
         limit = stepper.limit_field(inner)
-        bases = [_flat(limit(t, y)) for t in times]
+        bases = [_flat(limit(t, y)) for t, y in points]
     except ValueError:
         return True, True
 
@@ -1347,14 +1357,34 @@ def _commutes(
     try:
         if shift != 0.0:
             shifted = stepper.limit_field(each(inner, lambda f: _Shifted(f, shift)))
-            in_time = all(near(_flat(shifted(t + shift, y)), base) for t, base in zip(times, bases))
+            in_time = all(near(_flat(shifted(t + shift, y)), base) for (t, y), base in zip(points, bases))
         if scale != 1.0:
-            big = _packed([u * scale for u in _parts(y)], y)
             scaled = stepper.limit_field(each(inner, lambda f: _Scaled(f, scale)))
-            in_size = near(_flat(scaled(times[0], big)) / scale, bases[0])
+            in_size = all(
+                near(_flat(scaled(t, _packed([u * scale for u in _parts(y)], y))) / scale, base)
+                for (t, y), base in zip(points, bases)
+            )
     except (ArithmeticError, ValueError, RuntimeError):
         return shift == 0.0, scale == 1.0
     return in_time, in_size
+
+
+@torch.no_grad()
+def _visited(stepper: AbstractStepper, inner: Any, y0: Any, t0: float, dts: list[float]) -> list[Any]:
+    """The states a float64 run of ``stepper`` on ``inner`` from ``(t0, y0)`` visits over ``dts`` (as far as it stays
+    finite): where :func:`_commutes` asks whether the limit commutes."""
+    s, ys, y, t = _copy(stepper), [y0], y0, t0
+    try:
+        state = s.init(inner, t, y)
+        for dt in dts:
+            y, state = s.step(inner, t, y, dt, state)
+            if not all(bool(torch.isfinite(u).all()) for u in _parts(y)):
+                break
+            ys.append(y)
+            t = t + dt
+    except (ArithmeticError, ValueError, RuntimeError):
+        pass
+    return ys
 
 
 def _held_there(stepper: AbstractStepper, dim: int | None, kind: str, value: float) -> None:

@@ -18,7 +18,10 @@ model's exact ones and follows every suspect to a jump or to continuity:
 The state too: the step from the problem's state and, for a second-order scheme, from the state at rest (``v = 0``,
 where a model's second-order layers start), moved along a drawn direction, is followed the same way.
 
-A jump whose size stays (within a factor of 2 over the last three halvings) above what rounding can move the step
+A step that grows without bound toward a point has a pole there, not a branch (a drag ``c |v| v`` integrated by its
+exact flow, ``v / (1 + c dt |v|)``, has one at a negative ``dt``, where the flow backwards in time blows up): it is
+not judged there. A jump whose size stays (within a factor of 2 over the last three halvings) above what
+rounding can move the step
 (``ONE_STEP_RTOL`` times how much the step amplifies rounding) fails the check, unless the scheme's own limit field
 jumps in time where the step's stages reach (a force of its own switched on at a time) or in the state (a dry friction
 ``c sign(v)``): then the step may jump with it, by at most ``CONTINUITY_KICK |dt|`` times the limit's jump (what a
@@ -128,6 +131,20 @@ def _screened(value: _Values, points: list[float], size: float) -> list[tuple[st
     return found
 
 
+def _pole(value: _Values, x: float) -> bool:
+    """Whether the step grows without bound toward ``x``: its size at ``2^-14`` spacings from ``x`` more than
+    ``2^6`` times its size at ``2^-4`` spacings (a pole grows ``2^10`` times; across a jump the values stay those of
+    its two sides), or not finite there while it is further out."""
+    h = th.CONTINUITY_SPACING
+    far = [value(x - h / 2**4), value(x + h / 2**4)]
+    near = [value(x - h / 2**14), value(x + h / 2**14)]
+    if any(u is None for u in far):
+        return False
+    if any(u is None for u in near):
+        return True
+    return max(float(u.abs().max()) for u in near) > 2**6 * max(float(u.abs().max()) for u in far)
+
+
 def _jumps(value: _Values, grid: list[float], size: float, extra: list[float] = ()) -> list[tuple[float, float]]:
     """Where ``value`` jumps on ``grid`` and at the ``extra`` points (its suspects followed down): ``(where, size of
     the jump)``."""
@@ -138,8 +155,8 @@ def _jumps(value: _Values, grid: list[float], size: float, extra: list[float] = 
         if followed is None:
             continue
         where, last, earlier = followed
-        if last > th.ONE_STEP_RTOL * size and last > earlier / 2:  # it stays: not a continuous change
-            found.append((where, last))
+        if last > th.ONE_STEP_RTOL * size and last > earlier / 2 and not _pole(value, where):
+            found.append((where, last))  # it stays: not a continuous change, nor a blow-up
     return found
 
 
