@@ -335,11 +335,15 @@ def _unresolved(order: int, m: OrderMeasurement) -> bool:
     slopes still change too much to read a limit and the slope fitted over the finest grids reaches the order, or they
     change geometrically and only the limit extrapolated beyond the floor falls short, the fitted slope and the finest
     local slope reaching the order (Dormand–Prince 5's slopes dip to 4.84 and return to 5 below the floor on one
-    problem, extrapolated to 4.64). Such a draw cannot tell a right scheme from a wrong one and is redrawn. A ladder
-    that settles to one power, one that ends above the floor, and one whose measured slopes fall short are judged."""
-    if not m.at_floor or len(m.errors) < th.GRIDS:
-        return False
+    problem, extrapolated to 4.64). Or the floor left fewer than ``GRIDS`` grids above it even over the longest
+    horizon, every slope they show at least the order (Kahan and Li's eighth order on a drawn oscillator: two grids,
+    slope 8.08). Such a draw cannot tell a right scheme from a wrong one and is redrawn. A ladder that settles to one
+    power, one that ends above the floor, and one whose measured slopes fall short are judged."""
     low = order - th.ORDER_TOLERANCE
+    if m.at_floor and len(m.errors) < th.GRIDS:
+        return all(slope >= low for slope in m.local)
+    if not m.at_floor:
+        return False
     if m.settling:
         return _fit(m.dts[-th.GRIDS :], m.errors[-th.GRIDS :]) >= low and m.local[-1] >= low
     return not m.steady and m.slope >= low
