@@ -3,8 +3,9 @@ range), and correct schemes written here (Yoshida's sixth- and eighth-order comp
 one, Dormand–Prince 5, a variable-step Adams–Bashforth 2 with its start-up step, Verlet with a friction of its own that
 depends on the absolute time (Nesterov's ``3 / t`` family, one of them reversible), saturates in the velocity
 (``c tanh v``) or is clamped (``c clamp(v, -1, 1)``), Verlets with a force of their own (a mass term, a ``k / t²``
-singular at ``t = 0``, a drive ``b sin(w t)``), a drag ``c |v| v``), and the layers a model runs (block steppers,
-every check on blocks), pass check_stepper whatever is drawn.
+singular at ``t = 0``, a drive ``b sin(w t)``), a drag ``c |v| v``), a learnable splitting of order 1 that starts
+at its order-2 point, and the layers a model runs (block steppers, every check on blocks), pass check_stepper
+whatever is drawn.
 
 The slow suite runs each once from a fixed seed (a registered scheme's runs are tests/solvers/test_steppers.py's: half
 the default draws in the default suite, the other half from another seed in the slow suite). The full sweep (many
@@ -292,6 +293,34 @@ class QuadDragVerlet(_FrictionVerlet):
         return lambda t, y: PhaseState(y.v, field(t, y.x) - self.c * y.v.abs() * y.v)
 
 
+class ThetaVerlet(AbstractStepper):
+    """A position-velocity splitting with a learnable ``θ = sigmoid(w)``: drift ``θ dt``, kick, drift ``(1 - θ) dt``.
+    Symplectic for every ``θ`` (each part is a shear), first order, second order at ``θ = 1/2``, where it starts."""
+
+    order: ClassVar[int] = 1
+    second_order: ClassVar[bool] = True
+    symplectic: ClassVar[bool] = True
+    reversible: ClassVar[bool] = False
+    evals_per_step: ClassVar[int] = 1
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor(0.0))
+
+    def step(self, field, t, y, dt, state):
+        x, v = self._unpack(y)
+        theta = torch.sigmoid(self.w).to(x.dtype)
+        x = x + (theta * dt) * v
+        v = axpy(v, dt, field(t + theta * dt, x))
+        return PhaseState(x + ((1 - theta) * dt) * v, v), state
+
+
+class HeunDeclaredFirstOrder(solvers.Heun):
+    """Wrong: Heun declaring order 1 (faster on every problem)."""
+
+    order: ClassVar[int] = 1
+
+
 class LargeStatesEulerTanh(TanhFriction):
     """Wrong: TanhFriction whose second half kick reuses the force at the step's start where the velocity is large
     (``|v| > 100`` anywhere): first order there."""
@@ -437,7 +466,7 @@ def schemes():
     chosen.update(Yoshida6=Yoshida6, Yoshida8=Yoshida8, DormandPrince5=DormandPrince5, VariableStepAB2=VariableStepAB2)
     chosen.update(KahanLi8=KahanLi8, NesterovVerlet=NesterovVerlet, Nesterov=Nesterov, RegularNesterov=RegularNesterov)
     chosen.update(TanhFriction=TanhFriction, ReversibleNesterov=ReversibleNesterov, ClampedFriction=ClampedFriction)
-    chosen.update(ForcedVerlet=ForcedVerlet, QuadDragVerlet=QuadDragVerlet)
+    chosen.update(ForcedVerlet=ForcedVerlet, QuadDragVerlet=QuadDragVerlet, ThetaVerlet=ThetaVerlet)
     chosen.update(KleinGordonVerlet=KleinGordonVerlet, InverseSquareVerlet=InverseSquareVerlet)
     chosen.update(
         ShortLivedVerlet=ShortLivedVerlet, LateForceVerlet=LateForceVerlet, GeometricTimeVerlet=GeometricTimeVerlet
@@ -573,6 +602,16 @@ def test_a_step_with_a_pole_is_not_taken_for_a_branch():
     check_continuity(QuadDragVerlet)
     assert _pole(lambda x: torch.tensor([1.0 / (x + 3.375)], dtype=torch.float64), -3.375 + 1e-12)
     assert not _pole(lambda x: torch.tensor([1.0 if x < 0.5 else 2.0], dtype=torch.float64), 0.5)
+
+
+def test_a_family_of_order_one_that_starts_at_its_second_order_point_passes_the_order_check():
+    """Held out: ThetaVerlet is first order for every ``θ`` and second order at ``θ = 1/2``, where it starts, so every
+    fixed problem at its start shows slope 2; with its parameters moved it shows 1. The declared order is a lower bound
+    on each problem and must be met on one; Heun declaring order 1 is faster everywhere and still fails."""
+    slopes = check_order(ThetaVerlet, examples=0)
+    assert any(abs(s - 1) <= ORDER_TOLERANCE for s in slopes)
+    with pytest.raises(AssertionError, match=r"declares order 1 but its error falls like dt\^2\.00.*Fix the scheme or"):
+        check_order(HeunDeclaredFirstOrder, examples=0)
 
 
 @pytest.mark.slow  # about 20 s: the drawn contexts of a fifteen-stage composition
