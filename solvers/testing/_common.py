@@ -190,12 +190,20 @@ def rounding_model(eps: float, seed: int) -> Callable[[Tensor], Tensor]:
 
 def rounded_field(field: Any, nudged: Callable[[Tensor], Tensor]) -> Any:
     """``field`` with every evaluation's input and result passed through ``nudged`` (:func:`rounding_model`); a
-    :class:`~solvers.Block`'s fields each."""
+    :class:`~solvers.Block`'s fields each. A field's velocity (a split layer's sub-step on a second-order state) is
+    carried by the field's own chain rule as the unrounded field's is (``joint_at``: a model's FFN carries it by the
+    paper's LayerNorm rule, not the exact Jacobian), its result rounded too."""
+    from .._splitting import _field_tangent
 
     def rounding(f: Callable) -> Callable:
         def rounded(t, x):
             return nudged(f(t, nudged(x)))
 
+        def joint_at(t, x, v):
+            value, tangent = _field_tangent(f, t, nudged(x), v)
+            return nudged(value), nudged(tangent)
+
+        rounded.joint_at = joint_at
         return rounded
 
     return each(field, rounding)

@@ -313,15 +313,31 @@ class _InDtype(nn.Module):
         self.calls += 1
         return self.field(t, x.double()).to(x.dtype)
 
+    def joint_at(self, t, x, v):
+        """The field and its velocity as the model's field carries it (its own chain rule: a model's FFN by the
+        paper's LayerNorm rule, not the exact Jacobian), in float64, rounded back."""
+        from .._splitting import _field_tangent
+
+        self.calls += 1
+        value, tangent = _field_tangent(self.field, t, x.double(), v.double())
+        return value.to(x.dtype), tangent.to(v.dtype)
+
 
 class _MapInDtype:
-    """A float64 map (a post-norm LayerNorm) applied to a state of another dtype, the result rounded back."""
+    """A float64 map (a post-norm LayerNorm) applied to a state of another dtype, the result rounded back; a velocity
+    through it by the map's own chain rule."""
 
     def __init__(self, g: Callable):
         self.g = g
 
     def __call__(self, x):
         return self.g(x.double()).to(x.dtype)
+
+    def joint(self, x, v):
+        from .._splitting import tangent
+
+        value, moved = tangent(self.g, x.double(), v.double())
+        return value.to(x.dtype), moved.to(v.dtype)
 
 
 def _exactly(field: Any) -> Any:
@@ -703,7 +719,9 @@ def check_in_model(
     a tuple, ``model(**batch)`` for a dict); wrap the call in the autocast, thread count or deterministic mode
     training runs in, and those are the modes checked. ``order=False`` leaves out the local order (its reference
     integrates the limit on the real field: the costliest part). Raises ``AssertionError`` naming the step, the claim
-    and the numbers, with the line that runs it again; returns ``{"steps": n, "claims": {claim: largest defect}}``.
+    and the numbers, with the line that runs it again; returns ``{"steps": n, "claims": {claim: largest defect},
+    "unjudged": [step index, ...]}``, the last the steps that amplify rounding more than ``BLOWN_UP`` (outside the
+    scheme's stability region: no claim can be judged there, and none was).
 
     The model's depth loop must be :func:`solvers.iterate` (or drive its steps through it): a model that steps its
     layers otherwise has no step recorded, which is an error saying so."""
@@ -714,6 +732,7 @@ def check_in_model(
             "depth loop there (drive the layers' steps through solvers.iterate, or pass forward=...)."
         )
     worst: dict[str, float] = {}
+    unjudged: list[int] = []
     for r in steps:
         try:
             with _one_thread():  # the references' small ops: one thread (a replay sets the model's own count)
@@ -721,8 +740,11 @@ def check_in_model(
         except AssertionError as error:
             again = f"solvers.testing.check_in_model(model, batch{', order=False' if not order else ''}, seed={seed})"
             raise AssertionError(f"{error}\n  reproduce with: {again}") from None
+        if "blown_up" in found:
+            unjudged.append(r.index)
+            continue
         for claim, value in found.items():
             if isinstance(value, float) and math.isnan(value):
                 continue
             worst[claim] = max(worst.get(claim, 0.0), value)
-    return {"steps": len(steps), "claims": worst}
+    return {"steps": len(steps), "claims": worst, "unjudged": unjudged}

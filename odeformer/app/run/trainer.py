@@ -162,9 +162,15 @@ class Trainer:
                 said = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
                 raise SchemeCheckFailed(f"train.check_scheme: {said}") from None
         claims = ", ".join(sorted(found["claims"]))
+        judged = found["steps"] - len(found["unjudged"])
+        unjudged = (
+            f"; {len(found['unjudged'])} amplify rounding beyond the scheme's stability region and were not judged"
+            if found["unjudged"]
+            else ""
+        )
         self._say(
-            f"train.check_scheme: {found['steps']} steps of the model's forward pass hold their claims ({claims}) "
-            f"on the first batch ({time.perf_counter() - began:.1f} s)"
+            f"train.check_scheme: {judged} of {found['steps']} steps of the model's forward pass hold their claims "
+            f"({claims or 'none judged'}){unjudged}, on the first batch ({time.perf_counter() - began:.1f} s)"
         )
 
     def _lr_factor(self, step: int) -> float:
