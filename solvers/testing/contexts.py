@@ -28,6 +28,7 @@ measured there (:func:`_held_there`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import warnings
@@ -705,10 +706,11 @@ def _fresh_in(
             with warnings.catch_warnings(), torch.jit.optimized_execution(False):  # no fuser: its kernels (tanh)
                 warnings.simplefilter("ignore")  # round otherwise, in the field, not in the scheme
                 try:
-                    traced = torch.jit.trace(
-                        lambda *us: _flat(_fresh_step(stepper, field, held_t, _packed(us, y), held_dt)), parts,
-                        check_trace=False,
-                    )  # fmt: skip
+                    with _own_compilation_unit() as unit:
+                        traced = torch.jit.trace(
+                            lambda *us: _flat(_fresh_step(stepper, field, held_t, _packed(us, y), held_dt)), parts,
+                            check_trace=False, _compilation_unit=unit,
+                        )  # fmt: skip
                 except RuntimeError:  # torch cannot trace it (a torch.func transform inside): out of the tracer's reach
                     reject()
                 return _unflat(traced(*parts), y), None, None
@@ -1471,6 +1473,20 @@ def _time_rounding(
     counted = _field(_time_rounding_field(exact, far, dt, seed), "function")[1]
     with torch.no_grad():
         return stepper.inverse(counted, t, y, dt) if inverse else _fresh_step(stepper, counted, t, y, dt)
+
+
+@contextlib.contextmanager
+def _own_compilation_unit():
+    """A TorchScript compilation unit of its own for a trace, freed with it: torch registers every trace in its global
+    unit, which keeps it and every tensor it holds as a constant (a drawn field's weights, a state of 2²⁰ entries)
+    for the life of the process, so a sweep of traces grew by gigabytes."""
+    state = torch.jit._state
+    kept, unit = state._python_cu, torch.jit.CompilationUnit()
+    state._python_cu = unit
+    try:
+        yield unit
+    finally:
+        state._python_cu = kept
 
 
 def _speed(stepper: AbstractStepper, field: Any, t: Any, y: Any, rate: float) -> float:

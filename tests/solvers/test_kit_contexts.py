@@ -379,3 +379,18 @@ def test_a_correct_scheme_passes_under_any_seed():
 def test_an_extra_evaluation_with_autograd_on_is_counted_by_the_evaluation_check():
     with pytest.raises(AssertionError, match=r"evaluated the field 3 times in step 0 .* with autograd on"):
         check_evals(ExtraEvalWithGrad, examples=0)
+
+
+def test_a_traced_context_leaves_nothing_in_torchs_global_compilation_unit():
+    """torch registers every trace in its global TorchScript unit, which keeps it and the tensors it holds as
+    constants for the life of the process: a thorough sweep grew to 19 GB and was killed. Each trace runs in a unit of
+    its own, freed with it."""
+    import torch
+
+    import solvers
+    from solvers.testing import check_contexts
+
+    check_contexts(solvers.Euler(), examples=2)  # the fixed contexts hold a traced one (torch registers its own once)
+    before = len(torch.jit._state._python_cu.get_functions())
+    check_contexts(solvers.Euler(), examples=2)
+    assert len(torch.jit._state._python_cu.get_functions()) == before
