@@ -1255,13 +1255,17 @@ def check_contexts(
                 where + " (autograd sees another computation there)",
                 times=times_grad,
             )
-            for what, on, exact_on, noisy_on, spread in (
-                ("the field's weights", grads.weights, exact_grads.weights, noisy.weights, grads.spread[0]),
-                ("its own parameters", grads.params, exact_grads.params, noisy.params, grads.spread[1]),
+            # a scheme's coefficient moves the step by |dt| times what its stages add, the scale its gradient rounds
+            # on: where its stages agree the gradient is 0 (a consistent family's coefficients sum to 1 for every
+            # parameter) and float32's rounding of the coefficients is all it shows (TripleJump, rows of one token)
+            increment = float(r.abs().sum()) * abs(dt) * _speed(high, exact, t, y, rate)
+            for what, on, exact_on, noisy_on, spread, floor_on in (
+                ("the field's weights", grads.weights, exact_grads.weights, noisy.weights, grads.spread[0], 0.0),
+                ("its own parameters", grads.params, exact_grads.params, noisy.params, grads.spread[1], increment),
             ):
                 if whole or on is None or exact_on is None:  # tiles: a weight's gradient sums over every tile
                     continue
-                scale_on = max(float(exact_on.abs().max()), 1e-300)
+                scale_on = max(float(exact_on.abs().max()), floor_on, 1e-300)
                 modelled = float((noisy_on - exact_on).abs().max()) / (eps * scale_on)
                 judge(
                     float((on - exact_on).abs().max()) / scale_on,
