@@ -37,3 +37,13 @@ from solvers.testing import check_stepper
 )
 def test_a_registered_scheme_passes_at_the_seed_the_sweep_failed_it_at(scheme, seed):
     assert check_stepper(scheme, seed=seed)["seed"] == seed
+
+
+@pytest.mark.thorough  # about 90 s: a thorough run of a fifteen-stage composition
+def test_a_step_whose_state_gradient_blows_up_is_outside_its_stability_region():
+    """Yoshida's eighth order, thorough, at seed 1743987104: at ``dt = 3.16`` its state gradient reaches 1e139 in
+    float64 and overflows under ``torch.func.grad``; a step that amplifies a perturbation of its state more than
+    BLOWN_UP is outside its stability region and is redrawn, as one whose values do is."""
+    from test_kit_false_alarms import Yoshida8
+
+    assert check_stepper(Yoshida8, seed=1743987104, examples=200)["seed"] == 1743987104
