@@ -1235,6 +1235,10 @@ def check_contexts(
                 late = _time_rounding_field(exact, far, dt, inst.seed + i)
                 wobbled, _ = _reference_grads(_copy(high), late, y, t, dt, False, r)
                 times_grad = th.MODELLED_ROUNDING * float((wobbled.y - ref_y).abs().max()) / magnitude
+            if context.dtype != torch.float64:  # its times held in its dtype, as its values are allowed (above)
+                later = t + eps * (abs(far) + abs(dt))
+                held_grads, _ = _reference_grads(_copy(high), exact, y, later, dt, False, r)
+                times_grad += th.MODELLED_ROUNDING * float((held_grads.y - ref_y).abs().max()) / magnitude
             if tangent is not None:  # under jvp: its tangent along the cotangent against the reference gradient
                 direction, along = tangent
                 expected = float((ref_y * direction).sum())

@@ -47,3 +47,15 @@ def test_a_step_whose_state_gradient_blows_up_is_outside_its_stability_region():
     from test_kit_false_alarms import Yoshida8
 
     assert check_stepper(Yoshida8, seed=1743987104, examples=200)["seed"] == 1743987104
+
+
+@pytest.mark.thorough  # about a minute each
+@pytest.mark.parametrize("label, seed", [("ThetaVerlet", 3565785847), ("ForcedVerlet", 3065217253)])
+def test_a_gradient_at_a_far_start_is_allowed_what_its_times_held_in_its_dtype_move_it(label, seed):
+    """Thorough sweep: ThetaVerlet evaluates its field at ``t + θ dt`` with ``θ`` a float32 parameter, and
+    ForcedVerlet its drive at ``t`` held in the state's dtype, so at ``t = 1000`` or ``13335`` in float32 their state
+    gradients and tangents move by 26 to 98 units; the gradients are allowed what one unit of the time moves the
+    reference gradient, as the steps are."""
+    import test_kit_false_alarms as schemes
+
+    assert check_stepper(getattr(schemes, label), seed=seed, examples=200)["seed"] == seed
