@@ -196,6 +196,10 @@ def _solve(stepper: AbstractStepper, problem: Problem) -> list:
     same at every time: :func:`_linear_autonomous`; a scheme's own friction may make it neither). Otherwise classic
     RK4 with ``n`` and ``2n`` steps (step at most ``2**-10``, resp. ``2**-11``), Richardson-extrapolated,
     ``y_2n + (y_2n - y_n) / 15``: the ``dt**4`` terms cancel and the error is at the level of rounding (~1e-14).
+    Where the two runs differ by more than ``REFERENCE_RTOL`` (15 times the finer run's error, relative to the
+    problem's magnitude) at a checkpoint, the limit is stiffer there than those steps resolve (a scheme's own drag
+    ``c |v| v`` at magnitude 1e3 relaxes in a thousandth of a time unit): :func:`_refined` solves it again, each span
+    between checkpoints refined on its own until it holds.
     """
     y0 = problem.initial(stepper)
     F = stepper.limit_field(problem.field_for(stepper))
@@ -204,12 +208,38 @@ def _solve(stepper: AbstractStepper, problem: Problem) -> list:
         per_checkpoint = math.ceil(abs(problem.T) / th.CHECKPOINTS / th.REFERENCE_DT)  # T < 0: backwards in time
         coarse = _classic_rk4(F, y0, problem.T, per_checkpoint * th.CHECKPOINTS, per_checkpoint, t0)
         fine = _classic_rk4(F, y0, problem.T, 2 * per_checkpoint * th.CHECKPOINTS, 2 * per_checkpoint, t0)
-        return [_axpy(1 / 15, b, _axpy(-1.0, b, a)) for a, b in zip(coarse, fine)]
+        if all(_resolved(a, b, problem.scale) for a, b in zip(coarse, fine)):
+            return [_axpy(1 / 15, b, _axpy(-1.0, b, a)) for a, b in zip(coarse, fine)]
+        return _refined(F, y0, problem.T, 2 * per_checkpoint, t0, problem.scale)
     n = _flat(y0).numel()
     basis = torch.eye(n, dtype=torch.float64)
     M = torch.stack([_flat(F(t0, _unflat(basis[j], y0))) for j in range(n)], dim=1)  # columns: F(e_j)
     times = [problem.T * k / th.CHECKPOINTS for k in range(1, th.CHECKPOINTS + 1)]
     return [_unflat(_expm(t * M) @ _flat(y0), y0) for t in times]
+
+
+def _resolved(coarse: Any, fine: Any, scale: float) -> bool:
+    """Whether two RK4 runs of ``n`` and ``2n`` steps agree to ``REFERENCE_RTOL`` (relative to the larger of the
+    state and ``scale``): the finer one's error, a fifteenth of that, is resolved and Richardson's step removes it."""
+    return _error(coarse, fine, scale) <= th.REFERENCE_RTOL
+
+
+def _refined(F, y0: Any, T: float, n: int, t0: float, scale: float) -> list:
+    """The flow of ``F`` at the checkpoints, each span between two of them solved by RK4 with ``n`` and ``2n`` steps,
+    ``n`` doubled (up to ``2**REFERENCE_REFINE`` times) until they agree to ``REFERENCE_RTOL``, and
+    Richardson-extrapolated; the next span starts from that value. A limit that is stiff only near the start (a drag
+    relaxing a large velocity) is refined only there."""
+    span, y, out = T / th.CHECKPOINTS, y0, []
+    for k in range(th.CHECKPOINTS):
+        start, steps = t0 + k * span, n
+        coarse = _classic_rk4(F, y, span, steps, steps, start)[-1]
+        fine = _classic_rk4(F, y, span, 2 * steps, 2 * steps, start)[-1]
+        while not _resolved(coarse, fine, scale) and steps < n * 2**th.REFERENCE_REFINE:
+            steps *= 2
+            coarse, fine = fine, _classic_rk4(F, y, span, 2 * steps, 2 * steps, start)[-1]
+        y = _axpy(1 / 15, fine, _axpy(-1.0, fine, coarse))
+        out.append(y)
+    return out
 
 
 def _error(y: Tensor | PhaseState, ref: Tensor | PhaseState, scale: float = 1.0) -> float:

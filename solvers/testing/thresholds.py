@@ -29,6 +29,11 @@ ORDER_T = 0.5
 """Horizon of the default order problems."""
 REFERENCE_DT = 2.0**-10
 """Coarser of the two classic RK4 runs a nonlinear reference is Richardson-extrapolated from."""
+REFERENCE_RTOL = 1e-10
+"""The two runs must agree to this (relative): the finer one's error is then below 1e-11, and the extrapolated
+reference's far below what an order ladder measures above its rounding floor; else the reference is refined."""
+REFERENCE_REFINE = 6
+"""A span between checkpoints is refined at most this many doublings (64 times the steps)."""
 CHECKPOINTS = 8
 """Errors are compared at ``t_k = k T / CHECKPOINTS``."""
 BLOCK_WIDTH = 8
