@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from .._base import AbstractStepper, PhaseState
 from . import thresholds as th
@@ -186,6 +187,39 @@ def rounding_model(eps: float, seed: int) -> Callable[[Tensor], Tensor]:
         return u * (1 + eps * (2 * torch.rand(u.shape, generator=g, dtype=torch.float64) - 1))
 
     return nudged
+
+
+_VIEWS = frozenset(
+    "view view_as reshape reshape_as expand expand_as unsqueeze squeeze permute transpose t narrow select split chunk "
+    "unbind flatten unflatten movedim as_strided detach __getitem__ real imag".split()
+)
+
+
+class RoundingEveryOperation(TorchFunctionMode):
+    """While active, every floating result of a torch function (not in place, not a view) is multiplied by
+    ``1 + eps r``, ``r`` uniform in [-1, 1] from ``seed``: a model of a low-precision step's rounding of each value it
+    computes (a sum, a quotient, a coefficient times a state), where :func:`rounding_model` rounds only the start and
+    the field's evaluations. A step's arithmetic can amplify its own rounding where the start's cannot show it: a drag
+    ``v / (1 + c h |v|)`` applied twice, the second time at the pole its first result approaches. (A function mode,
+    not a dispatch mode: it sees through ``torch.func`` transforms a step runs.)"""
+
+    def __init__(self, eps: float, seed: int):
+        super().__init__()
+        self.eps, self.g = eps, generator(seed)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name in _VIEWS or (name.endswith("_") and not name.endswith("__")) or name.startswith("__i"):
+            return out
+
+        def rounded(u: Any) -> Any:
+            if not isinstance(u, Tensor) or not u.is_floating_point() or u.numel() == 0:
+                return u
+            r = 2 * torch.rand(u.shape, generator=self.g, dtype=torch.float64) - 1
+            return u * (1 + self.eps * r).to(u.dtype)
+
+        return tuple(rounded(u) for u in out) if isinstance(out, tuple) else rounded(out)
 
 
 def rounded_field(field: Any, nudged: Callable[[Tensor], Tensor]) -> Any:

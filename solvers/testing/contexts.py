@@ -35,6 +35,7 @@ import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -45,6 +46,7 @@ from torch import Tensor, nn
 from .._base import AbstractStepper, PhaseState, transforms_active
 from . import thresholds as th
 from ._common import (
+    RoundingEveryOperation,
     _copy,
     _float64,
     _fresh_step,
@@ -60,7 +62,14 @@ from ._common import (
 )
 from ._drawn import check_drawn, reject
 from .problems import _cos, generator, stepper_width, weighted
-from .protocol import amplification, best_quotient, float32_allowance, time_held_step, unstated_coefficients
+from .protocol import (
+    amplification,
+    best_quotient,
+    float32_allowance,
+    own_rounding,
+    time_held_step,
+    unstated_coefficients,
+)
 from .references import _flat, _unflat
 from .strategies import Instance, instances
 
@@ -405,6 +414,16 @@ class AttentionFFN(nn.Module):
         return Block(self.attention, self.ffn)
 
 
+def _tangent_of(field: Callable, t: Any, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """``(f(t, x), J v)`` by the field's own chain rule (its ``joint_at`` or ``joint``), else forward-mode AD: what a
+    split layer's sub-step carries the velocity by. Every wrapper of a field the kit makes (counted, shifted, scaled,
+    tiled, on tokens) carries it by the field it wraps, so a field given by ``fields=`` with a chain rule of its own
+    (a model's FFN through LayerNorm by the paper's rule) is stepped by it in every context, as in the model."""
+    from .._splitting import _field_tangent
+
+    return _field_tangent(field, t, x, v)
+
+
 class _Peak:
     """A field that records the largest magnitude it (and the other fields sharing its ``seen`` list) is evaluated at
     or returns (a step's stages)."""
@@ -417,6 +436,11 @@ class _Peak:
         self.seen[0] = max(self.seen[0], float(x.detach().abs().max()), float(f.detach().abs().max()))
         return f
 
+    def joint_at(self, t, x, v):
+        f, tangent = _tangent_of(self.field, t, x, v)
+        self.seen[0] = max(self.seen[0], float(x.detach().abs().max()), float(f.detach().abs().max()))
+        return f, tangent
+
 
 class _Scaled:
     """A magnitude-free field at the problem's magnitude ``m``: ``m f(t, x / m)`` (the problem stays the problem)."""
@@ -426,6 +450,10 @@ class _Scaled:
 
     def __call__(self, t, x):
         return self.scale * self.field(t, x / self.scale)
+
+    def joint_at(self, t, x, v):
+        f, tangent = _tangent_of(self.field, t, x / self.scale, v / self.scale)
+        return self.scale * f, self.scale * tangent
 
 
 class _Counted:
@@ -444,6 +472,15 @@ class _Counted:
         if self.shape is None:
             return self.field(t, z).to(x.dtype)
         return self.field(t, z.reshape(-1, *self.shape[1:])).reshape(x.shape).to(x.dtype)
+
+    def joint_at(self, t, x, v):
+        self.calls += 1
+        self.times.append(float(t.detach()) if isinstance(t, Tensor) else float(t))
+        z, w = x.to(torch.float64), v.to(torch.float64)
+        if self.shape is not None:
+            z, w = z.reshape(-1, *self.shape[1:]), w.reshape(-1, *self.shape[1:])
+        f, tangent = _tangent_of(self.field, t, z, w)
+        return f.reshape(x.shape).to(x.dtype), tangent.reshape(x.shape).to(x.dtype)
 
 
 def _module_in(field: Any) -> nn.Module | None:
@@ -464,6 +501,9 @@ class _ModuleField(nn.Module):
 
     def forward(self, t, x):
         return self.counted(t, x)
+
+    def joint_at(self, t, x, v):
+        return self.counted.joint_at(t, x, v)
 
 
 class _Counts:
@@ -518,6 +558,9 @@ class _Shifted:
     def __call__(self, t, x):
         return self.field(t - self.shift, x)
 
+    def joint_at(self, t, x, v):
+        return _tangent_of(self.field, t - self.shift, x, v)
+
 
 def _exact(problem, context: Context, seed: int, given: Callable | None, stepper: AbstractStepper):
     """The float64 field of this context on the instance's own shape, with trainable weights: the problem's
@@ -550,6 +593,12 @@ class _AsTokens:
 
     def __call__(self, t, x):
         return self.field(t, x.unsqueeze(-2)).squeeze(-2) if x.dim() == 2 else self.field(t, x)
+
+    def joint_at(self, t, x, v):
+        if x.dim() != 2:
+            return _tangent_of(self.field, t, x, v)
+        f, tangent = _tangent_of(self.field, t, x.unsqueeze(-2), v.unsqueeze(-2))
+        return f.squeeze(-2), tangent.squeeze(-2)
 
 
 # -- states ----------------------------------------------------------------------------------------------------------
@@ -842,19 +891,23 @@ def _reference_grads(
     rounding: float = 0.0,
     seed: int = 0,
     weights: list[Tensor] = (),
+    every_operation: bool = False,
 ):
     """The reference gradient of a step from ``y`` (float64, a plain function, autograd on) along the cotangent ``r``
     with respect to the state, (``learnable``) ``dt``, the field's ``weights`` and the stepper's parameters; returns
     a :class:`_Grads` and ``r``. With ``rounding``, every evaluation's input and result are perturbed by that relative
-    size (a model of rounding, which the backward pass sees too)."""
+    size (a model of rounding, which the backward pass sees too); with ``every_operation`` as well, every value the
+    step computes (:class:`~solvers.testing._common.RoundingEveryOperation`)."""
     leaves = [u.detach().clone().requires_grad_(True) for u in _parts(y)]
     start = _packed(leaves, y)
     step = torch.tensor(dt, dtype=torch.float64, requires_grad=True) if learnable else dt
     field = rounded_field(exact, rounding_model(rounding, seed)) if rounding else _field(exact, "function")[1]
     own = [p for p in stepper.parameters() if p.requires_grad]
     weights = list(weights)
+    every = RoundingEveryOperation(rounding, seed + 2) if every_operation and rounding else contextlib.nullcontext()
     with torch.enable_grad():
-        out = _flat(_fresh_step(stepper, field, t, start, step))
+        with every:
+            out = _flat(_fresh_step(stepper, field, t, start, step))
         extra = [step] if learnable else []
         found = list(torch.autograd.grad((out * r).sum(), leaves + extra + weights + own, allow_unused=True))
     k, m = len(leaves), len(leaves) + len(extra)
@@ -864,6 +917,18 @@ def _reference_grads(
         _flat_grads(found[m + len(weights) :], own),
     )  # fmt: skip
     return grads, r
+
+
+def _own_grad_rounding(high, exact, y, t, dt, r: Tensor, eps: float, seed: int, weights, magnitude: float) -> float:
+    """``MODELLED_ROUNDING`` times the units (of ``eps``, relative to ``magnitude``) the reference state gradient
+    moves when every value the step computes is rounded as well as its start and evaluations: what a low-precision
+    gradient may differ by where the step's own arithmetic is ill-conditioned. Beyond ``BLOWN_UP``: redrawn."""
+    ref, _ = _reference_grads(_copy(high), exact, y, t, dt, False, r, weights=weights)
+    every, _ = _reference_grads(_copy(high), exact, y, t, dt, False, r, eps, seed, weights, every_operation=True)
+    moved = float((every.y - ref.y).abs().max()) / (eps * magnitude)
+    if not moved <= th.BLOWN_UP:  # rounding there proves nothing
+        reject()
+    return th.MODELLED_ROUNDING * moved
 
 
 def _parts(y: Tensor | PhaseState) -> tuple[Tensor, ...]:
@@ -974,6 +1039,10 @@ class _Tiled:
     def __call__(self, t, x):
         return self.tiling.join(self.field(t, self.tiling.split(x)))
 
+    def joint_at(self, t, x, v):
+        f, tangent = _tangent_of(self.field, t, self.tiling.split(x), self.tiling.split(v))
+        return self.tiling.join(f), self.tiling.join(tangent)
+
 
 def _in_dtype(stepper: AbstractStepper, dtype: torch.dtype) -> AbstractStepper:
     """The stepper as a model in ``dtype`` holds it (float32 as drawn; float64 and half precision cast)."""
@@ -1028,7 +1097,14 @@ def check_contexts(
     worst = [0.0]
 
     def judge(
-        defect: float, dtype: torch.dtype, gain: float, what: str, where: str, floor: float = 0.0, times: float = 0.0
+        defect: float,
+        dtype: torch.dtype,
+        gain: float,
+        what: str,
+        where: str,
+        floor: float = 0.0,
+        times: float = 0.0,
+        own: Callable[[], float] | None = None,
     ) -> None:
         gain = max(1.0, gain)
         if dtype == torch.float64:
@@ -1054,6 +1130,11 @@ def check_contexts(
                 f"{where.replace(': the scheme takes another path in that context', '')}: a value the step computes "
                 f"overflows {str(dtype).removeprefix('torch.')} (its largest is {big:.3g}), or divides by zero there."
             )
+        if not defect <= allowed and own is not None and dtype != torch.float64:  # asked only where needed: slower
+            measured = own()
+            if measured * unit + times > allowed:
+                allowed = measured * unit + times
+                rule += f" (or {measured:.3g}, what rounding every value it computes moves it)"
         worst[0] = max(worst[0], defect)
         if not defect <= allowed:
             size = f"{defect / unit:.3g} rounding units" if unit != 1.0 else f"{defect:.3g} (relative)"
@@ -1184,6 +1265,7 @@ def check_contexts(
                 "its step differs from the reference context's step from the same state",
                 where + ": the scheme takes another path in that context",
                 times=times,
+                own=partial(own_rounding, high, exact, t, y, dt, reference, _eps(context.dtype), inst.seed + i),
             )
             if back is not None:
                 after = _unflat(fresh, like)
@@ -1230,6 +1312,8 @@ def check_contexts(
                 _copy(high), exact, y, t, dt, False, r, rounding=eps, seed=inst.seed + i, weights=weights
             )
             gain_grad = float((noisy.y - ref_y).abs().max()) / (eps * magnitude)
+            own_grad = partial(_own_grad_rounding, high, exact, y, t, dt, r, eps, inst.seed + i, weights, magnitude)
+
             times_grad = 0.0
             if frame_shift != 0.0:
                 late = _time_rounding_field(exact, far, dt, inst.seed + i)
@@ -1250,6 +1334,7 @@ def check_contexts(
                     "its tangent under torch.func.jvp differs from the reference gradient's along the same direction",
                     where + " (forward-mode AD sees another computation there)",
                     times=times_grad,
+                    own=own_grad,
                 )
                 t = t + dt
                 continue
@@ -1260,6 +1345,7 @@ def check_contexts(
                 "the gradient of its step with respect to the state differs from the reference context's",
                 where + " (autograd sees another computation there)",
                 times=times_grad,
+                own=own_grad,
             )
             # a scheme's coefficient moves the step by |dt| times what its stages add, the scale its gradient rounds
             # on: where its stages agree the gradient is 0 (a consistent family's coefficients sum to 1 for every
@@ -1335,6 +1421,11 @@ def _framed(inner: Any, rest: float, k: float) -> Any:
         def exact(s, x):
             return f(s, x) if k == 1.0 and rest == 0.0 else k * f(s - rest, x / k)
 
+        def joint_at(s, x, v):
+            value, tangent = _tangent_of(f, s - rest, x / k, v / k)
+            return k * value, k * tangent
+
+        exact.joint_at = joint_at
         return exact
 
     return each(inner, framed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -14,6 +15,7 @@ from torch import Tensor
 from .._base import AbstractStepper, PhaseState
 from . import thresholds as th
 from ._common import (
+    RoundingEveryOperation,
     _cast,
     _copy,
     _float64,
@@ -716,24 +718,62 @@ def _coefficients_failed(stepper: AbstractStepper, claim: str, error: Exception)
 
 
 def amplification(
-    stepper: AbstractStepper, field, t, y, dt, reference: Tensor, eps: float, seed: int, inverse: bool = False
+    stepper: AbstractStepper,
+    field,
+    t,
+    y,
+    dt,
+    reference: Tensor,
+    eps: float,
+    seed: int,
+    inverse: bool = False,
+    every_operation: bool = False,
 ) -> float:
     """How many rounding units of size ``eps`` a step's result moves when its start and every evaluation's input and
     result are rounded (modelled, in float64, by relative perturbations of ``eps``): the honest low-precision defect
     of a step grows with it where the step amplifies changes (a composition's large sub-steps, a stiff or sharply
-    attending field). Relative to the larger of the start and ``reference`` (the step unperturbed); ``inf`` if the
-    step does not stay finite. ``inverse``: the same for ``stepper.inverse`` from ``y`` (``reference`` its result)."""
-    nudged = rounding_model(eps, seed)
-    rounded = rounded_field(field, nudged)
-    flat = _flat(y)
-    with torch.no_grad():
-        start = _unflat(nudged(flat), y)
-        moved = _flat(
-            stepper.inverse(rounded, t, start, dt) if inverse else _fresh_step(stepper, rounded, t, start, dt)
-        )
-    size = max(float(flat.abs().max()), float(reference.abs().max()), 1e-300)
-    change = float((moved - reference).abs().max()) / (eps * size)
-    return change if change == change and change != float("inf") else float("inf")
+    attending field). ``dt`` itself is not rounded: a step at a model's exact size (``dt == 0.5``) stays that step.
+    Relative to the larger of the start and ``reference`` (the step unperturbed); ``inf`` if the step does not stay
+    finite. ``inverse``: the same for ``stepper.inverse`` from ``y`` (``reference`` its result).
+
+    ``every_operation``: every value the step computes is rounded as well
+    (:class:`~solvers.testing._common.RoundingEveryOperation`; slower, so the checks ask for it only where the first
+    model does not explain a difference), and only the part of the move that halves when the rounding halves counts:
+    a step that branches on a computed value (``torch.as_tensor(dt) == 1``) jumps by the same amount under any
+    rounding, and a jump is another step, not rounding."""
+
+    def moved(size_of: float) -> Tensor:
+        nudged = rounding_model(size_of, seed)
+        rounded = rounded_field(field, nudged)
+        every = RoundingEveryOperation(size_of, seed + 2) if every_operation else contextlib.nullcontext()
+        with torch.no_grad(), every:
+            start = _unflat(nudged(_flat(y)), y)
+            return _flat(
+                stepper.inverse(rounded, t, start, dt) if inverse else _fresh_step(stepper, rounded, t, start, dt)
+            )
+
+    try:
+        change = moved(eps) - reference
+        if every_operation:  # the same draws at half the size: what scales with the rounding is twice the difference
+            change = 2 * (change - (moved(eps / 2) - reference))
+    except RuntimeError:  # a step the mode cannot run (an operation it cannot see through): the first model
+        if not every_operation:
+            raise
+        return amplification(stepper, field, t, y, dt, reference, eps, seed, inverse)
+    size = max(float(_flat(y).abs().max()), float(reference.abs().max()), 1e-300)
+    units = float(change.abs().max()) / (eps * size)
+    return units if units == units and units != float("inf") else float("inf")
+
+
+def own_rounding(stepper: AbstractStepper, field, t, y, dt, reference: Tensor, eps: float, seed: int) -> float:
+    """``MODELLED_ROUNDING`` times the units a step moves when every value it computes is rounded
+    (:func:`amplification` with ``every_operation``): what a low-precision step may differ by where its own arithmetic
+    is ill-conditioned (near a pole of the step) though the start's rounding is not amplified. A step outside the
+    scheme's stability region by this measure (``BLOWN_UP``) is redrawn."""
+    gain = amplification(_copy(stepper), field, t, y, dt, reference, eps, seed, every_operation=True)
+    if not gain <= th.BLOWN_UP:  # rounding there proves nothing
+        reject()
+    return th.MODELLED_ROUNDING * gain
 
 
 def unstated_coefficients(stepper: AbstractStepper, claim: str = "precision") -> str:
@@ -861,11 +901,13 @@ def check_precision(
                     reject()
                 held = time_held_step(_copy(high), exact, t, start, dt, t, th.EPS32)
                 times = th.MODELLED_ROUNDING * float((_flat(held) - _flat(fresh64)).abs().max()) / (size * th.EPS32)
-                if not units <= allowed * max(1.0, gain) + times:
+                own = own_rounding(high, exact, t, start, dt, _flat(fresh64), th.EPS32, inst.seed + i)
+                if not units <= max(allowed * max(1.0, gain), own) + times:
                     raise AssertionError(
                         f"{name}'s float32 step differs from its float64 step from the same state by {units:.3g} "
                         f"float32 rounding units at step {i} on {problem.name} (its arithmetic allows {allowed:.3g}"
                         f"{f', times {gain:.3g}, how much this step amplifies rounding' if gain > 1 else ''}"
+                        f"{f' (or {own:.3g}, what rounding every value it computes moves it)' if own > 0 else ''}"
                         f"{f', plus {times:.3g}, what its time held in float32 moves it' if times > 0 else ''}): part "
                         f"of the step runs in a lower precision, or rounds a coefficient.{unstated_coefficients(low)}"
                     )

@@ -165,3 +165,53 @@ def test_a_layer_that_evaluates_the_ffn_at_the_wrong_time_is_rejected():
     with pytest.raises(AssertionError, match=r"order 2 but its error falls like dt\^1\.0.* phase=0\.7"):
         check_order(FFNFrozenInTime(solvers.Heun(), splitting="strang"), examples=0)
     check_order(solvers.Split(solvers.Heun(), splitting="strang"), examples=0)
+
+
+class _FFNWithItsOwnChainRule(torch.nn.Module):
+    """A user's FFN ``tanh(x W)`` that carries a velocity by a rule of its own, ``v W`` (not its exact Jacobian), as
+    a model's FFN carries it through LayerNorm by the paper's rule; it counts how often the rule is used."""
+
+    used = 0
+
+    def __init__(self, width: int, seed: int):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.w = torch.nn.Parameter(torch.randn(width, width, generator=g, dtype=torch.float64) / width**0.5)
+
+    def forward(self, t, x):
+        return torch.tanh(x @ self.w.to(x.dtype))
+
+    def joint_at(self, t, x, v):
+        type(self).used += 1
+        return self.forward(t, x), v @ self.w.to(x.dtype)
+
+
+def _block_with_own_rule(width: int, seed: int):
+    from solvers.testing.contexts import AttentionFFN
+
+    return solvers.Block(AttentionFFN(width, seed).attention, _FFNWithItsOwnChainRule(width, seed))
+
+
+class ExactJacobianBelowFloat64(solvers.Split):
+    """A Full Wave layer that, below float64, carries the velocity through the FFN by forward-mode AD instead of the
+    field's own chain rule ("the rule is for float64 training"): another step in float32 wherever a field has a rule
+    of its own."""
+
+    def step(self, field, t, y, dt, state):
+        if isinstance(y, solvers.PhaseState) and y.x.dtype != torch.float64 and field.ffn is not None:
+            ffn = field.ffn
+            field = field._replace(ffn=lambda s, x: ffn(s, x))  # a plain function: its rule dropped
+        return super().step(field, t, y, dt, state)
+
+
+def test_a_given_fields_own_chain_rule_carries_the_velocity_in_every_context():
+    """``check_contexts(..., fields=)`` steps a split layer over the user's fields as the model does: the FFN's own
+    chain rule carries the velocity in every context (the kit's wrappers of a field, counted, shifted, scaled, tiled,
+    carry it by the field they wrap). A layer that drops the rule in float32 is rejected; Full Wave's passes."""
+    from solvers.testing import check_contexts
+
+    _FFNWithItsOwnChainRule.used = 0
+    check_contexts(solvers.Split(solvers.SemiImplicitEuler()), examples=1, fields=_block_with_own_rule)
+    assert _FFNWithItsOwnChainRule.used > 0
+    with pytest.raises(AssertionError, match="another path"):
+        check_contexts(ExactJacobianBelowFloat64(solvers.SemiImplicitEuler()), examples=1, fields=_block_with_own_rule)
