@@ -767,13 +767,35 @@ def amplification(
 
 def own_rounding(stepper: AbstractStepper, field, t, y, dt, reference: Tensor, eps: float, seed: int) -> float:
     """``MODELLED_ROUNDING`` times the units a step moves when every value it computes is rounded
-    (:func:`amplification` with ``every_operation``): what a low-precision step may differ by where its own arithmetic
-    is ill-conditioned (near a pole of the step) though the start's rounding is not amplified. A step outside the
-    scheme's stability region by this measure (``BLOWN_UP``) is redrawn."""
+    (:func:`amplification` with ``every_operation``), for a step nonlinear in the state (:func:`nonlinear_in_state`):
+    what a low-precision step may differ by where its own arithmetic is ill-conditioned at that state (a drag
+    ``v / (1 + c h |v|)`` applied twice, near the pole of the second) though the start's rounding is not amplified. A
+    step linear in the state has no such points: its arithmetic is its coefficients (``coefficients()`` states them;
+    ``1001 y - 1000 y`` loses three digits everywhere and is allowed none of them), and 0 is returned. A step outside
+    the scheme's stability region by this measure (``BLOWN_UP``) is redrawn."""
+    if not nonlinear_in_state(stepper, t, y, dt):
+        return 0.0
     gain = amplification(_copy(stepper), field, t, y, dt, reference, eps, seed, every_operation=True)
     if not gain <= th.BLOWN_UP:  # rounding there proves nothing
         reject()
     return th.MODELLED_ROUNDING * gain
+
+
+@torch.no_grad()
+def nonlinear_in_state(stepper: AbstractStepper, t, y, dt) -> bool:
+    """Whether the step on a field that is zero is not linear in the state at ``y``: ``S(2 y) != 2 S(y)`` beyond
+    ``ONE_STEP_RTOL`` (a friction or drag of the scheme's own; every Runge–Kutta or splitting step is linear there)."""
+
+    def zero(s: Any, x: Tensor) -> Tensor:
+        return torch.zeros_like(x)
+
+    try:
+        once = _flat(_fresh_step(_copy(stepper), zero, t, y, dt))
+        twice = _flat(_fresh_step(_copy(stepper), zero, t, _unflat(2 * _flat(y), y), dt))
+    except Exception:  # noqa: BLE001 - a step that cannot take these: treated as linear (no allowance)
+        return False
+    size = max(float(twice.abs().max()), 1e-300)
+    return bool(float((twice - 2 * once).abs().max()) > th.ONE_STEP_RTOL * size)
 
 
 def unstated_coefficients(stepper: AbstractStepper, claim: str = "precision") -> str:

@@ -160,3 +160,21 @@ def test_a_reference_is_refined_where_the_limit_is_stiffer_than_its_steps():
         v = v0 / (1 + c * v0.abs() * t)
         x = x0 + torch.sign(v0) * torch.log1p(c * v0.abs() * t) / c
         assert float((y.v - v).abs().max()) <= 1e-11 * 1e3 and float((y.x - x).abs().max()) <= 1e-11 * 1e3
+
+
+class LosesDigits(solvers.AbstractStepper):
+    """Euler with its state passed through ``1001 y - 1000 y``: float32 keeps three fewer digits of ``y``, on every
+    state, and the scheme states no coefficients."""
+
+    order, second_order, symplectic, reversible, evals_per_step = 1, False, False, False, 1
+
+    def step(self, field, t, y, dt, state):
+        return (y * 1001.0 - y * 1000.0) + dt * field(t, y), state
+
+
+def test_a_step_linear_in_the_state_is_allowed_no_rounding_of_its_own_values():
+    """Rounding every value a step computes is asked for a step nonlinear in the state only (its own drag can have a
+    pole); a step linear in the state rounds by its coefficients, which it states, and one that cancels digits on every
+    state is rejected by the precision claims as before."""
+    with pytest.raises(AssertionError, match="rounding units"):
+        check_stepper(LosesDigits, seed=1)
