@@ -922,14 +922,17 @@ def _reference_grads(
 
 def _own_grad_rounding(high, exact, y, t, dt, r: Tensor, eps: float, seed: int, weights, magnitude: float) -> float:
     """``MODELLED_ROUNDING`` times the units (of ``eps``, relative to ``magnitude``) the reference state gradient
-    moves when every value the step computes is rounded as well as its start and evaluations: what a low-precision
-    gradient may differ by where the step's own arithmetic is ill-conditioned, for a step nonlinear in the state (as
-    :func:`~solvers.testing.protocol.own_rounding`; else 0). Beyond ``BLOWN_UP``: redrawn."""
+    moves when every value the step computes is rounded as well as its start and evaluations, the part that
+    halves when the rounding halves (as :func:`~solvers.testing.protocol.amplification` counts it): what a
+    low-precision gradient may differ by where the step's own arithmetic is ill-conditioned, for a step nonlinear in
+    the state (as :func:`~solvers.testing.protocol.own_rounding`; else 0). Beyond ``BLOWN_UP``: redrawn."""
     if not nonlinear_in_state(high, t, y, dt):
         return 0.0
-    ref, _ = _reference_grads(_copy(high), exact, y, t, dt, False, r, weights=weights)
-    every, _ = _reference_grads(_copy(high), exact, y, t, dt, False, r, eps, seed, weights, every_operation=True)
-    moved = float((every.y - ref.y).abs().max()) / (eps * magnitude)
+    full, half = (
+        _reference_grads(_copy(high), exact, y, t, dt, False, r, size, seed, weights, every_operation=True)[0].y
+        for size in (eps, eps / 2)
+    )
+    moved = float((2 * (full - half)).abs().max()) / (eps * magnitude)
     if not moved <= th.BLOWN_UP:  # rounding there proves nothing
         reject()
     return th.MODELLED_ROUNDING * moved
