@@ -376,3 +376,27 @@ def not_finite(
 def finite(y: Any) -> bool:
     """Whether every entry of ``y`` (a Tensor or a ``PhaseState``) is finite."""
     return all(bool(torch.isfinite(u.detach()).all()) for u in _tensors(y))
+
+
+def _tangent_of(field: Callable, t: Any, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """``(f(t, x), J v)`` by the field's own chain rule (its ``joint_at`` or ``joint``), else forward-mode AD: what a
+    split layer's sub-step carries the velocity by. Every wrapper of a field the kit makes (counted, shifted, scaled,
+    tiled, on tokens) carries it by the field it wraps, so a field given by ``fields=`` with a chain rule of its own
+    (a model's FFN through LayerNorm by the paper's rule) is stepped by it in every context, as in the model."""
+    from .._splitting import _field_tangent
+
+    return _field_tangent(field, t, x, v)
+
+
+class _Scaled:
+    """A magnitude-free field at the problem's magnitude ``m``: ``m f(t, x / m)`` (the problem stays the problem)."""
+
+    def __init__(self, field: Callable, scale: float):
+        self.field, self.scale = field, scale
+
+    def __call__(self, t, x):
+        return self.scale * self.field(t, x / self.scale)
+
+    def joint_at(self, t, x, v):
+        f, tangent = _tangent_of(self.field, t, x / self.scale, v / self.scale)
+        return self.scale * f, self.scale * tangent

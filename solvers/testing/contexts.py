@@ -52,6 +52,8 @@ from ._common import (
     _fresh_step,
     _instance,
     _name,
+    _Scaled,
+    _tangent_of,
     each,
     field_size,
     fields_of,
@@ -66,6 +68,7 @@ from .protocol import (
     amplification,
     best_quotient,
     float32_allowance,
+    linear_part_rounds_within,
     nonlinear_in_state,
     own_rounding,
     time_held_step,
@@ -415,16 +418,6 @@ class AttentionFFN(nn.Module):
         return Block(self.attention, self.ffn)
 
 
-def _tangent_of(field: Callable, t: Any, x: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """``(f(t, x), J v)`` by the field's own chain rule (its ``joint_at`` or ``joint``), else forward-mode AD: what a
-    split layer's sub-step carries the velocity by. Every wrapper of a field the kit makes (counted, shifted, scaled,
-    tiled, on tokens) carries it by the field it wraps, so a field given by ``fields=`` with a chain rule of its own
-    (a model's FFN through LayerNorm by the paper's rule) is stepped by it in every context, as in the model."""
-    from .._splitting import _field_tangent
-
-    return _field_tangent(field, t, x, v)
-
-
 class _Peak:
     """A field that records the largest magnitude it (and the other fields sharing its ``seen`` list) is evaluated at
     or returns (a step's stages)."""
@@ -441,20 +434,6 @@ class _Peak:
         f, tangent = _tangent_of(self.field, t, x, v)
         self.seen[0] = max(self.seen[0], float(x.detach().abs().max()), float(f.detach().abs().max()))
         return f, tangent
-
-
-class _Scaled:
-    """A magnitude-free field at the problem's magnitude ``m``: ``m f(t, x / m)`` (the problem stays the problem)."""
-
-    def __init__(self, field: Callable, scale: float):
-        self.field, self.scale = field, scale
-
-    def __call__(self, t, x):
-        return self.scale * self.field(t, x / self.scale)
-
-    def joint_at(self, t, x, v):
-        f, tangent = _tangent_of(self.field, t, x / self.scale, v / self.scale)
-        return self.scale * f, self.scale * tangent
 
 
 class _Counted:
@@ -920,13 +899,18 @@ def _reference_grads(
     return grads, r
 
 
-def _own_grad_rounding(high, exact, y, t, dt, r: Tensor, eps: float, seed: int, weights, magnitude: float) -> float:
+def _own_grad_rounding(
+    high, exact, y, t, dt, r: Tensor, eps: float, seed: int, weights, magnitude: float, allowed: float
+) -> float:
     """``MODELLED_ROUNDING`` times the units (of ``eps``, relative to ``magnitude``) the reference state gradient
     moves when every value the step computes is rounded as well as its start and evaluations, the part that
     halves when the rounding halves (as :func:`~solvers.testing.protocol.amplification` counts it): what a
     low-precision gradient may differ by where the step's own arithmetic is ill-conditioned, for a step nonlinear in
-    the state (as :func:`~solvers.testing.protocol.own_rounding`; else 0). Beyond ``BLOWN_UP``: redrawn."""
+    the state whose linear part rounds within ``allowed`` units (as :func:`~solvers.testing.protocol.own_rounding`;
+    else 0). Beyond ``BLOWN_UP``: redrawn."""
     if not nonlinear_in_state(high, t, y, dt):
+        return 0.0
+    if not linear_part_rounds_within(high, exact, t, y, dt, eps, seed, allowed):
         return 0.0
     full, half = (
         _reference_grads(_copy(high), exact, y, t, dt, False, r, size, seed, weights, every_operation=True)[0].y
@@ -1272,7 +1256,9 @@ def check_contexts(
                 "its step differs from the reference context's step from the same state",
                 where + ": the scheme takes another path in that context",
                 times=times,
-                own=partial(own_rounding, high, exact, t, y, dt, reference, _eps(context.dtype), inst.seed + i),
+                own=partial(
+                    own_rounding, high, exact, t, y, dt, reference, _eps(context.dtype), inst.seed + i, allowed_units
+                ),
             )
             if back is not None:
                 after = _unflat(fresh, like)
@@ -1319,7 +1305,9 @@ def check_contexts(
                 _copy(high), exact, y, t, dt, False, r, rounding=eps, seed=inst.seed + i, weights=weights
             )
             gain_grad = float((noisy.y - ref_y).abs().max()) / (eps * magnitude)
-            own_grad = partial(_own_grad_rounding, high, exact, y, t, dt, r, eps, inst.seed + i, weights, magnitude)
+            own_grad = partial(
+                _own_grad_rounding, high, exact, y, t, dt, r, eps, inst.seed + i, weights, magnitude, allowed_units
+            )
 
             times_grad = 0.0
             if frame_shift != 0.0:

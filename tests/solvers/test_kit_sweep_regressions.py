@@ -183,3 +183,58 @@ def test_a_step_linear_in_the_state_is_allowed_no_rounding_of_its_own_values():
     state is rejected by the precision claims as before."""
     with pytest.raises(AssertionError, match="rounding units"):
         check_stepper(LosesDigits, seed=1)
+
+
+class LosesDigitsDragged(solvers.AbstractStepper):
+    """:class:`LosesDigits` with a small drag of order ``dt**2`` of its own (``- 1e-3 dt**2 |y| y``, first order still,
+    and stated not scale-invariant): the step is nonlinear in the state, so rounding every value it computes is asked
+    for, and that rounding includes the three digits its linear part cancels on every state."""
+
+    order, second_order, symplectic, reversible, evals_per_step = 1, False, False, False, 1
+    scale_invariant = False
+
+    def step(self, field, t, y, dt, state):
+        return (y * 1001.0 - y * 1000.0) + dt * field(t, y) - (dt * dt * 1e-3) * y * y.abs(), state
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_a_small_nonlinearity_does_not_buy_the_digits_a_linear_part_loses(seed):
+    """The allowance for rounding a nonlinear step's own values is given only where the step's linear part (the step
+    from the state scaled to 2^-64 on the field scaled with it, where a drag growing with the state vanishes) rounds
+    within its arithmetic's allowance: :class:`LosesDigitsDragged` was accepted at seeds 1 and 3 (its 262 units
+    explained by the rounding of its own cancellation), and is rejected now, while QuadDragVerlet keeps the allowance
+    near its pole (the seeds above)."""
+    with pytest.raises(AssertionError, match="rounding units"):
+        check_stepper(LosesDigitsDragged, seed=seed)
+
+
+def test_the_linear_part_of_a_drag_rounds_within_its_allowance_and_a_cancellation_does_not():
+    """:func:`~solvers.testing.protocol.linear_part_rounds_within` directly, at the state QuadDragVerlet needed the
+    allowance at (magnitude 1e3, a negative step near the drag's pole): its linear part is velocity Verlet, within
+    16 units; the dragged cancellation's is not; a friction nonlinear at every size (``sign(v)``) is taken as
+    within, since it cannot be separated."""
+    from test_kit_false_alarms import QuadDragVerlet
+
+    from solvers.testing.protocol import linear_part_rounds_within
+
+    torch.manual_seed(0)
+    x, v = torch.randn(2, 3, dtype=torch.float64) * 1e3
+    y = solvers.PhaseState(x, v)
+
+    def field(t, z):
+        return -z
+
+    assert linear_part_rounds_within(QuadDragVerlet(), field, 0.0, y, -0.004, 2.0**-24, 0, 16.0)
+    flat = torch.randn(2, 3, dtype=torch.float64) * 1e3
+    assert not linear_part_rounds_within(LosesDigitsDragged(), field, 0.0, flat, 0.4, 2.0**-24, 0, 16.0)
+    assert linear_part_rounds_within(_SignFriction(), field, 0.0, flat, 0.4, 2.0**-24, 0, 16.0)
+
+
+class _SignFriction(solvers.AbstractStepper):
+    """Euler with a dry friction ``- 0.1 dt sign(y)``: nonlinear at every size of the state."""
+
+    order, second_order, symplectic, reversible, evals_per_step = 1, False, False, False, 1
+    scale_invariant = False
+
+    def step(self, field, t, y, dt, state):
+        return y + dt * field(t, y) - 0.1 * dt * torch.sign(y), state
