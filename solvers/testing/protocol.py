@@ -789,11 +789,6 @@ def own_rounding(
     return th.MODELLED_ROUNDING * gain
 
 
-LINEAR_PART_SIZE = 2.0**-64
-"""The size :func:`linear_part_rounds_within` scales a state to: a nonlinearity of the scheme's own whose relative
-size grows with the state (a drag ``c h |v|`` with ``c h`` up to about 1e7) is below ``ONE_STEP_RTOL`` there."""
-
-
 @torch.no_grad()
 def linear_part_rounds_within(stepper: AbstractStepper, field, t, y, dt, eps: float, seed: int, allowed: float) -> bool:
     """Whether the step's linear part rounds within ``allowed`` units of ``eps`` (the arithmetic's allowance, times
@@ -806,7 +801,7 @@ def linear_part_rounds_within(stepper: AbstractStepper, field, t, y, dt, eps: fl
     size = float(flat.abs().max())
     if not 0.0 < size < float("inf"):
         return True
-    scale = 2.0 ** round(math.log2(LINEAR_PART_SIZE / size))
+    scale = 2.0 ** round(math.log2(th.LINEAR_PART_SIZE / size))
     small = _unflat(flat * scale, y)
     if nonlinear_in_state(stepper, t, small, dt):
         return True

@@ -90,6 +90,11 @@ FLOAT32_UNITS = 16
 FLOAT32_UNITS_PER_TERM = 2
 """... or to this many per evaluation and unit of coefficient, ``FLOAT32_UNITS_PER_TERM * evals_per_step *
 sum|coefficients|``, where the scheme's arithmetic is larger (``check_precision``)."""
+LINEAR_PART_SIZE = 2.0**-64
+"""The size a state is scaled to where the allowance for rounding a nonlinear step's own values asks whether its linear
+part rounds within its arithmetic's allowance (:func:`~solvers.testing.protocol.linear_part_rounds_within`): a
+nonlinearity of the scheme's own whose relative size grows with the state (a drag ``c h |v|``, ``c h`` up to about
+1e7) is below ``ONE_STEP_RTOL`` there."""
 FLOAT32_MEASURED = 2
 """A scheme that states no coefficients is allowed this many times the float32 rounding units its own step shows on a
 constant field (which no stage can round: what moves is the scheme's own combination of states, an extrapolation's
