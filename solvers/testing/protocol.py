@@ -794,25 +794,29 @@ def linear_part_rounds_within(stepper: AbstractStepper, field, t, y, dt, eps: fl
     """Whether the step's linear part rounds within ``allowed`` units of ``eps`` (the arithmetic's allowance, times
     what the start's and evaluations' rounding moves it): the step from ``y`` scaled to ``LINEAR_PART_SIZE``, on the
     field scaled with it (``s f(t, x / s)``: the field is the same field), where a nonlinearity of the scheme's own
-    that grows with the state has vanished, with every value it computes rounded (:func:`amplification`). A step
-    still nonlinear there (a friction ``sign(v)`` or ``tanh(v / |v|)``, a normalisation: a nonlinearity of every
-    size) cannot be separated from its linear part this way and is taken to: ``True``."""
+    that grows with the state (a drag ``c |v| v``) has vanished, else scaled to ``1 / LINEAR_PART_SIZE``, where one
+    that does not grow with it (a friction ``c sign(v)``, ``c tanh(v)``) has, with every value it computes rounded
+    (:func:`amplification`). A step nonlinear at both sizes (both kinds at once, or ``v tanh(log |v|)``) cannot be
+    separated from its linear part this way and is taken to: ``True``; so is one that does not stay finite there."""
     flat = _flat(y)
     size = float(flat.abs().max())
     if not 0.0 < size < float("inf"):
         return True
-    scale = 2.0 ** round(math.log2(th.LINEAR_PART_SIZE / size))
-    small = _unflat(flat * scale, y)
-    if nonlinear_in_state(stepper, t, small, dt):
-        return True
-    scaled = each(field, partial(_Scaled, scale=scale))
-    try:
-        reference = _flat(_fresh_step(_copy(stepper), scaled, t, small, dt))
-        first = amplification(_copy(stepper), scaled, t, small, dt, reference, eps, seed)
-        every = amplification(_copy(stepper), scaled, t, small, dt, reference, eps, seed, every_operation=True)
-    except Exception:  # noqa: BLE001 - a step that cannot take this state: not separable here
-        return True
-    return every <= allowed * max(1.0, first)
+    for target in (th.LINEAR_PART_SIZE, 1.0 / th.LINEAR_PART_SIZE):
+        scale = 2.0 ** round(math.log2(target / size))
+        there = _unflat(flat * scale, y)
+        if nonlinear_in_state(stepper, t, there, dt):
+            continue
+        scaled = each(field, partial(_Scaled, scale=scale))
+        try:
+            reference = _flat(_fresh_step(_copy(stepper), scaled, t, there, dt))
+            first = amplification(_copy(stepper), scaled, t, there, dt, reference, eps, seed)
+            every = amplification(_copy(stepper), scaled, t, there, dt, reference, eps, seed, every_operation=True)
+        except Exception:  # noqa: BLE001 - a step that cannot take this state: not separable here
+            continue
+        if math.isfinite(first) and math.isfinite(every):
+            return every <= allowed * max(1.0, first)
+    return True
 
 
 @torch.no_grad()

@@ -94,7 +94,7 @@ LINEAR_PART_SIZE = 2.0**-64
 """The size a state is scaled to where the allowance for rounding a nonlinear step's own values asks whether its linear
 part rounds within its arithmetic's allowance (:func:`~solvers.testing.protocol.linear_part_rounds_within`): a
 nonlinearity of the scheme's own whose relative size grows with the state (a drag ``c h |v|``, ``c h`` up to about
-1e7) is below ``ONE_STEP_RTOL`` there."""
+1e7) is below ``ONE_STEP_RTOL`` there; one that does not grow with it (``c sign(v)``) is, at its inverse."""
 FLOAT32_MEASURED = 2
 """A scheme that states no coefficients is allowed this many times the float32 rounding units its own step shows on a
 constant field (which no stage can round: what moves is the scheme's own combination of states, an extrapolation's

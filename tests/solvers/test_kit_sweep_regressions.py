@@ -211,8 +211,9 @@ def test_a_small_nonlinearity_does_not_buy_the_digits_a_linear_part_loses(seed):
 def test_the_linear_part_of_a_drag_rounds_within_its_allowance_and_a_cancellation_does_not():
     """:func:`~solvers.testing.protocol.linear_part_rounds_within` directly, at the state QuadDragVerlet needed the
     allowance at (magnitude 1e3, a negative step near the drag's pole): its linear part is velocity Verlet, within
-    16 units; the dragged cancellation's is not; a friction nonlinear at every size (``sign(v)``) is taken as
-    within, since it cannot be separated."""
+    16 units; the dragged cancellation's is not, nor is it with a dry friction ``sign(y)`` instead of the drag (its
+    linear part read at 2^64, where the friction has vanished); a step nonlinear at both sizes (drag and friction at
+    once) is taken as within, since it cannot be separated."""
     from test_kit_false_alarms import QuadDragVerlet
 
     from solvers.testing.protocol import linear_part_rounds_within
@@ -227,14 +228,24 @@ def test_the_linear_part_of_a_drag_rounds_within_its_allowance_and_a_cancellatio
     assert linear_part_rounds_within(QuadDragVerlet(), field, 0.0, y, -0.004, 2.0**-24, 0, 16.0)
     flat = torch.randn(2, 3, dtype=torch.float64) * 1e3
     assert not linear_part_rounds_within(LosesDigitsDragged(), field, 0.0, flat, 0.4, 2.0**-24, 0, 16.0)
+    assert not linear_part_rounds_within(_SignFriction(cancel=True), field, 0.0, flat, 0.4, 2.0**-24, 0, 16.0)
     assert linear_part_rounds_within(_SignFriction(), field, 0.0, flat, 0.4, 2.0**-24, 0, 16.0)
+    assert linear_part_rounds_within(_SignFriction(drag=True), field, 0.0, flat, 0.4, 2.0**-24, 0, 16.0)
+    assert linear_part_rounds_within(_SignFriction(cancel=True, drag=True), field, 0.0, flat, 0.4, 2.0**-24, 0, 16.0)
 
 
 class _SignFriction(solvers.AbstractStepper):
-    """Euler with a dry friction ``- 0.1 dt sign(y)``: nonlinear at every size of the state."""
+    """Euler with a dry friction ``- 0.1 dt sign(y)``, its state passed through ``1001 y - 1000 y`` (``cancel``), with a
+    drag ``- 0.1 dt |y| y`` besides (``drag``: nonlinear at every size of the state)."""
 
     order, second_order, symplectic, reversible, evals_per_step = 1, False, False, False, 1
     scale_invariant = False
 
+    def __init__(self, cancel: bool = False, drag: bool = False):
+        super().__init__()
+        self.cancel, self.drag = cancel, drag
+
     def step(self, field, t, y, dt, state):
-        return y + dt * field(t, y) - 0.1 * dt * torch.sign(y), state
+        y1 = (y * 1001.0 - y * 1000.0) if self.cancel else y
+        y1 = y1 + dt * field(t, y) - 0.1 * dt * torch.sign(y)
+        return (y1 - 0.1 * dt * y.abs() * y if self.drag else y1), state
