@@ -197,13 +197,13 @@ class LosesDigitsDragged(solvers.AbstractStepper):
         return (y * 1001.0 - y * 1000.0) + dt * field(t, y) - (dt * dt * 1e-3) * y * y.abs(), state
 
 
-@pytest.mark.parametrize("seed", [1, 3])
+@pytest.mark.parametrize("seed", [3, 5])
 def test_a_small_nonlinearity_does_not_buy_the_digits_a_linear_part_loses(seed):
     """The allowance for rounding a nonlinear step's own values is given only where the step's linear part (the step
     from the state scaled to 2^-64 on the field scaled with it, where a drag growing with the state vanishes) rounds
-    within its arithmetic's allowance: :class:`LosesDigitsDragged` was accepted at seeds 1 and 3 (its 262 units
-    explained by the rounding of its own cancellation), and is rejected now, while QuadDragVerlet keeps the allowance
-    near its pole (the seeds above)."""
+    within its arithmetic's allowance: :class:`LosesDigitsDragged` was accepted at seeds 3 and 5 under the suite's
+    profile (the digits it cancels explained as the rounding of its own values), and is rejected now, while
+    QuadDragVerlet keeps the allowance near its pole (the seeds above)."""
     with pytest.raises(AssertionError, match="rounding units"):
         check_stepper(LosesDigitsDragged, seed=seed)
 
