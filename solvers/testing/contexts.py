@@ -68,9 +68,8 @@ from .protocol import (
     amplification,
     best_quotient,
     float32_allowance,
-    linear_part_rounds_within,
-    nonlinear_in_state,
     own_rounding,
+    rounds_its_own_values,
     time_held_step,
     unstated_coefficients,
 )
@@ -908,9 +907,7 @@ def _own_grad_rounding(
     low-precision gradient may differ by where the step's own arithmetic is ill-conditioned, for a step nonlinear in
     the state whose linear part rounds within ``allowed`` units (as :func:`~solvers.testing.protocol.own_rounding`;
     else 0). Beyond ``BLOWN_UP``: redrawn."""
-    if not nonlinear_in_state(high, t, y, dt):
-        return 0.0
-    if not linear_part_rounds_within(high, exact, t, y, dt, eps, seed, allowed):
+    if not rounds_its_own_values(high, exact, t, y, dt, eps, seed, allowed):
         return 0.0
     full, half = (
         _reference_grads(_copy(high), exact, y, t, dt, False, r, size, seed, weights, every_operation=True)[0].y

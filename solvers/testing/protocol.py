@@ -779,14 +779,22 @@ def own_rounding(
     ``1001 y - 1000 y`` loses three digits everywhere and is allowed none of them), and 0 is returned; so is it for a
     step that loses digits in its linear part and adds a small nonlinearity of its own. A step outside the scheme's
     stability region by this measure (``BLOWN_UP``) is redrawn."""
-    if not nonlinear_in_state(stepper, t, y, dt) or not linear_part_rounds_within(
-        stepper, field, t, y, dt, eps, seed, allowed
-    ):
+    if not rounds_its_own_values(stepper, field, t, y, dt, eps, seed, allowed):
         return 0.0
     gain = amplification(_copy(stepper), field, t, y, dt, reference, eps, seed, every_operation=True)
     if not gain <= th.BLOWN_UP:  # rounding there proves nothing
         reject()
     return th.MODELLED_ROUNDING * gain
+
+
+def rounds_its_own_values(stepper: AbstractStepper, field, t, y, dt, eps: float, seed: int, allowed: float) -> bool:
+    """Whether a step may be allowed what rounding every value it computes moves it (its value by
+    :func:`own_rounding`, its state gradient by the contexts' check): it is nonlinear in the state
+    (:func:`nonlinear_in_state`) and its linear part rounds within its arithmetic's ``allowed`` units
+    (:func:`linear_part_rounds_within`)."""
+    return nonlinear_in_state(stepper, t, y, dt) and linear_part_rounds_within(
+        stepper, field, t, y, dt, eps, seed, allowed
+    )
 
 
 @torch.no_grad()
