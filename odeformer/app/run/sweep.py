@@ -449,6 +449,11 @@ def read_json(path: Path) -> Any:
         return json.loads(files.read_text(path, limit=4 << 20))
     except json.JSONDecodeError as error:
         raise ValueError(f"{files.printable(path)} is not JSON ({error}); remove it (or its run) to redo it.") from None
+    except RecursionError:  # JSON nested deeper than Python's parser recurses: no file the engine writes
+        raise ValueError(
+            f"{files.printable(path)} nests its JSON too deeply to be one of the engine's files (they nest a few "
+            "levels); remove it (or its run) to redo it."
+        ) from None
 
 
 def _checked_costs(path: Path, costs: Any, rows: set[str]) -> dict[str, float]:
