@@ -4,6 +4,8 @@ naming the file and what is allowed, before anything is built, allocated or trai
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from odeformer.app.run.sweep import Job, Sweep
@@ -11,6 +13,43 @@ from odeformer.app.run.sweep import Job, Sweep
 
 def _never_composed(overrides):
     raise AssertionError(f"a refused run was composed: {overrides}")
+
+
+COMPLETED = {"metric": "accuracy", "val": 0.5, "test": 0.5, "steps": 3, "wall_s": 1.0, "status": "completed"}
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"test": "abc"}, "its test is abc"),
+        ({"test": [1, 2]}, "its test is [1, 2]"),
+        ({"test": float("nan")}, "its test is nan"),
+        ({"val": float("inf")}, "its val is inf"),
+        ({"test": True}, "its test is True"),
+        ({"wall_s": -1}, "its wall_s is -1"),
+        ({"wall_s": "x"}, "its wall_s is x"),
+        ({"test": ...}, "its test is missing"),
+        ({"metric": ...}, "its metric is 'None', not a metric's name"),
+        ({"metric": {"a": 1}}, "not a metric's name"),
+    ],
+)
+def test_a_reused_summary_the_tables_cannot_read_is_one_line_naming_it(tmp_path, change, words):
+    run = tmp_path / "runs" / "job"
+    run.mkdir(parents=True)
+    summary = {k: v for k, v in {**COMPLETED, **change}.items() if v is not ...}
+    (run / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="finite numbers") as refused:
+        Sweep(_never_composed, 1).run([Job("job", "row", "", 0, ["solver=diffusion"])], tmp_path / "runs")
+    message = str(refused.value)
+    assert str(run / "summary.json") in message and words in message and "\n" not in message
+
+
+def test_a_diverged_runs_summary_without_numbers_is_still_read(tmp_path):
+    from odeformer.app.run.sweep import checked_summary
+
+    diverged = {"status": "diverged", "what": "step 3", "val": None, "test": None, "config": {}}
+    assert checked_summary(tmp_path / "summary.json", diverged) is diverged
+    assert checked_summary(tmp_path / "summary.json", COMPLETED) is COMPLETED
 
 
 @pytest.mark.parametrize("name", ["summary.json", "costs.json"])

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import signal
 import statistics
@@ -251,6 +252,7 @@ def _train(job: tuple[str, list[str], str], compose: Compose, keep_diverged: boo
     summary = read_json(Path(out_dir) / "summary.json") if (Path(out_dir) / "summary.json").exists() else None
     done = ("completed", "diverged") if keep_diverged else ("completed",)
     if isinstance(summary, dict) and summary.get("status") in done:
+        checked_summary(Path(out_dir) / "summary.json", summary)  # what the tables read from it
         saved = summary.get("config") if summary["status"] == "diverged" else None
         drift = config_drift(Path(out_dir), overrides, compose, saved)
         if drift:
@@ -454,6 +456,31 @@ def read_json(path: Path) -> Any:
             f"{files.printable(path)} nests its JSON too deeply to be one of the engine's files (they nest a few "
             "levels); remove it (or its run) to redo it."
         ) from None
+
+
+def checked_summary(path: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """A finished run's summary (read from ``path``) as the tables read it: a completed run's ``metric`` a name and
+    its ``test``, ``val`` and ``wall_s`` present; each of ``test``, ``val`` a finite number or null, ``wall_s`` a
+    finite number of seconds from 0. Anything else is one line naming the file and the key."""
+    completed = summary.get("status") == "completed"
+    why = None
+    if completed and not isinstance(summary.get("metric"), str):
+        why = f"its metric is {str(summary.get('metric'))[:40]!r}, not a metric's name"
+    for key, low, null in (("test", -math.inf, True), ("val", -math.inf, True), ("wall_s", 0.0, False)):
+        value = summary.get(key, ...)
+        if why is None and (completed or value is not ...) and not (null and value is None or _real(value, low)):
+            why = f"its {key} is {'missing' if value is ... else str(value)[:40]}"
+    if why is not None:
+        raise ValueError(
+            f"{files.printable(path)} says its run {summary.get('status')} but {why}: a completed run names its "
+            "metric, a finished run's test and val are finite numbers (or null) and its wall_s a finite number of "
+            "seconds from 0; delete the run's folder to train it again."
+        )
+    return summary
+
+
+def _real(value: Any, low: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= low
 
 
 def _checked_costs(path: Path, costs: Any, rows: set[str]) -> dict[str, float]:
