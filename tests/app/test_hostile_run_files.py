@@ -5,10 +5,22 @@ naming the file and what is allowed, before anything is built, allocated or trai
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 
+import odeformer
+from odeformer.app.commands import sample
+from odeformer.app.run.checkpoints import FORMAT, save_checkpoint
+from odeformer.app.run.config import DataConfig, SolverConfig, model_config, stepper_options
+from odeformer.app.run.identity import RUN_RECORD
 from odeformer.app.run.sweep import Job, Sweep
+
+
+def _one(capsys) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
 
 
 def _never_composed(overrides):
@@ -68,3 +80,34 @@ def test_a_reused_summary_nested_too_deeply_stops_the_sweep_in_one_line(tmp_path
     (run / "summary.json").write_text('{"a":' * 50_000 + "1" + "}" * 50_000)
     with pytest.raises(ValueError, match="nests its JSON too deeply"):
         Sweep(_never_composed, 1).run([Job("job", "row", "", 0, ["solver=diffusion"])], tmp_path / "runs")
+
+
+def _text_checkpoint(path, model=None, record=None):
+    config = {
+        "solver": asdict(SolverConfig(name="diffusion", options=stepper_options("diffusion"))),
+        "model": asdict(model_config("causal_lm")(depth=1, dim=16, heads=2, max_len=16)) | (model or {}),
+        "data": asdict(DataConfig("shakespeare", batch_size=4)),
+    }
+    save_checkpoint(path / "best.pt", {"format": FORMAT, "model": {}, RUN_RECORD: {"config": config, "vocabulary": "ab"}
+                                       | (record or {})})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "model, record, words",
+    [
+        ({"dim": 10**9}, None, "this run needs about"),
+        ({"mlp_hidden": 10**9}, None, "this run needs about"),
+        (None, {"vocabulary": "a" * 1000}, "a vocabulary of 1000 characters of which only 1 differ"),
+        (None, {"config": [1]}, "stores no run config"),
+        (None, {"config": {"solver": {}, "model": {}, "data": [1]}}, "stores no run config"),
+    ],
+)
+def test_sample_refuses_sizes_and_shapes_a_checkpoint_sets_before_building(tmp_path, model, record, words, capsys,
+                                                                           monkeypatch):  # fmt: skip
+    _text_checkpoint(tmp_path, model, record)
+    built = []
+    monkeypatch.setattr(odeformer.CausalLM, "__init__", lambda *a, **k: built.append(a))
+    assert sample.main([str(tmp_path)]) == 2
+    line = _one(capsys)
+    assert words in line and built == []
+    assert "best.pt" in line

@@ -26,7 +26,7 @@ from torch import nn
 from ...generate import sample_text
 from ...tasks import TaskSpec
 from .bounds import check_config
-from .builder import SOLVER_TARGETS, check_solver, make_solver, target
+from .builder import SOLVER_TARGETS, check_memory, check_solver, make_solver, target
 from .checkpoints import load_checkpoint, load_weights
 from .identity import model_targets, run_record
 
@@ -82,11 +82,17 @@ def build_model(
     config: dict[str, Any], vocab_size: int, stepper: str | None = None, source: Path | None = None
 ) -> nn.Module:
     """The run's model (a registered text model, e.g. ``CausalLM``) from its stored config (read from ``source``),
-    checked as the builder checks a config (:func:`~odeformer.app.run.bounds.check_config`, then the solver through
-    the package's registered builders only, :func:`~odeformer.app.run.builder.check_solver`): the model's
+    checked as the builder checks a config (:func:`~odeformer.app.run.bounds.check_config`, the memory it would take
+    at ``vocab_size``, :func:`~odeformer.app.run.builder.check_memory`, then the solver through the package's
+    registered builders only, :func:`~odeformer.app.run.builder.check_solver`): the model's
     ``_target_`` is looked up in the task registry, never imported."""
-    if not isinstance(config.get("solver"), dict) or not isinstance(config.get("model"), dict):
-        raise SampleError("the checkpoint stores no run config (solver, model), so its model cannot be rebuilt.")
+    if not all(isinstance(config.get(key), dict) for key in ("solver", "model")) or not isinstance(
+        config.get("data", {}), dict
+    ):
+        raise SampleError(
+            f"{source or 'the checkpoint'} stores no run config (solver and model, and data if any, each a mapping), "
+            "so its model cannot be rebuilt."
+        )
     config = check_config(config, source)
     models = text_models()
     spec = models.get(config["model"].get("_target_"))
@@ -96,6 +102,8 @@ def build_model(
             f"odeformer-sample continues text with a {names} run; this run's model is "
             f"{config['model'].get('_target_')!r}."
         )
+    one = {**config, "data": {"batch_size": 1}}  # what sampling holds: one sequence, no gradients
+    check_memory(one, {"vocab_size": vocab_size}, source, training=False)  # the sizes a file sets, before building
     solver = config["solver"]
     build = target(solver, SOLVER_TARGETS, "solver", source)
     chosen = make_solver(build, solver, check_solver(solver, source, stepper), source)
@@ -119,9 +127,14 @@ def load(run_dir: str | Path, checkpoint: str = "best.pt", stepper: str | None =
         )
     payload = load_checkpoint(path)  # torch.load(..., weights_only=True)
     record = run_record(payload)
-    config = record.get("config") or {}
+    config = record.get("config") if isinstance(record.get("config"), dict) else {}
     itos = record.get("vocabulary")
     itos = list(itos) if isinstance(itos, str) else _dataset_vocabulary(config)
+    if len(set(itos)) != len(itos):
+        raise SampleError(
+            f"{path} stores a vocabulary of {len(itos)} characters of which only {len(set(itos))} differ; a "
+            "vocabulary holds each character once (one per token). Use a checkpoint written by odeformer-train."
+        )
     model = build_model(config, len(itos), stepper, path)
     weights = payload.get("best_model") if checkpoint == "last.pt" and payload.get("best_model") else payload["model"]
     if weights is None:
