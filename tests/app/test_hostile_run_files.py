@@ -111,3 +111,44 @@ def test_sample_refuses_sizes_and_shapes_a_checkpoint_sets_before_building(tmp_p
     line = _one(capsys)
     assert words in line and built == []
     assert "best.pt" in line
+
+
+def _continuous_checkpoint(run, **solver):
+    run.mkdir(parents=True, exist_ok=True)
+    config = {
+        "solver": {"_target_": "odeformer.continuous.continuous", "name": "rk4_grid", "method": "rk4", **solver},
+        "model": {"_target_": "odeformer.ViT", "depth": 1, "dim": 8, "heads": 2, "patch_size": 2},
+        "data": {"name": "synthetic", "root": None, "batch_size": 4, "options": {"task": "image", "n": 32}},
+    }
+    save_checkpoint(run / "best.pt", {"format": FORMAT, "step": 1, "model": {}, RUN_RECORD: {"config": config}})
+
+
+@pytest.mark.parametrize(
+    "solver, words",
+    [
+        ({"steps": 10**9}, "solver.steps=1000000000: a continuous solver's steps is a whole number from 1 to 100000"),
+        ({"max_steps": 10**12}, "solver.max_steps=1000000000000: a continuous solver's max_steps is a whole number"),
+        ({"steps": "8"}, "solver.steps='8': a continuous solver's steps is a whole number"),
+        ({"steps": True}, "solver.steps=True"),
+    ],
+)
+def test_a_continuous_solvers_steps_a_checkpoint_sets_are_bounded_before_building(tmp_path, solver, words, capsys):
+    from odeformer.app.commands import analyze, diagnose
+
+    _continuous_checkpoint(tmp_path / "run", **solver)
+    for main in (diagnose.main, analyze.main):  # a forward of 10^9 steps never ends
+        assert main([str(tmp_path / "run"), "--batch", "2", "--out", str(tmp_path / "out")]) == 2
+        line = _one(capsys)
+        assert str(tmp_path / "run" / "best.pt") in line and words in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_continuous_solvers_steps_on_the_command_line_are_bounded_too(tmp_path):
+    from odeformer.app.commands.train import compose_config
+    from odeformer.app.run.bounds import check_config
+    from odeformer.app.run.config import UsageError
+
+    config = compose_config(["experiment=digits_vit", "solver=rk4_grid", "solver.steps=1000000000"])
+    with pytest.raises(UsageError, match="a continuous solver's steps is a whole number from 1 to 100000"):
+        check_config(config)
+    check_config(compose_config(["experiment=digits_vit", "solver=rk4_grid", "solver.steps=100000"]))

@@ -49,7 +49,8 @@ def check_sizes(config: dict[str, Any], source: Path | None = None) -> None:
 
 
 MAX_DEPTH = 100_000
-"""The most layer steps one forward pass may take (``model.depth``, and a refined model's ``depth · k``): a bound on
+"""The most layer steps one forward pass may take (``model.depth``, a refined model's ``depth · k``, a continuous
+solver's ``steps`` and ``max_steps``): a bound on
 the time a forward pass takes, which the memory estimate does not see."""
 MAX_TIED_DEPTH = 10_000
 """The most layers a weight-tied stack (``model.tie_weights``) may have: each is a module of its own, built one by one
@@ -71,9 +72,9 @@ MAX_COST = 1000.0
 
 def check_cost(config: dict[str, Any], source: Path | None = None) -> None:
     """Bounds on what the memory estimate does not measure, the same for a command line and for a config read from a
-    file (``source``): the depth (:data:`MAX_DEPTH`, :data:`MAX_TIED_DEPTH` with tied weights), the context
-    (:data:`MAX_LEN`) and a coefficient scheme's stages and coefficients (:func:`check_stages`). A file does not set
-    what a command costs."""
+    file (``source``): the depth (:data:`MAX_DEPTH`, :data:`MAX_TIED_DEPTH` with tied weights), a continuous
+    solver's ``steps`` and ``max_steps`` (:data:`MAX_DEPTH`), the context (:data:`MAX_LEN`) and a coefficient
+    scheme's stages and coefficients (:func:`check_stages`). A file does not set what a command costs."""
     model = config["model"]
     depth = model.get("depth")
     for key, bound in (("depth", MAX_DEPTH), ("max_len", MAX_LEN)):
@@ -85,6 +86,17 @@ def check_cost(config: dict[str, Any], source: Path | None = None) -> None:
             f"{_from(source)}model.depth={depth} with model.tie_weights=true is more than the {MAX_TIED_DEPTH} "
             "layers a tied stack may have (each is built as a module of its own)."
         )
+    solver = config.get("solver") or {}
+    if isinstance(solver, dict) and solver.get("_target_") == CONTINUOUS_TARGET:
+        for key in ("steps", "max_steps"):  # a continuous solver's steps over [0, T]: a forward's layer steps
+            value = solver.get(key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEPTH
+            ):
+                raise UsageError(
+                    f"{_from(source)}solver.{key}={value!r}: a continuous solver's {key} is a whole number from 1 to "
+                    f"{MAX_DEPTH} (the steps one forward pass may take)."
+                )
     check_stages(config, source)
 
 
