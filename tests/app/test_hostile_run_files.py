@@ -152,3 +152,41 @@ def test_a_continuous_solvers_steps_on_the_command_line_are_bounded_too(tmp_path
     with pytest.raises(UsageError, match="a continuous solver's steps is a whole number from 1 to 100000"):
         check_config(config)
     check_config(compose_config(["experiment=digits_vit", "solver=rk4_grid", "solver.steps=100000"]))
+
+
+def test_a_text_evaluation_of_more_windows_than_positions_allocates_one_per_position():
+    import torch
+
+    from odeformer.app.run.objectives import make_objective
+    from odeformer.data import load
+
+    data = load("synthetic", task="text", n=20, length=16, vocab_size=5)
+    torch.manual_seed(0)
+    model = odeformer.CausalLM(vocab_size=5, solver=odeformer.solver("diffusion"), depth=1, dim=8, heads=2, max_len=4)
+    objective = make_objective(data, model.eval(), 4, 0, torch.device("cpu"))
+    positions = len(objective.splits["val"][0]) - objective.context - 1
+    every = objective.evaluate(model, "val", -(-positions // 4))  # batches enough for every position
+    assert objective.evaluate(model, "val", 10**15) == every  # once asked 4·10^15 windows of memory at once
+
+
+@pytest.mark.parametrize("value", [-5, "x", 2.5, True])
+def test_analyze_refuses_a_stored_eval_batches_that_is_no_count_before_evaluating(tmp_path, value, capsys):
+    import torch
+
+    from odeformer.app.commands import analyze
+    from odeformer.app.run.builder import build
+
+    config = {
+        "solver": {"_target_": "odeformer.solver", "name": "diffusion"},
+        "model": {"_target_": "odeformer.CausalLM", "depth": 1, "dim": 8, "heads": 2, "max_len": 4},
+        "data": {"name": "synthetic", "root": None, "batch_size": 4, "options": {"task": "text", "n": 20}},
+    }
+    torch.manual_seed(0)
+    _, model, _ = build(config)
+    config["train"] = {"eval_batches": value}
+    (tmp_path / "run").mkdir()
+    payload = {"format": FORMAT, "step": 1, "model": model.state_dict(), RUN_RECORD: {"config": config}}
+    save_checkpoint(tmp_path / "run" / "best.pt", payload)
+    assert analyze.main([str(tmp_path / "run"), "--refine", "2", "--batch", "2", "--out", str(tmp_path / "a")]) == 2
+    line = _one(capsys)
+    assert str(tmp_path / "run" / "best.pt") in line and f"train.eval_batches={value!r}" in line

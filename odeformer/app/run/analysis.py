@@ -59,8 +59,14 @@ def analyse_run(
         limited = numbers["small_step_limit"] and len({layer.second_order for layer in model.backbone.layers}) == 1
         found = atlas.refinement(model, inputs, parts=refine, limit=LIMIT_METHOD if limited else None)
         config = record.get("config") or {}
-        batch_size = int((config.get("data") or {}).get("batch_size") or 64)
-        eval_batches = int((config.get("train") or {}).get("eval_batches") or 0)
+        batch_size = int((config.get("data") or {}).get("batch_size") or 64)  # checked when the run was built
+        train = config.get("train") if isinstance(config.get("train"), dict) else {}
+        eval_batches = train.get("eval_batches") or 0
+        if isinstance(eval_batches, bool) or not isinstance(eval_batches, int) or eval_batches < 0:
+            raise ValueError(
+                f"{Path(run_dir) / checkpoint}: its config's train.eval_batches={eval_batches!r} is no number of "
+                "validation batches: a whole number from 0 (the whole split); use a checkpoint of odeformer-train."
+            )
         objective = make_objective(data, model, batch_size, 0, torch.device("cpu"))
         for row in found["refinement"]:
             with atlas.resampled(model.backbone, row["k"]), torch.no_grad():

@@ -175,8 +175,9 @@ class TextObjective(Objective):
     @torch.no_grad()
     def evaluate(self, model, split, max_batches, stop=None):
         stream = self.splits[split][0]
-        if max_batches:  # that many batches of windows, spread evenly over the stream
-            starts = torch.linspace(0, len(stream) - self.context - 2, max_batches * self.batch_size).long().unique()
+        if max_batches:  # that many batches of windows, spread evenly over the stream (at most one per position)
+            last = len(stream) - self.context - 2
+            starts = torch.linspace(0, last, min(max_batches * self.batch_size, last + 1)).long().unique()
         else:  # the whole stream: consecutive windows, each token after the first a target once
             starts = torch.arange(0, len(stream) - self.context, self.context)
         total, count = torch.zeros((), dtype=torch.float64, device=self.device), 0
