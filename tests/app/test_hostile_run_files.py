@@ -43,6 +43,9 @@ COMPLETED = {"metric": "accuracy", "val": 0.5, "test": 0.5, "steps": 3, "wall_s"
         ({"test": ...}, "its test is missing"),
         ({"metric": ...}, "its metric is 'None', not a metric's name"),
         ({"metric": {"a": 1}}, "not a metric's name"),
+        ({"steps": ...}, "its steps is missing"),  # a compute-matched row multiplied it: a KeyError
+        ({"steps": "3"}, "its steps is 3, not a whole number of steps"),
+        ({"steps": 2.5}, "its steps is 2.5"),
     ],
 )
 def test_a_reused_summary_the_tables_cannot_read_is_one_line_naming_it(tmp_path, change, words):
@@ -190,3 +193,11 @@ def test_analyze_refuses_a_stored_eval_batches_that_is_no_count_before_evaluatin
     assert analyze.main([str(tmp_path / "run"), "--refine", "2", "--batch", "2", "--out", str(tmp_path / "a")]) == 2
     line = _one(capsys)
     assert str(tmp_path / "run" / "best.pt") in line and f"train.eval_batches={value!r}" in line
+
+
+def test_a_step_cost_of_true_is_no_measurement(tmp_path):
+    from odeformer.app.run.sweep import _checked_costs
+
+    with pytest.raises(ValueError, match=r"costs\.json holds step costs"):
+        _checked_costs(tmp_path / "costs.json", {"rk4": True}, {"rk4"})  # read as 1.0 before
+    assert _checked_costs(tmp_path / "costs.json", {"rk4": 1}, {"rk4"}) == {"rk4": 1}

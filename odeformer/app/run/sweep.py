@@ -460,8 +460,9 @@ def read_json(path: Path) -> Any:
 
 def checked_summary(path: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """A finished run's summary (read from ``path``) as the tables read it: a completed run's ``metric`` a name and
-    its ``test``, ``val`` and ``wall_s`` present; each of ``test``, ``val`` a finite number or null, ``wall_s`` a
-    finite number of seconds from 0. Anything else is one line naming the file and the key."""
+    its ``test``, ``val``, ``wall_s`` and ``steps`` present; each of ``test``, ``val`` a finite number or null,
+    ``wall_s`` a finite number of seconds from 0, ``steps`` a whole number from 0. Anything else is one line naming
+    the file and the key."""
     completed = summary.get("status") == "completed"
     why = None
     if completed and not isinstance(summary.get("metric"), str):
@@ -470,11 +471,14 @@ def checked_summary(path: Path, summary: dict[str, Any]) -> dict[str, Any]:
         value = summary.get(key, ...)
         if why is None and (completed or value is not ...) and not (null and value is None or _real(value, low)):
             why = f"its {key} is {'missing' if value is ... else str(value)[:40]}"
+    steps = summary.get("steps", ...)
+    if why is None and (completed or steps is not ...) and not (_real(steps, 0) and isinstance(steps, int)):
+        why = f"its steps is {'missing' if steps is ... else str(steps)[:40]}, not a whole number of steps"
     if why is not None:
         raise ValueError(
             f"{files.printable(path)} says its run {summary.get('status')} but {why}: a completed run names its "
-            "metric, a finished run's test and val are finite numbers (or null) and its wall_s a finite number of "
-            "seconds from 0; delete the run's folder to train it again."
+            "metric, a finished run's test and val are finite numbers (or null), its wall_s a finite number of "
+            "seconds from 0 and its steps a whole number; delete the run's folder to train it again."
         )
     return summary
 
@@ -487,7 +491,7 @@ def _checked_costs(path: Path, costs: Any, rows: set[str]) -> dict[str, float]:
     """Step costs (``costs.json``'s, or just measured): one per row, each a finite number within
     ``[1 / MAX_COST, MAX_COST]`` of the baseline's; anything else is one line naming the file."""
     good = isinstance(costs, dict) and set(costs) == rows
-    good = good and all(isinstance(v, (int, float)) and 1 / MAX_COST <= v <= MAX_COST for v in costs.values())
+    good = good and all(_real(v, 1 / MAX_COST) and v <= MAX_COST for v in costs.values())
     if not good:
         raise ValueError(
             f"{files.printable(path)} holds step costs {str(costs)[:80]}: each row's must be a number from "
