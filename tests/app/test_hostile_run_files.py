@@ -201,3 +201,28 @@ def test_a_step_cost_of_true_is_no_measurement(tmp_path):
     with pytest.raises(ValueError, match=r"costs\.json holds step costs"):
         _checked_costs(tmp_path / "costs.json", {"rk4": True}, {"rk4"})  # read as 1.0 before
     assert _checked_costs(tmp_path / "costs.json", {"rk4": 1}, {"rk4"}) == {"rk4": 1}
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_a_metrics_row_nested_too_deeply_is_one_line_naming_the_file_and_line(tmp_path):
+    import os
+
+    from odeformer.app.run.trainer import metrics_tail
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(f'{{"step": 1}}\n{DEEP}\n{{"step": 2}}\n')
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(ValueError, match=r"metrics\.jsonl line 2 is not a JSON row \(nested too deeply\)"):
+            metrics_tail(fd, path)
+    finally:
+        os.close(fd)
+
+
+def test_a_history_line_nested_too_deeply_is_skipped_like_any_line_that_is_no_event(tmp_path):
+    from odeformer.app.run.history import history
+
+    (tmp_path / "history.jsonl").write_text(f'{DEEP}\n{{"event": "diverged", "step": 3}}\n')
+    assert history(tmp_path) == [{"event": "diverged", "step": 3}]

@@ -30,13 +30,14 @@ def record(out_dir: Path, event: dict[str, Any]) -> None:
 
 
 def history(out_dir: Path) -> list[dict[str, Any]]:
-    """The events of ``history.jsonl`` (a line cut short by a kill is skipped)."""
+    """The events of ``history.jsonl`` (a line cut short by a kill, or any other that is not a JSON object, nested
+    too deeply for the parser included, is skipped)."""
     path = Path(out_dir) / HISTORY
     if not os.path.lexists(path):
         return []
     rows = []
     for line in files.read_text(path).splitlines():  # a regular file only (a FIFO never ends a read)
-        with contextlib.suppress(json.JSONDecodeError):
+        with contextlib.suppress(json.JSONDecodeError, RecursionError):
             row = json.loads(line)
             if isinstance(row, dict):
                 rows.append(row)

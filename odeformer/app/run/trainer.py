@@ -695,10 +695,11 @@ def metrics_tail(fd: int, path: Path, limit: int | None = None) -> tuple[int, li
             continue
         try:
             row = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
             if i == last:  # a half-written last row: the run was killed while logging; it is logged again
                 break
-            raise ValueError(f"{path} line {i + 1}{where} is not a JSON row ({error}); remove or repair it.") from None
+            why = "nested too deeply" if isinstance(error, RecursionError) else error
+            raise ValueError(f"{path} line {i + 1}{where} is not a JSON row ({why}); remove or repair it.") from None
         if not isinstance(row, dict) or not isinstance(row.get("step"), int):
             text = line[:80].decode(errors="replace")
             raise ValueError(f"{path} line {i + 1}{where} is not a metrics row with an integer step: {text!r}.")
