@@ -226,3 +226,14 @@ def test_a_history_line_nested_too_deeply_is_skipped_like_any_line_that_is_no_ev
 
     (tmp_path / "history.jsonl").write_text(f'{DEEP}\n{{"event": "diverged", "step": 3}}\n')
     assert history(tmp_path) == [{"event": "diverged", "step": 3}]
+
+
+@pytest.mark.parametrize("command", ["sample", "diagnose"])
+@pytest.mark.parametrize("seed", ["100000000000000000000000", "9223372036854775808"])
+def test_a_seed_beyond_torchs_is_one_line_saying_what_a_seed_is(tmp_path, command, seed, capsys):
+    from odeformer.app.commands import diagnose
+
+    argv = [str(tmp_path)] if command == "sample" else ["--fresh", "diffusion", "--depth", "1", "--out", str(tmp_path)]
+    main = sample.main if command == "sample" else diagnose.main
+    assert main([*argv, "--seed", seed]) == 2  # was torch's "Overflow when unpacking long long"
+    assert "--seed from 0 to 2**63 - 1" in _one(capsys).replace("--seed must be from", "--seed from")

@@ -90,6 +90,8 @@ def _diagnose(args) -> int:
         raise ValueError("give run directories, or --fresh SOLVER [SOLVER ...]")
     if args.batch < 1:
         raise ValueError(f"--batch must be at least 1 (items), got {args.batch}.")
+    if not 0 <= args.seed <= 2**63 - 1:
+        raise ValueError(f"--seed must be from 0 to 2**63 - 1 (a torch seed), got {args.seed}.")
     import torch
 
     from ..reporting.diagnostics import diagnose

@@ -40,8 +40,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sample(args) -> int:
-    if args.tokens < 0 or args.seed < 0:
-        raise ValueError(f"--tokens and --seed must be 0 or more, got {args.tokens} and {args.seed}.")
+    if args.tokens < 0 or not 0 <= args.seed <= 2**63 - 1:
+        raise ValueError(
+            f"--tokens must be 0 or more and --seed from 0 to 2**63 - 1, got {args.tokens} and {args.seed}."
+        )
     import torch
 
     from ...generate import sample_text
