@@ -70,6 +70,20 @@ SIZE_OPTIONS: dict[str, dict[str, int | float]] = {  # the size options of each 
 }
 
 
+MAX_NUMBERS = 1 << 27
+"""The most numbers one synthetic task may generate (about 512 MB of float32; the defaults make a few thousand): a
+config, typed or stored in a checkpoint, does not size an allocation beyond the machine."""
+
+
+def _numbers(task: str, n: int, sizes: dict) -> int:
+    """How many numbers ``task`` generates for ``n`` items (the graph's block model draws an ``n x n`` matrix)."""
+    if task == "image":
+        return n * sizes["image_size"] ** 2
+    if task == "graph":
+        return n * n + n * sizes["features"]
+    return n * sizes["length"]
+
+
 def _check_sizes(task: str, sizes: dict) -> dict:
     """``sizes`` completed with the defaults of ``task``; unknown names and out-of-range values are refused."""
     unknown = sorted(set(sizes) - set(SIZE_OPTIONS[task]))
@@ -119,6 +133,13 @@ def synthetic(task: str = "image", n: int = 512, seed: int = 0, **sizes) -> Task
     n = check_int("n", n, minimum=10)
     seed = check_int("seed", seed, minimum=0)
     sizes = _check_sizes(task, sizes)
+    if _numbers(task, n, sizes) > MAX_NUMBERS:
+        shaped = {"n": n, **{k: v for k, v in sizes.items() if k in ("image_size", "length", "features")}}
+        given = ", ".join(f"{k}={v}" for k, v in shaped.items())
+        raise ValueError(
+            f"synthetic task {task!r} with {given} generates {_numbers(task, n, sizes)} numbers, more than the "
+            f"{MAX_NUMBERS} a synthetic task may (it is for smoke tests); make n or the item size smaller."
+        )
     parts = dict(zip(SPLITS, _cut(n)))
     name = f"synthetic_{task}"
 

@@ -237,3 +237,43 @@ def test_a_seed_beyond_torchs_is_one_line_saying_what_a_seed_is(tmp_path, comman
     main = sample.main if command == "sample" else diagnose.main
     assert main([*argv, "--seed", seed]) == 2  # was torch's "Overflow when unpacking long long"
     assert "--seed from 0 to 2**63 - 1" in _one(capsys).replace("--seed must be from", "--seed from")
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"task": "image", "n": 10**12}, "with n=1000000000000, image_size=8 generates 64000000000000 numbers"),
+        ({"task": "image", "image_size": 10**6}, "image_size=1000000 generates"),
+    ],
+)
+def test_a_stored_synthetic_dataset_of_absurd_size_is_one_line_before_anything_is_allocated(
+    tmp_path, options, words, capsys
+):
+    from odeformer.app.commands import diagnose
+
+    config = {
+        "solver": {"_target_": "odeformer.solver", "name": "diffusion"},
+        "model": {"_target_": "odeformer.ViT", "depth": 1, "dim": 8, "heads": 2, "patch_size": 2},
+        "data": {"name": "synthetic", "root": None, "batch_size": 4, "options": options},
+    }
+    (tmp_path / "run").mkdir()
+    save_checkpoint(tmp_path / "run" / "best.pt", {"format": FORMAT, "model": {}, RUN_RECORD: {"config": config}})
+    assert diagnose.main([str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 2
+    line = _one(capsys)
+    assert words in line and "more than the 134217728 a synthetic task may" in line
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"task": "text", "n": 10**9}, "synthetic task 'text' with n=1000000000, length=32"),
+        ({"task": "sequence", "length": 10**9}, "synthetic task 'sequence' with n=512, length=1000000000"),
+        ({"task": "graph", "n": 10**6}, "synthetic task 'graph' with n=1000000, features=16"),  # an n x n matrix
+    ],
+)
+def test_every_synthetic_task_bounds_what_it_generates(options, words):
+    from odeformer.data import load
+
+    with pytest.raises(ValueError, match="a synthetic task may") as refused:
+        load("synthetic", **options)
+    assert words in str(refused.value)
