@@ -277,3 +277,25 @@ def test_every_synthetic_task_bounds_what_it_generates(options, words):
     with pytest.raises(ValueError, match="a synthetic task may") as refused:
         load("synthetic", **options)
     assert words in str(refused.value)
+
+
+@pytest.mark.parametrize("command", ["compare", "reproduce"])
+@pytest.mark.parametrize("workers", ["100000", "0", "-3"])
+def test_a_number_of_workers_beyond_the_machine_is_one_line_before_any_process_starts(
+    tmp_path, command, workers, capsys, monkeypatch
+):
+    from odeformer.app.commands import compare, reproduce
+    from odeformer.app.run import sweep
+
+    def forked(*args, **kwargs):  # a pool forks all its workers at once: 100000 of them
+        raise RuntimeError(f"a pool was started with {kwargs.get('max_workers')} workers")
+
+    monkeypatch.setattr(sweep, "ProcessPoolExecutor", forked)
+    out = tmp_path / "out"
+    if command == "compare":
+        argv = ["diffusion", "--against", "full_wave", "--out", str(out), "--workers", workers, "train.max_steps=1"]
+        code = compare.main(argv)
+    else:
+        code = reproduce.main(["--smoke", "--out", str(out), "--workers", workers])
+    assert code == 2
+    assert "is not a number of worker processes: give 1 to" in _one(capsys) and not out.exists()

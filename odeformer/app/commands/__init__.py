@@ -105,6 +105,25 @@ def folder_argument(text: str) -> _Path:
     return _Path(text)
 
 
+def workers_argument(text: str) -> int:
+    """An option's number of worker processes (``--workers``): a whole number from 1 to this machine's cores (at
+    least 2, the default), each worker training with one thread. A pool forks all its workers at once, so a count
+    beyond the machine is refused in one line before anything starts."""
+    from ..run.config import cores
+
+    limit = max(2, cores())
+    try:
+        count = int(text)
+    except ValueError:
+        raise _argparse.ArgumentTypeError(f"invalid int value: {printable(text)!r}") from None
+    if not 1 <= count <= limit:
+        raise _argparse.ArgumentTypeError(
+            f"{count} is not a number of worker processes: give 1 to {limit} (this machine has {cores()} cores, and "
+            "each worker trains with one thread)"
+        )
+    return count
+
+
 def file_argument(text: str) -> _Path:
     """An option's file (``--json FILE``): not empty, not a folder, in a folder that can be made or written."""
     path = _Path(text)

@@ -58,7 +58,7 @@ from typing import Any
 from .. import files
 from ..reporting.comparison import comparison_markdown, seed_spread
 from ..run.bounds import MAX_LR_GRID, MAX_SEEDS, check_lr_grid
-from . import Parser, folder_argument, run
+from . import Parser, folder_argument, run, workers_argument
 
 BUDGETS = ("evals", "time", "steps")
 MATCHES = ("params",)
@@ -181,7 +181,9 @@ def _parser() -> Parser:
         help="the depth the grid runs at for rows under model.parameterization=ode, their rate carried over "
         "(default: each row's own; under standard always the row's own)",
     )
-    parser.add_argument("--workers", type=int, default=2, help="training processes side by side (default 2)")
+    parser.add_argument(
+        "--workers", type=workers_argument, default=2, help="training processes side by side (default 2)"
+    )
     parser.add_argument("--rounds", type=int, default=7, help="timed steps per row for the step costs (default 7)")
     return parser
 
@@ -212,8 +214,6 @@ def _check(args: argparse.Namespace) -> Plan:
     words, fixed = split_words(args.words)
     if args.seeds < 1:
         _refuse(f"--seeds must be a whole number ≥ 1, got {args.seeds}")
-    if args.workers < 1:
-        _refuse(f"--workers must be a whole number ≥ 1, got {args.workers}")
     if args.rounds < 1:
         _refuse(f"--rounds must be a whole number ≥ 1, got {args.rounds}")
     if not re.match(r"^[A-Za-z_][\w\-]*$", args.experiment):

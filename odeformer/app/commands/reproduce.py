@@ -43,7 +43,7 @@ from ..reporting.tables import results_table
 from ..run.schemes import own_scheme
 from ..run.sections import Section, results_sections, run_section, slug, smoke_section
 from ..run.sweep import Result, Sweep
-from . import Parser, folder_argument, run
+from . import Parser, folder_argument, run, workers_argument
 
 # what loads torch (building, analysing, diagnosing runs) or Hydra (composing) is imported once the command line is
 # checked: --help and a usage error answer without it
@@ -237,7 +237,9 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=folder_argument, default=None, help="folder of RESULTS.md and its figures (default: docs)"
     )
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--workers", type=workers_argument, default=2, help="training processes side by side (default 2)"
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",
