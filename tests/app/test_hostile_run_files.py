@@ -299,3 +299,20 @@ def test_a_number_of_workers_beyond_the_machine_is_one_line_before_any_process_s
         code = reproduce.main(["--smoke", "--out", str(out), "--workers", workers])
     assert code == 2
     assert "is not a number of worker processes: give 1 to" in _one(capsys) and not out.exists()
+
+
+@pytest.mark.parametrize("train", [None, {}, {"seed": "0"}, {"seed": -1}, {"seed": 10**30}, [1]])
+def test_the_coordinate_check_refuses_a_checkpoint_without_the_seed_its_run_began_with(tmp_path, train):
+    from odeformer.app.reporting.transfer import initial_model
+
+    config = {
+        "solver": {"_target_": "odeformer.solver", "name": "diffusion"},
+        "model": {"_target_": "odeformer.ViT", "depth": 1, "dim": 8, "heads": 2, "patch_size": 2},
+        "data": {"name": "synthetic", "root": None, "batch_size": 4, "options": {"task": "image", "n": 32}},
+    }
+    if train is not None:
+        config["train"] = train
+    save_checkpoint(tmp_path / "best.pt", {"format": FORMAT, "model": {}, RUN_RECORD: {"config": config}})
+    with pytest.raises(ValueError, match="stores no seed its run began with") as refused:
+        initial_model(tmp_path)  # was a KeyError (or torch's overflow) as a traceback in odeformer-reproduce
+    assert str(tmp_path / "best.pt") in str(refused.value)

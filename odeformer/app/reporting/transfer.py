@@ -140,8 +140,15 @@ def initial_model(run_dir: Path) -> torch.nn.Module:
     from ..run.identity import run_record
 
     path = Path(run_dir) / "best.pt"
-    config = run_record(load_checkpoint(path))["config"]
-    torch.manual_seed(config["train"]["seed"])
+    config = run_record(load_checkpoint(path)).get("config")
+    train = config.get("train") if isinstance(config, dict) else None
+    seed = train.get("seed") if isinstance(train, dict) else None
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 2**63 - 1:
+        raise ValueError(
+            f"{path} stores no seed its run began with (train.seed, a whole number from 0 to 2**63 - 1; it holds "
+            f"{str(seed)[:40]}), so its model at initialisation cannot be rebuilt; use a checkpoint of odeformer-train."
+        )
+    torch.manual_seed(seed)
     return build(config, source=path)[1].eval()
 
 
