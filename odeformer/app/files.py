@@ -59,6 +59,18 @@ def refuse_links(directory: Path, names: Iterable[str]) -> None:
                 raise _refusal(path)
 
 
+def refuse_entries(directory: Path, names: Iterable[str]) -> None:
+    """:func:`refuse_links`, and anything but a regular file (a folder, a FIFO, a device) at ``directory/<name>``:
+    what a command replaces whole at its end, checked before its work begins."""
+    refuse_links(directory, names)
+    for name in names:
+        path = Path(directory) / name
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISREG(mode):
+                raise _refusal(path, "a folder, not a file" if stat.S_ISDIR(mode) else "not a regular file")
+
+
 def folder(path: Path, root: Path | None = None) -> Path:
     """Make (or enter) the folder ``path`` and return it: ``root`` (by default ``path`` itself), the folder the user
     named, may be a link; every level below it is made with ``mkdir`` or found to be a real folder, and a link or a

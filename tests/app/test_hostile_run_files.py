@@ -316,3 +316,19 @@ def test_the_coordinate_check_refuses_a_checkpoint_without_the_seed_its_run_bega
     with pytest.raises(ValueError, match="stores no seed its run began with") as refused:
         initial_model(tmp_path)  # was a KeyError (or torch's overflow) as a traceback in odeformer-reproduce
     assert str(tmp_path / "best.pt") in str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["comparison.md", "comparison.json"])
+def test_compare_refuses_a_folder_where_it_writes_its_table_before_any_run(tmp_path, name, capsys, monkeypatch):
+    from odeformer.app.commands import compare
+    from odeformer.app.run import sweep
+
+    def trained(*args, **kwargs):
+        raise AssertionError("a run was trained before the table's file was refused")
+
+    monkeypatch.setattr(sweep.Sweep, "evaluations", trained)
+    (tmp_path / "out" / name).mkdir(parents=True)
+    argv = ["diffusion", "--against", "full_wave", "--out", str(tmp_path / "out"), "train.max_steps=1"]
+    assert compare.main(argv) == 2
+    assert f"{tmp_path / 'out' / name} is a folder, not a file" in _one(capsys)
+    assert not (tmp_path / "out" / "runs").exists()

@@ -308,7 +308,7 @@ def _main(argv: list[str] | None = None) -> int:
         _check_widths(plan, by_label, configs)
     base_steps = int(configs[reference]["train"]["max_steps"])
     sweep = Sweep(compose_config, args.workers)
-    files.refuse_links(args.out, ["comparison.md", "comparison.json"])  # where it writes: refused now if a link
+    files.refuse_entries(args.out, ["comparison.md", "comparison.json"])  # where it writes: a link or a folder now
     runs, _ = files.folder(args.out / "runs", args.out), files.folder(args.out / "figures", args.out)
     matched: dict[str, Any] = {}
     if args.match == "params":  # before the budget: the widened rows' evaluations and step costs are theirs
