@@ -111,7 +111,8 @@ def test_reproduce_refuses_a_finished_runs_last_pt_that_would_run_code(tmp_path,
     runs = tmp_path / "runs"
     run = runs / "smoke" / smoke_section().runs()[0].name
     run.mkdir(parents=True)
-    (run / "summary.json").write_text('{"status": "completed", "metric": "accuracy", "test": 0.5, "wall_s": 1}\n')
+    summary = '{"status": "completed", "metric": "accuracy", "val": 0.5, "test": 0.5, "steps": 1, "wall_s": 1}\n'
+    (run / "summary.json").write_text(summary)
     torch.save({"format": FORMAT, "info": _Exploit(_touch(marker))}, run / "last.pt")
     code = reproduce.main(["--smoke", "--out", str(tmp_path / "out"), "--runs", str(runs), "--workers", "1"])
     assert code == 2
