@@ -92,13 +92,13 @@ def test_a_model_whose_states_overflow_is_one_line_in_analyze(tmp_path, capsys):
     ],
 )
 def test_sample_checks_the_sizes_a_checkpoint_sets_before_building(tmp_path, key, value, words, capsys, monkeypatch):
-    built = []
-    monkeypatch.setattr(odeformer.CausalLM, "__init__", lambda *a, **k: built.append(a))
-    config = {
+    config = {  # made before the model's constructor is replaced: its node is read from the constructor's signature
         "solver": asdict(SolverConfig(name="diffusion", options=stepper_options("diffusion"))),
         "model": asdict(model_config("causal_lm")(depth=1, dim=16, heads=2, max_len=16)) | {key: value},
         "data": asdict(DataConfig("shakespeare", batch_size=4)),
     }
+    built = []
+    monkeypatch.setattr(odeformer.CausalLM, "__init__", lambda *a, **k: built.append(a))
     save_checkpoint(
         tmp_path / "best.pt", {"format": FORMAT, "model": {}, RUN_RECORD: {"config": config, "vocabulary": "ab"}}
     )

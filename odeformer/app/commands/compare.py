@@ -3,45 +3,10 @@
     odeformer-compare my_schemes.DampedVerlet --against diffusion full_wave --experiment digits_vit \\
         --seeds 3 --budget evals --out DIR [overrides...]
 
-Each scheme is a row: a registered solver (``full_wave``), a class of one's own as Python spells it
-(``my_schemes.DampedVerlet``, imported from the current directory: naming a module runs its code), or either with
-options after colons (``light_wave:theta0=2``, ``tableau:a=[[0,0],[1,0]]:b=[0.5,0.5]``; a bare key is the solver's
-option, ``solver.options.<key>``, a dotted key such as ``model.dt=0.5`` is that row's own override). The rows of
-``--against`` come after the schemes; the first of them (else the first scheme) is the *reference* the budget and
-the step costs are stated against. The remaining words (``key=value``) are overrides every run takes.
-
-The budget says what is equal across rows:
-
-- ``steps``: every row trains the reference's number of steps (its ``train.max_steps``);
-- ``evals``: every row gets the field evaluations per token the reference spends in its steps (the attention and
-  FFN evaluations of one forward, :func:`odeformer.app.run.cost.evaluations`: from the claims for a fixed-step
-  scheme, measured over one batch at initialisation for a continuous-depth one), so a row whose forward evaluates
-  twice as often trains half as many steps;
-- ``time``: every row gets the reference's training time, by its step cost measured against the reference's
-  side by side in one process (:meth:`odeformer.app.run.sweep.Sweep.step_costs`).
-
-The runs are jobs of the sweep engine :mod:`odeformer.app.run.sweep` (the one ``odeformer-reproduce`` uses), written
-under ``DIR/runs``; a finished run is reused if its saved configuration is what its overrides compose to now, an
-interrupted one resumes. ``DIR/comparison.md`` and ``DIR/comparison.json`` hold one row per scheme: the test metric's
-mean ± std over the seeds, the seeds, the budget it got (steps, evaluations per token), the step cost against the
-reference, the parameter count and the learning rate; after the table, one line per row says whether its difference
-from the reference exceeds the spread of the seeds (in units of the pooled standard error, Welch:
-:mod:`odeformer.app.reporting.comparison`); ``DIR/figures/`` the per-layer diagnostics of every row's seed-0 run
-(:mod:`odeformer.app.reporting.diagnostics`), each curve labelled by the row's solver and options.
-
-Two controls separate a scheme from what comes with it (:mod:`odeformer.app.run.controls`):
-
-- ``--match params``: every baseline (the rows of ``--against``) is widened, or narrowed, to the parameter count of
-  the first scheme, the nearest a whole width reaches: its FFN's hidden width ``model.mlp_hidden`` (the attention and
-  its heads stay as they are), or ``model.dim`` in steps of ``model.heads`` for a model without an FFN. The counts
-  are read from models built on the meta device (nothing trained or allocated); the table's ``params`` column gives
-  each row's count and the width it was given. The budget applies as before, on the widened rows.
-- ``--lr-grid F1 F2 ...``: each row first trains one seed (seed 0) at ``train.lr`` times each factor (at most
-  :data:`~odeformer.app.run.bounds.MAX_LR_GRID`), its budget's steps, and keeps the rate with the best validation
-  metric; its seeds then train at that rate (the grid's seed-0 run is reused where it is the same run). Under
-  ``model.parameterization=ode``, ``--lr-depth D`` runs the grid at depth ``D`` (never above the row's depth, nor
-  below its ``model.knots``) and carries the rate over; under ``standard`` a rate does not carry across depth, so
-  the grid runs at the row's own depth. The ``lr`` column says which rate each row used and where it was chosen.
+What a row is, the budgets (``steps``, ``evals``, ``time``), what ``DIR`` holds and the two controls (``--match
+params``, :mod:`odeformer.app.run.controls`; ``--lr-grid``) are in ``docs/comparing.md`` and
+``docs/comparing_schemes.md``; the runs are jobs of the sweep engine (:mod:`odeformer.app.run.sweep`), the table and
+its seed-spread lines :mod:`odeformer.app.reporting.comparison`'s.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """``odeformer-data``: download the file-based datasets into the data root, verify them, say what is there.
 
-Each file comes from its canonical public source, pinned to one commit (``SOURCES``), and is checked against its
-size and SHA-256 before it gets its final name under the root:
-
-- ``cora``: ``planetoid/ind.cora.{x,y,tx,ty,allx,ally,graph,test.index}`` from github.com/kimiyoung/planetoid
-- ``shakespeare``: ``text/tinyshakespeare.txt`` from github.com/karpathy/char-rnn
-- ``sst2``: ``sst2/{train,dev,test}.tsv`` from github.com/forest-snow/alps
-
-A download is written to ``<file>.part`` and renamed only once its size and checksum match, so the final name never
-holds a half-written or wrong file. A run that breaks off keeps the ``.part`` file and the next run resumes it with
-an HTTP ``Range`` request (a server that ignores the range sends the whole file, which is then written from the
-start). Files already present with the right checksum are left alone, so running it twice downloads nothing; a
-file that is there with another checksum is reported and kept unless ``--force`` says to replace it.
-
-``--mirror URL`` (or ``$ODEFORMER_DATA_MIRROR``) fetches ``URL/<path under the root>`` instead of the canonical
-source: any HTTP server whose tree has the data root's layout, e.g. ``python -m http.server`` run inside a filled
-data root.
-
     odeformer-data                      # everything, into $ODEFORMER_DATA
     odeformer-data cora sst2 --root DIR # some datasets, into DIR
     odeformer-data --list               # present / missing / corrupt, and where
 
-Exit status: 0 when every selected dataset is present afterwards, 1 when a download failed, 2 for bad arguments.
-``--list`` only reports (present, missing or corrupt, and where; with no data root, that there is none): it exits 0
-whatever it finds, so ``make data ARGS="--list"`` is not a failed make.
+Each file comes from its canonical public source pinned to one commit (``SOURCES``) and is checked against its size
+and SHA-256 before it gets its final name; ``docs/training.md`` ("Downloading the data") says how a download
+resumes, what ``--force`` and ``--mirror`` do and what the exit status means.
 """
 
 from __future__ import annotations

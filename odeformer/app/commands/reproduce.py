@@ -5,26 +5,9 @@
     odeformer-reproduce --smoke                  # one tiny configuration end to end on built-in data (CI), written
                                                  # into a new temporary folder (or --out)
 
-A section is a table: rows (a solver and its options), columns (a depth, a split, ...) and seeds, read from
-``odeformer/app/run/sweeps/results.yaml`` (:mod:`odeformer.app.run.sections` says what a section may hold). Every
-cell is ``odeformer-train <fixed overrides> <row> <column> train.seed=<s>``, a job of the sweep engine
-(:mod:`odeformer.app.run.sweep`), composed and trained in a worker process with one thread (two workers fill the two
-cores of the reference machine). Runs are written under ``--runs`` (``<runs>/<section>/<run>``); a finished run is
-reused if its saved configuration is what its overrides compose to now, and an interrupted one resumes, so an
-interrupted sweep resumes where it stopped.
-
-Before its runs, a section measures each row's training step against diffusion's, side by side in one process (the
-models taking turns; ``<runs>/<section>/costs.json``). Where a row's step costs more than 1.1× diffusion's, the section
-gets a *compute-matched* row: diffusion given that many times more steps, so the comparison can be read at equal
-compute as well as at equal steps. The tables (mean ± std over seeds), accuracy-against-depth PNGs
-and per-layer diagnostics go into ``docs/RESULTS.md``, each section in its own block (between its
-``odeformer-reproduce/<section>`` markers, after a shared header block) with the command, the hardware and the
-training time: running some sections rewrites their blocks and leaves the others as they are.
-
-A section with ``depths`` and ``lr_grid`` is a learning-rate grid (``--sections depth_transfer``): every row at every
-depth and every factor on its learning rate, a run that diverges kept as a result; its block gives the best grid point
-per depth and whether it is the same, every point's validation metric, and the coordinate check of the rows' runs at
-the base rate (:func:`transfer_section`).
+The sections are ``odeformer/app/run/sweeps/results.yaml``'s (:mod:`odeformer.app.run.sections`), each cell a job of
+the sweep engine (:mod:`odeformer.app.run.sweep`); ``docs/comparing.md`` ("Reproducing the results") says what a
+section runs, reuses and writes, and what a learning-rate grid's block holds (:func:`transfer_section`).
 """
 
 from __future__ import annotations
