@@ -192,6 +192,28 @@ class _BlockStepper(AbstractStepper, abstract=True):
         """The claims of this layer on a block with or without an FFN and maps (the rule; see the module doc)."""
         raise NotImplementedError
 
+    def _schemes(self) -> list[AbstractStepper]:
+        return [s for s in (self.stepper, getattr(self, "ffn", None)) if s is not None]
+
+    @property
+    def time_invariant(self) -> bool:  # what its schemes state of themselves holds for the layer
+        return all(s.time_invariant for s in self._schemes())
+
+    @property
+    def scale_invariant(self) -> bool:
+        return all(s.scale_invariant for s in self._schemes())
+
+    @property
+    def time_domain(self) -> Any:
+        """The times the layer is defined on: its schemes' ``time_domain`` where they state one (both stated: the
+        interval they share), else ``None`` (every time)."""
+        stated = [getattr(s, "time_domain", None) for s in self._schemes()]
+        stated = [d for d in stated if d is not None]
+        if len(stated) < 2:
+            return stated[0] if stated else None
+        (a, b), (c, d) = stated
+        return max(a, c), min(b, d)
+
     def init(self, field, t0, y0):
         return self.stepper.init(self._check(field).attention, t0, y0)
 

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from .._base import AbstractStepper, PhaseState
 from . import thresholds as th
-from ._common import _copy
+from ._common import _copy, placed
 from ._drawn import check_drawn
-from .order import _assert_order, check_no_limit, measure_order
+from .order import _assert_order, check_no_limit, measure_order, placed_problem
 from .problems import Problem, block_problem, generator, stepper_width
 from .protocol import _protocol_run
 from .references import _flat
@@ -57,7 +57,9 @@ def _drawn_layer_protocol(stepper: AbstractStepper, width: int, examples: int) -
     def claim(case: BlockCase) -> None:
         layer = _copy(pristine)
         p = block_problem(case.seed, layer.second_order, case.tokens, width, batch=case.batch)
-        _protocol_run(name, [layer], p, 0.0, [case.dt] * case.steps, case.seed + 1)
+        t0 = placed(layer, 0.0, [case.dt] * case.steps)  # inside the layer's time_domain, where it states one
+        if t0 is not None:
+            _protocol_run(name, [layer], p, t0, [case.dt] * case.steps, case.seed + 1)
 
     check_drawn(cases, claim, examples)
 
@@ -81,7 +83,7 @@ def check_layer(
     """
     drawn = problem is None
     width = stepper_width(stepper) or 2
-    problem = problem or block_problem(second_order=stepper.second_order, dim=width)
+    problem = placed_problem(stepper, problem or block_problem(second_order=stepper.second_order, dim=width))
     block = problem.field
     declared = stepper.claims(block).order
     if drawn and examples > 0:
@@ -106,14 +108,15 @@ class _Counted:
 
 
 def _check_layer_claims(stepper: AbstractStepper, problem: Problem) -> dict[str, Any]:
-    """The claims besides the order of a block stepper on ``problem``'s block, at ``t = 0.3``, ``dt = 0.1``:
+    """The claims besides the order of a block stepper on ``problem``'s block, at ``t = 0.3`` (or the nearest start
+    inside its ``time_domain``), ``dt = 0.1``:
     ``evals_per_step`` attention evaluations a step from a fresh ``init`` (one fewer on a repeated block if ``fsal``,
     over ``EVAL_STEPS`` tied steps); if ``reversible``, ``inverse`` runs and undoes a step (``REVERSIBLE_RTOL``
     relative to the states' size); unless ``multistep``, a step from the carried state equals one from a fresh
     ``init`` (``ONE_STEP_RTOL``); if ``symplectic``, a step is symplectic on a block whose sublayers are forces of a
     potential (:func:`_check_layer_symplectic`)."""
     name, claims, block = repr(stepper), stepper.claims(problem.field), problem.field
-    layer, t, dt = _copy(stepper), 0.3, 0.1
+    layer, t, dt = _copy(stepper), _placed(stepper, 0.3, [0.1] * max(th.EVAL_STEPS, 4)), 0.1
     y0 = problem.initial(layer)
     report: dict[str, Any] = {}
     with torch.no_grad():
@@ -176,6 +179,18 @@ def _check_layer_claims(stepper: AbstractStepper, problem: Problem) -> dict[str,
     return report
 
 
+def _placed(stepper: AbstractStepper, t: float, dts: list[float]) -> float:
+    """``t``, or the nearest start inside the layer's ``time_domain`` for steps ``dts``; an ``AssertionError`` where
+    none fits."""
+    start = placed(stepper, t, dts)
+    if start is None:
+        raise AssertionError(
+            f"{stepper!r}'s time_domain {stepper.time_domain!r} holds no {len(dts)} steps of {dts[0]:g}: the kit "
+            "cannot check its layer claims."
+        )
+    return start
+
+
 def _hamiltonian_block(width: int, tokens: int, seed: int = 11):
     """A block whose sublayers are both forces of a potential (so a symplectic layer's step is symplectic on it):
     attention ``-∇ (½ Σ x K x + ¼ Σ x⁴)`` coupling the tokens' channels, FFN ``-∇ Σ log cosh(x W) / |W|``, weights
@@ -200,7 +215,8 @@ def _hamiltonian_block(width: int, tokens: int, seed: int = 11):
 
 def _check_layer_symplectic(stepper: AbstractStepper, problem: Problem) -> float:
     """One step's Jacobian ``M`` on a Hamiltonian block (:func:`_hamiltonian_block`, the block's own shape, one
-    sample) has ``Mᵀ J M = J`` to ``SYMPLECTIC_RTOL |M|²``, at ``t = 0.3``, ``dt`` 0.1 and 0.5; returns the largest
+    sample) has ``Mᵀ J M = J`` to ``SYMPLECTIC_RTOL |M|²``, at ``t = 0.3`` (inside the layer's ``time_domain``),
+    ``dt`` 0.1 and 0.5; returns the largest
     defect over ``|M|²``."""
     name = repr(stepper)
     shape = problem.x0.shape[1:]
@@ -212,12 +228,13 @@ def _check_layer_symplectic(stepper: AbstractStepper, problem: Problem) -> float
     v0 = torch.randn(1, *shape, generator=g, dtype=torch.float64)
     n = x0.numel()
     worst = 0.0
+    t = _placed(stepper, 0.3, [0.5])
     for dt in (0.1, 0.5):
         layer = _copy(stepper)
 
         def step(z, dt=dt, layer=layer):
             y = PhaseState(z[:n].reshape(x0.shape), z[n:].reshape(v0.shape))
-            y1, _ = layer.step(block, 0.3, y, dt, layer.init(block, 0.3, y))
+            y1, _ = layer.step(block, t, y, dt, layer.init(block, t, y))
             return torch.cat([y1.x.reshape(-1), y1.v.reshape(-1)])
 
         M = torch.autograd.functional.jacobian(step, torch.cat([x0.reshape(-1), v0.reshape(-1)]))

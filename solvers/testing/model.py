@@ -27,7 +27,11 @@ its result rounded to the state's dtype: the scheme's own arithmetic is what is 
   scheme that takes another step at exactly the model's size or time shows only here;
 - ``order`` (unless ``order=False``, and where the layer has a small-step limit): the one-step error against the flow
   of ``limit_field`` on the real field (in eval mode, deterministic) falls like ``dt**(order + 1)`` as the step is
-  refined from the model's own ``dt``, at least.
+  refined from the model's own ``dt``, at least. Where it cannot be measured the report says why, step by step
+  (``order_unresolved``): an error below what float64 and the reference resolve (an eighth-order step on a smooth
+  field), or a step from the edge of the scheme's ``time_domain`` (a friction ``r / t`` stepped from the model's
+  ``t = 0``), where its limit is singular; there the continuity in ``t`` is not judged either (the step is defined
+  on one side of it only).
 
 A failure names the step (its index in the forward pass, the stepper), the claim, the numbers, and the line that runs
 the check again. Symplecticity is not checked here: a model's attention is not the force of a potential, so no step
@@ -52,7 +56,7 @@ from torch import Tensor, nn
 
 from .._base import AbstractStepper, PhaseState, observing
 from . import thresholds as th
-from ._common import _fresh_step, _name, _one_thread, each, field_size, reachable_tensors
+from ._common import _fresh_step, _name, _one_thread, each, field_size, reachable_tensors, singular_time, time_domain
 from .protocol import amplification, float32_allowance
 from .references import _flat, _unflat
 
@@ -442,6 +446,7 @@ class _Judge:
     def __init__(self, step: Step, dtype: torch.dtype, allowance: float):
         self.step, self.dtype, self.allowance = step, dtype, allowance
         self.worst: dict[str, float] = {}
+        self.unresolved: str | None = None  # why the step's order was not measured, where it was not
 
     def allowed(self, gain: float) -> float:
         """What the scheme's arithmetic allows a step that amplifies rounding ``gain`` times (relative)."""
@@ -591,11 +596,26 @@ def _check_step(r: Step, order: bool, seed: int) -> dict[str, float]:
                 f"at {r}."
             )
 
+    inside = _inside(stepper, float(t64), float(dt64))
     if order and fresh:
         judge.worst["continuity"] = _continuity_here(r, s64, f64, t64, y64, dt64, gain)
     if order and fresh and claims.order > 0:
-        judge.worst["order"] = _local_order(r, s64, f64, t64, y64, dt64, claims.order)
+        if inside:
+            judge.worst["order"] = _local_order(r, s64, f64, t64, y64, dt64, claims.order)
+            if math.isnan(judge.worst["order"]):
+                judge.unresolved = "its error is below what float64 and the reference resolve"
+        else:  # the model steps it from its domain's edge, where its limit is singular: no flow to compare with
+            judge.worst["order"] = math.nan
+            judge.unresolved = f"stepped from the edge of its time_domain {tuple(time_domain(stepper))} or outside it"
+    if judge.unresolved is not None:
+        judge.worst["order_unresolved"] = judge.unresolved
     return judge.worst
+
+
+def _inside(stepper: AbstractStepper, t: float, dt: float) -> bool:
+    """Whether the times a step from ``t`` over ``dt`` spans lie inside the stepper's open ``time_domain``."""
+    low, high = time_domain(stepper)
+    return low < min(t, t + dt) and max(t, t + dt) < high
 
 
 def _deterministic(f64: Any) -> None:
@@ -618,10 +638,13 @@ def _continuity_here(r: Step, s64, f64, t64, y64, dt64, gain: float) -> float:
     t, dt = float(t64), float(dt64)
     size = max(float(_flat(y64).abs().max()), 1e-300)
     worst = 0.0
-    for what, fn, x in (
-        ("dt", lambda u: _fresh_step(copy.deepcopy(s64), f64, t, y64, u), dt),
-        ("t", lambda u: _fresh_step(copy.deepcopy(s64), f64, u, y64, dt), t),
-    ):
+
+    def at_time(u: float) -> Any:
+        if not _inside(s64, u, dt):  # outside the times it is defined on: not judged there
+            raise ValueError(u)
+        return _fresh_step(copy.deepcopy(s64), f64, u, y64, dt)
+
+    for what, fn, x in (("dt", lambda u: _fresh_step(copy.deepcopy(s64), f64, t, y64, u), dt), ("t", at_time, t)):
         jump = point_jump(fn, x, max(abs(dt), 1.0) / 4) / size
         if not jump <= th.ONE_STEP_RTOL * max(1.0, gain):
             raise AssertionError(
@@ -655,6 +678,23 @@ def _field_error(field: Any, f64: Any, t: Any, y: Any, y64: Any, t64: Any, step:
     return worst
 
 
+def _singular_limit(r: Step, s64, f64, t64, y64, dt64, error: BaseException | None) -> str:
+    """The message for a limit whose flow from the model's step cannot be integrated: a singular time of the dynamics
+    the scheme claims (named, with how to state where it is defined), or a limit that breaks where it is finite."""
+    what = f"raised {type(error).__name__}" if error is not None else "was not finite"
+    singular = singular_time(s64, f64, t64, y64, dt64)
+    if singular is not None:
+        return (
+            f"{_name(r.stepper)} (order): its limit field is not finite at t = {singular:.6g}, a singular time of the "
+            f"dynamics it claims, and the model steps it there ({r}); a scheme defined only on some times states "
+            "them, e.g. time_domain = (0.0, math.inf), and a step from the domain's edge is not judged by its order."
+        )
+    return (
+        f"{_name(r.stepper)} (order): the flow of its limit_field from the model's step {what} where that field is "
+        f"finite ({r}): limit_field breaks on this model's states."
+    )
+
+
 MAX_HALVINGS = 14
 """The most halvings of the model's ``dt`` the in-model order check takes before it judges the slope it has."""
 
@@ -679,11 +719,23 @@ def _local_order(r: Step, s64, f64, t64, y64, dt64, order: int) -> float:
         for k in range(1, MAX_HALVINGS + 1):
             h = float(dt64) * 2.0**-k
             step = _flat(_fresh_step(copy.deepcopy(s64), f64, t64, y64, h))
-            coarse, fine = (_classic_rk4(limit, y64, h, n, n, float(t64))[0] for n in (4, 8))
-            flow = _flat(fine) + (_flat(fine) - _flat(coarse)) / 15  # Richardson: the reference's dt⁴ terms cancel
+            try:
+                coarse, middle, fine = (_flat(_classic_rk4(limit, y64, h, n, n, float(t64))[0]) for n in (4, 8, 16))
+            except (ArithmeticError, ValueError, RuntimeError) as error:
+                raise AssertionError(_singular_limit(r, s64, f64, t64, y64, dt64, error)) from None
+            # Richardson: the reference's dt⁴ terms cancel, leaving dt⁶ ones; the coarser pair's extrapolation is
+            # some 32 times further from the flow, so its distance to the finer one bounds the reference's own error
+            flow = fine + (fine - middle) / 15
+            doubt = float((middle + (middle - coarse) / 15 - flow).abs().max()) / size
             error = float((step - flow).abs().max()) / size
+            if not math.isfinite(error) or not math.isfinite(doubt):
+                raise AssertionError(_singular_limit(r, s64, f64, t64, y64, dt64, None))
             if not error > th.ABOVE_FLOOR * th.EPS:
                 break
+            if not error > doubt:  # the reference's error is not far below the step's: this size says nothing
+                if errors:  # a scheme of higher order than the reference's dt⁶: the finer sizes say less still
+                    break
+                continue
             hs.append(abs(h))
             errors.append(error)
             if len(errors) >= th.GRIDS + 1 and k >= th.GRIDS + 2:  # at least the halvings a fixed ladder took
@@ -720,8 +772,9 @@ def check_in_model(
     training runs in, and those are the modes checked. ``order=False`` leaves out the local order (its reference
     integrates the limit on the real field: the costliest part). Raises ``AssertionError`` naming the step, the claim
     and the numbers, with the line that runs it again; returns ``{"steps": n, "claims": {claim: largest defect},
-    "unjudged": [step index, ...]}``, the last the steps that amplify rounding more than ``BLOWN_UP`` (outside the
-    scheme's stability region: no claim can be judged there, and none was).
+    "unjudged": [step index, ...], "order_unresolved": {step index: why}}``: the steps that amplify rounding more than
+    ``BLOWN_UP`` (outside the scheme's stability region: no claim can be judged there, and none was), and those whose
+    order could not be measured (every other claim was judged on them).
 
     The model's depth loop must be :func:`solvers.iterate` (or drive its steps through it): a model that steps its
     layers otherwise has no step recorded, which is an error saying so."""
@@ -733,6 +786,7 @@ def check_in_model(
         )
     worst: dict[str, float] = {}
     unjudged: list[int] = []
+    unresolved: dict[int, str] = {}
     for r in steps:
         try:
             with _one_thread():  # the references' small ops: one thread (a replay sets the model's own count)
@@ -743,8 +797,10 @@ def check_in_model(
         if "blown_up" in found:
             unjudged.append(r.index)
             continue
+        if "order_unresolved" in found:
+            unresolved[r.index] = found.pop("order_unresolved")
         for claim, value in found.items():
             if isinstance(value, float) and math.isnan(value):
                 continue
             worst[claim] = max(worst.get(claim, 0.0), value)
-    return {"steps": len(steps), "claims": worst, "unjudged": unjudged}
+    return {"steps": len(steps), "claims": worst, "unjudged": unjudged, "order_unresolved": unresolved}

@@ -733,3 +733,13 @@ if __name__ == "__main__":
     parser.add_argument("only", nargs="*", help="labels to sweep (default: all)")
     args = parser.parse_args()
     sys.exit(1 if _sweep(args.runs, args.thorough, args.only, args.stall) else 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", ["Nesterov", "GeometricTimeVerlet", "ShortLivedVerlet"])
+def test_a_schemes_statements_hold_for_its_layer(label):
+    """A time domain and a step that reads the absolute time, stated on the scheme, are its layer's: the layer check
+    and the contexts keep a split layer of it inside its domain and compare it where it runs (the layer check stepped
+    ``Split(Nesterov())`` from ``t = 0`` into its singular time, and the far start took ``Split(GeometricTimeVerlet())``
+    for another path)."""
+    assert check_stepper(solvers.Split(SCHEMES[label]()))["seed"] is not None

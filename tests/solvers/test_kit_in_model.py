@@ -164,3 +164,62 @@ def test_a_scheme_wrong_only_at_the_models_own_step_is_rejected_there():
         check_in_model(Tiny([solvers.Whole(EulerAtTheModelsStep()) for _ in range(2)]), _batch())
     report = check_in_model(Tiny([solvers.Whole(solvers.Heun()) for _ in range(2)]), _batch())
     assert report["claims"]["continuity"] <= 1e-12
+
+
+def _own(label):
+    import test_kit_false_alarms as schemes  # the correct schemes of users' kinds the kit must accept
+
+    return getattr(schemes, label)
+
+
+@pytest.mark.parametrize("layer", ["Whole", "Split"])
+def test_a_friction_singular_at_the_models_start_is_judged_after_it_and_its_first_step_said_unresolved(layer):
+    """Nesterov's ``3 / t`` states ``time_domain = (0, inf)``: a model steps it from ``t = 0`` (its step is finite
+    there), where its limit has no flow to compare with. The in-model order check leaves that step out and says so;
+    the layer states what its scheme states (it raised ZeroDivisionError from the order's reference before)."""
+    torch.manual_seed(1)
+    wrap = getattr(solvers, layer)
+    report = check_in_model(Tiny([wrap(_own("Nesterov")()) for _ in range(2)]), _batch())
+    assert list(report["order_unresolved"]) == [0]
+    assert "time_domain (0.0, inf)" in report["order_unresolved"][0]
+    declared = 2 if layer == "Whole" else 1  # a Lie split with an Euler FFN sub-step: first order
+    assert report["claims"]["order"] >= declared + 1 - 0.3  # the second layer's step, from t = 0.5, is judged
+
+
+def test_a_singular_time_the_scheme_does_not_state_is_named_by_the_in_model_order_check():
+    class Unstated(_own("Nesterov")):
+        time_domain = None
+
+    torch.manual_seed(1)
+    with pytest.raises(AssertionError, match=r"\(order\): its limit field is not finite at t = 0, a singular time"):
+        check_in_model(Tiny([solvers.Whole(Unstated()) for _ in range(2)]), _batch())
+
+
+@pytest.mark.parametrize("label", ["KahanLi8", "Yoshida8"])
+def test_an_eighth_order_layer_passes_the_in_model_order_check_or_is_said_unresolved(label):
+    """The order's reference (RK4 on the limit, extrapolated) has an error falling like dt⁶: an eighth-order step's
+    error met it at the sizes above rounding, and the slope read there (6.3 for KahanLi8) failed a correct scheme."""
+    torch.manual_seed(1)
+    report = check_in_model(Tiny([solvers.Whole(_own(label)()) for _ in range(2)]), _batch())
+    judged = [i for i in range(report["steps"]) if i not in report["order_unresolved"]]
+    assert "order" not in report["claims"] or report["claims"]["order"] >= 9 - 0.3
+    assert judged or all("below what float64" in why for why in report["order_unresolved"].values())
+
+
+def test_a_layer_states_what_its_schemes_state_of_themselves():
+    """Time domain (shared where both schemes state one), time and scale invariance: a layer is defined where its
+    schemes are, and reads the time or the size where one of them does."""
+
+    class SizeReading(solvers.VelocityVerlet):
+        scale_invariant = False
+
+    nesterov, geometric, sized = _own("Nesterov")(), _own("GeometricTimeVerlet")(), SizeReading()
+    assert solvers.Whole(nesterov).time_domain == (0.0, math.inf)
+    assert solvers.Split(solvers.VelocityVerlet()).time_domain is None
+    short = _own("ShortLivedVerlet")()
+    assert solvers.Split(nesterov, ffn=short).time_domain == (1.0, 4.0)
+    assert solvers.Split(solvers.VelocityVerlet(), ffn=short).time_domain == (1.0, 4.0)
+    assert not solvers.Split(geometric).time_invariant and solvers.Split(geometric).scale_invariant
+    assert not solvers.Whole(sized).scale_invariant and solvers.Whole(sized).time_invariant
+    assert not solvers.Split(solvers.VelocityVerlet(), ffn=sized).scale_invariant
+    assert solvers.Split(solvers.VelocityVerlet(), ffn=solvers.VelocityVerlet()).time_invariant

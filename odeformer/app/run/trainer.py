@@ -168,6 +168,12 @@ class Trainer:
             if found["unjudged"]
             else ""
         )
+        if found.get("order_unresolved"):
+            unjudged += (
+                f"; the order of {len(found['order_unresolved'])} could not be measured ("
+                + "; ".join(sorted(set(found["order_unresolved"].values())))
+                + ")"
+            )
         self._say(
             f"train.check_scheme: {judged} of {found['steps']} steps of the model's forward pass hold their claims "
             f"({claims or 'none judged'}){unjudged}, on the first batch ({time.perf_counter() - began:.1f} s)"
