@@ -117,6 +117,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from hypothesis import settings
 
 try:
@@ -310,8 +311,8 @@ def _claims(stepper: AbstractStepper, dim: int | None, examples: int, fields: An
             ("evaluations", lambda: check_evals(stepper, dim=dim, examples=examples) or stepper.evals_per_step),
             ("contexts", lambda: check_contexts(stepper, dim, examples, fields=fields)),
             ("precision", lambda: check_precision(stepper, dim, examples)),
+            ("continuity", lambda: check_continuity(stepper, dim)),  # before the gradients: a jump is named as one
             ("gradients", lambda: check_gradients(stepper, dim, examples)),
-            ("continuity", lambda: check_continuity(stepper, dim)),
             ("order", lambda: check_order(stepper, dim=dim, examples=max(th.ORDER_EXAMPLES, examples // 10))),
             ("layer", lambda: check_layer(stepper, examples=0)),
         ]
@@ -348,8 +349,8 @@ def _claims(stepper: AbstractStepper, dim: int | None, examples: int, fields: An
         ("evaluations", evals),
         ("contexts", lambda: check_contexts(stepper, dim, examples, fields=fields)),
         ("precision", lambda: check_precision(stepper, dim, examples)),
+        ("continuity", lambda: check_continuity(stepper, dim)),  # before the gradients: a jump is named as one
         ("gradients", gradients),
-        ("continuity", lambda: check_continuity(stepper, dim)),
         ("order", order),
     ]
     if stepper.symplectic:
@@ -371,11 +372,14 @@ def _check_stepper(
         _declarations(stepper)
     report: dict[str, Any] = {}
     for claim, check in _claims(stepper, dim, examples, fields):
+        dtype = torch.get_default_dtype()
         try:
             measured = check()
         except AssertionError:
+            _default_dtype_kept(stepper, claim, dtype)  # a default dtype the step moved is the cause
             raise
         except Exception as error:  # noqa: BLE001 - the scheme's own code may raise anything: the claim and the seed
+            _default_dtype_kept(stepper, claim, dtype)
             said = " ".join(f"{error}".split())[:400]
             drawn = " ".join(" ".join(getattr(error, "__notes__", ())).split())[:400]  # hypothesis's example
             raise AssertionError(
@@ -383,9 +387,23 @@ def _check_stepper(
                 + (f"; {drawn}" if drawn else "")
                 + "."
             ) from error
+        _default_dtype_kept(stepper, claim, dtype)
         if claim not in ("evaluations", "gradients"):
             report[claim] = measured
     return report
+
+
+def _default_dtype_kept(stepper: AbstractStepper, claim: str, dtype: torch.dtype) -> None:
+    """An ``AssertionError`` (the default dtype put back) where checking ``claim`` left torch's default dtype other
+    than ``dtype``: only the scheme's code runs besides the kit's, which sets none."""
+    now = torch.get_default_dtype()
+    if now != dtype:
+        torch.set_default_dtype(dtype)
+        raise AssertionError(
+            f"{_name(stepper)}.step changed torch's default dtype ({dtype} to {now}) while its {claim} claim was "
+            "checked: a step leaves what it does not own as it found it (every tensor its caller makes next would be "
+            f"{now})."
+        )
 
 
 _FIGURES = {

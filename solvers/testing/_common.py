@@ -270,6 +270,55 @@ def fields_of(field: Any) -> tuple[Callable, ...]:
     return (field,)
 
 
+class Untouched:
+    """What a step leaves as it found it besides its result: torch's default dtype and autograd mode, and the train or
+    eval mode of every module its field holds (a step that switches them changes what the caller runs next).
+    :meth:`changed` names the first one that moved and puts it back."""
+
+    def __init__(self, field: Any):
+        self.dtype, self.grad = torch.get_default_dtype(), torch.is_grad_enabled()
+        self.modes = [(m, m.training, i == 0) for f in fields_of(field) for i, m in enumerate(_modules_held(f))]
+
+    def changed(self) -> str | None:
+        moved = None
+        if torch.get_default_dtype() != self.dtype:
+            moved = f"torch's default dtype ({self.dtype} to {torch.get_default_dtype()})"
+            torch.set_default_dtype(self.dtype)
+        if torch.is_grad_enabled() != self.grad:
+            moved = moved or f"autograd's mode (grad {'on' if self.grad else 'off'} to {'off' if self.grad else 'on'})"
+            torch.set_grad_enabled(self.grad)
+        for module, mode, whole in self.modes:
+            if module.training != mode:
+                held = "its field (an nn.Module)" if whole else f"the {type(module).__name__} its field holds"
+                moved = moved or f"the {'training' if mode else 'eval'} mode of {held}"
+                module.train(mode)
+        return moved
+
+
+def _modules_held(field: Any) -> list[torch.nn.Module]:
+    """The modules a field is or evaluates (through the kit's wrappers, which keep what they wrap as ``field``)."""
+    seen = 0
+    while not isinstance(field, torch.nn.Module) and hasattr(field, "field") and seen < 16:
+        field, seen = field.field, seen + 1
+    return list(field.modules()) if isinstance(field, torch.nn.Module) else []
+
+
+def draws_randomness(step: Callable[[], Any], field: Any, t: Any, x: Any) -> bool:
+    """Whether ``step()`` draws from (or reseeds) torch's global random generator where the field alone does not:
+    each is run from the same fresh state, inside a fork that restores the caller's."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0x5EED)
+        start = torch.random.get_rng_state()
+        step()
+        if torch.equal(torch.random.get_rng_state(), start):
+            return False
+        torch.random.set_rng_state(start)
+        with torch.no_grad():
+            for f in fields_of(field):
+                f(t, x)
+        return torch.equal(torch.random.get_rng_state(), start)
+
+
 def field_size(field: Any, t: Any, x: Tensor) -> float:
     """``max |f(t, x)|`` (a :class:`~solvers.Block`: the sum over its fields): the size of the terms a step adds."""
     with torch.no_grad():
@@ -335,6 +384,7 @@ def singular_time(stepper: AbstractStepper, field: Callable, t: Any, y: Any, dt:
         limit = stepper.limit_field(field)
     except Exception:  # noqa: BLE001 - no limit (order 0): nothing singular to name
         return None
+    broken = []
     for c in (0.0, 0.25, 0.5, 0.75, 1.0):
         s = t + c * dt
         try:
@@ -344,8 +394,46 @@ def singular_time(stepper: AbstractStepper, field: Callable, t: Any, y: Any, dt:
         except (ArithmeticError, ValueError, RuntimeError):
             finite = False
         if not finite:
-            return float(s)
-    return None
+            broken.append(float(s))
+    if len(broken) == 5 and float(dt) != 0:  # not finite at every time: the state, not a time, is what breaks it
+        return None
+    return broken[0] if broken else None
+
+
+def beyond_reach(stepper: AbstractStepper, field: Callable, t: Any, y: Any, dt: Any) -> bool:
+    """Whether a step of ``dt`` from ``y`` lies beyond what any step of the scheme can take, so that a result that is
+    not finite says nothing against it: the flow of its limit leaves the finite numbers within the step (the
+    dynamics it claims blow up in finite time, as a cubic drag's do backwards), or the limit is so stiff at ``y``
+    that ``|dt| L > STIFF`` (``L`` estimated from below by differences: a friction ``c x² v`` at ``x = 1000``)."""
+    from .references import _classic_rk4
+
+    try:
+        limit = stepper.limit_field(field)
+    except Exception:  # noqa: BLE001 - no limit (order 0): nothing to compare with
+        return False
+    try:
+        with torch.no_grad():
+            if not finite(_classic_rk4(limit, y, float(dt), 64, 64, float(t))[0]):
+                return True
+        stiffness = lipschitz(limit, t, y)
+    except (ArithmeticError, ValueError, RuntimeError):
+        return True  # the limit itself breaks on the way: its flow leaves the numbers
+    return not abs(float(dt)) * stiffness <= th.STIFF
+
+
+def lipschitz(limit: Callable, t: Any, y: Any) -> float:
+    """A lower estimate of the Lipschitz constant of ``limit`` at ``y`` (relative differences along three random
+    directions): how fast its flow moves nearby states apart."""
+    from .references import _flat, _unflat
+
+    with torch.no_grad():
+        base = _flat(y).to(torch.float64)
+        f0, g, found = _flat(limit(t, y)), generator(3), 0.0
+        for _ in range(3):
+            d = 1e-7 * max(float(base.abs().max()), 1e-300) * torch.randn(base.shape, generator=g, dtype=base.dtype)
+            moved = _flat(limit(t, _unflat(base + d, y)))
+            found = max(found, float((moved - f0).abs().max()) / float(d.abs().max()))
+    return found
 
 
 def not_finite(

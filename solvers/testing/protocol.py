@@ -17,6 +17,7 @@ from .._base import AbstractStepper, PhaseState
 from . import thresholds as th
 from ._common import (
     RoundingEveryOperation,
+    Untouched,
     _cast,
     _copy,
     _float64,
@@ -26,6 +27,8 @@ from ._common import (
     _Scaled,
     _select,
     _tensors,
+    beyond_reach,
+    draws_randomness,
     each,
     field_size,
     fields_of,
@@ -44,6 +47,9 @@ from .problems import Problem, _time_problem, default_problems, generator, stepp
 from .references import _error, _flat, _unflat
 from .strategies import Instance, instances
 
+TIME = "the start time"
+"""How the gradient checks name the time the steps start from, a tensor that carries a gradient (a model's time is the
+sum of its layers' steps, so a learnable ``dt`` reaches every later step through ``t`` too): judged by the quotients."""
 FIELD_WEIGHT = "the field's weight"
 """How the gradient checks name a trainable weight of the field (not the scheme's: a weight that gets no gradient is a
 wrong gradient, judged by the quotients, not a dead parameter of the scheme)."""
@@ -288,7 +294,7 @@ def _compare_derivative(
         raise AssertionError(f"{name}: the result does not depend on y through autograd on {where}.")
     if dead:
         for (label, p), q, d in zip(params, grads, along):
-            if label.startswith(FIELD_WEIGHT):  # the field's: its gradient is judged by the quotients below
+            if label.startswith(FIELD_WEIGHT) or label == TIME:  # judged by the quotients below
                 continue
             zero = q is not None and not bool(q.ne(0).any())
             if zero and irregular is not None and not _resolved_effect(run, base, out, p, d):
@@ -327,8 +333,10 @@ def _compare_derivative(
             f"steps 10x apart differ by at least {spread:.2e}."
         )
     if defect > allowed:
-        moved = " and of the learnable parameters" if any(not n.startswith(FIELD_WEIGHT) for n, _ in params) else ""
+        own = any(not n.startswith(FIELD_WEIGHT) and n != TIME for n, _ in params)
+        moved = " and of the learnable parameters" if own else ""
         moved += " and of the field's trainable weights" if any(n.startswith(FIELD_WEIGHT) for n, _ in params) else ""
+        moved += " and of the start time (a tensor, as a model's is)" if any(n == TIME for n, _ in params) else ""
         raise AssertionError(
             f"{name}'s gradient is not that of {of} on {where}: along a random direction of y{moved}, "
             f"autograd gives {by_autograd:.8g} and difference quotients {by_difference:.8g} (trusted to "
@@ -463,12 +471,14 @@ def _protocol_run(name: str, layers: list[AbstractStepper], problem: Problem, t0
     pristine = [_copy(s) for s in layers]  # unused copies: a step by one of them keeps nothing from before
 
     def each(i, s, t, y, dt, state):
-        kept = _Kept(y, state)
+        kept, untouched_globals = _Kept(y, state), Untouched(field)
         try:
             out = s.step(field, t, y, dt, state)
         except AssertionError as error:  # the field's own (a state of the wrong shape)
             raise AssertionError(f"{name} at step {i}: {error}") from error
         except ArithmeticError as error:
+            if beyond_reach(s, field, t, y, dt):
+                reject()  # a drawn step beyond any step of the scheme: its dynamics blow up, or are this stiff
             raise AssertionError(not_finite(s, field, t, y, dt, f"at step {i} of {problem.name}", error)) from error
         except (RuntimeError, ValueError, TypeError) as error:
             if singular_time(s, field, t, y, dt) is not None:
@@ -479,8 +489,16 @@ def _protocol_run(name: str, layers: list[AbstractStepper], problem: Problem, t0
         if not (isinstance(out, tuple) and not isinstance(out, PhaseState) and len(out) == 2):
             raise AssertionError(f"{name}.step must return (y1, state); it returned {type(out).__name__}.")
         y1 = out[0]
+        moved = untouched_globals.changed()
+        if moved is not None:
+            raise AssertionError(
+                f"{name}.step changed {moved} at step {i} on {problem.name}: a step leaves what it does not own as it "
+                "found it (set a mode inside a with block that restores it)."
+            )
         _same_form(name, y, y1, problem, f"step {i}'s ")
         if not finite(y1):
+            if beyond_reach(s, field, t, y, dt):
+                reject()  # a drawn step beyond any step of the scheme: its dynamics blow up, or are this stiff
             raise AssertionError(not_finite(s, field, t, y, dt, f"at step {i} of {problem.name}"))
         where = kept.changed()
         if where is not None:
@@ -501,6 +519,13 @@ def _protocol_run(name: str, layers: list[AbstractStepper], problem: Problem, t0
 
         again = s.step(field, t, y, dt, state)[0]
         untouched("again from the same state")
+        x = y.x if isinstance(y, PhaseState) else y
+        if i == 0 and draws_randomness(lambda: s.step(field, t, y, dt, state), field, t, x):
+            raise AssertionError(
+                f"{name}.step draws from or reseeds torch's global random generator at step {i} on {problem.name}, "
+                "where its field does not: the step of a scheme is a function of its inputs, and the caller's "
+                "random state (dropout's masks, data order) is not the step's to move."
+            )
         if not torch.equal(_flat(again), _flat(y1)):
             raise AssertionError(
                 f"{name} gives a different y1 when step {i} is taken again from the same y and state (by "
@@ -666,11 +691,15 @@ def check_gradients(
             for n, p in f.named_parameters()
         ]
 
+        t0 = torch.tensor(float(inst.t0), dtype=torch.float64, requires_grad=True)  # as a model's time is
+
         def run(vector: Tensor) -> Tensor:
-            return _flat(_layers_run(layers, field, _unflat(vector, y0), inst.t0, dts))
+            return _flat(_layers_run(layers, field, _unflat(vector, y0), t0, dts))
 
         where = f"{problem.name} through {k} steps with the state handed on"
-        _compare_derivative(name, run, _flat(y0), params + weights, where, problem.scale, irregular=reject)
+        _compare_derivative(
+            name, run, _flat(y0), params + weights + [(TIME, t0)], where, problem.scale, irregular=reject
+        )
 
     drawn = instances(pristine, width, min_steps=low, max_steps=high, large=False, max_dt=1.0, horizon=2.0)
     check_drawn(drawn, claim, examples)
@@ -964,6 +993,8 @@ def check_precision(
             units = float((_flat(fresh32).double() - _flat(fresh64)).abs().max()) / (size * th.EPS32)
             worst[0] = max(worst[0], units)
             if not units <= allowed:  # the arithmetic's own allowance, times how much this step amplifies rounding
+                if not finite(fresh32) and beyond_reach(high, exact, t, start, dt):
+                    reject()  # past float32's range on a step beyond any of the scheme's (stiff, or blowing up)
                 gain = amplification(_copy(high), exact, t, start, dt, _flat(fresh64), th.EPS32, inst.seed + i)
                 if not gain <= th.BLOWN_UP:  # outside the scheme's stability region: rounding there proves nothing
                     reject()

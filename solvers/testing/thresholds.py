@@ -73,6 +73,9 @@ input and result perturbed by float64's rounding unit), or by the scheme's own r
 perturb the scheme's own sums (a kick's ``v + h a``, which rounds at the size of ``v``, not of ``h a``), of which a
 composition of fifteen sub-steps of weights up to 2.4 has many (Yoshida's eighth-order composition at dt = -1 from a
 pendulum at magnitude 100 missed by 1.07e-12 where sixteen times the modelled movement was 1.0e-12)."""
+STIFF = 100.0
+"""``|dt| L`` (``L`` the Lipschitz constant of a scheme's limit at the step's start, estimated from below) beyond
+which no explicit step of it can stay stable: a drawn step that is not finite there is beyond its reach, not judged."""
 BLOWN_UP = 1e3
 """A step that grows the state (or whose Jacobian grows) more than this many times is outside the scheme's stability
 interval: the symplectic check halves such a step, and a drawn reversible point is redrawn, instead of judging it."""
