@@ -411,6 +411,8 @@ def beyond_reach(stepper: AbstractStepper, field: Callable, t: Any, y: Any, dt: 
         limit = stepper.limit_field(field)
     except Exception:  # noqa: BLE001 - no limit (order 0): nothing to compare with
         return False
+    if singular_time(stepper, field, t, y, dt) is not None:  # a singular time of its own is named, not redrawn
+        return False
     try:
         with torch.no_grad():
             if not finite(_classic_rk4(limit, y, float(dt), 64, 64, float(t))[0]):

@@ -192,3 +192,9 @@ def test_a_step_beyond_any_schemes_reach_is_told_from_one_that_breaks():
     far = PhaseState(torch.full((2, 1), 1000.0, dtype=torch.float64), torch.ones(2, 1, dtype=torch.float64))
     assert beyond_reach(PositionFriction(), force, 0.0, far, 0.1)
     assert not beyond_reach(PositionFriction(), force, 0.0, PhaseState(far.v, far.v), 0.1)
+
+    class SingularAtZero(CubicDrag):
+        def limit_field(self, field):
+            return lambda t, y: PhaseState(y.v, field(t, y.x) - 3 / t * y.v)
+
+    assert not beyond_reach(SingularAtZero(), force, 0.0, y, 1.0)  # a singular time is the scheme's to state
